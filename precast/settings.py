@@ -1,0 +1,154 @@
+"""Settings shared by every precast process.
+
+Each entry point builds exactly one settings object (a subclass of `CommonSettings`) and passes
+it down; nothing reads the environment anywhere else. Environment variables use the prefix
+`PRECAST_` and `__` between nesting levels, e.g. `PRECAST_KAFKA__BOOTSTRAP_SERVERS`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from precast.errors import ConfigError
+
+S = TypeVar("S", bound=BaseSettings)
+
+_SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
+
+
+class Section(BaseModel):
+    """A nested settings block: frozen, and unknown keys are an error rather than ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+    client_id: str = "precast"
+    # Seconds a process waits for the first metadata answer before it gives up with one line.
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    # Raw librdkafka properties passed through unchanged (they win over ours), for anything
+    # a managed cluster needs that is not modelled above.
+    extra: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    def client_config(self, *, plaintext_secrets: bool = True) -> dict[str, Any]:
+        """The librdkafka properties common to producers, consumers and admin clients."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+            "client.id": self.client_id,
+        }
+        optional = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        for key, value in optional.items():
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value() if plaintext_secrets else "***"
+            conf[key] = value
+        conf.update(self.extra)
+        if not plaintext_secrets:
+            for key in _SECRET_KEYS:
+                if key in conf:
+                    conf[key] = "***"
+        return conf
+
+
+class RedisSettings(Section):
+    # Empty string means "no Redis": services that can fall back to memory do so.
+    url: str = "redis://127.0.0.1:6379/0"
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # Every key precast writes starts with this, so one Redis can host several deployments.
+    key_prefix: str = "precast:"
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _prefix_is_safe(cls, v: str) -> str:
+        if not v or any(c in v for c in " *?[]\r\n"):
+            raise ValueError("key_prefix must be non-empty and free of spaces and glob characters")
+        return v
+
+
+class TopicSettings(Section):
+    prefix: str = "precast."
+    # Every device-keyed topic has this many partitions: co-partitioning by device hash depends
+    # on it, and `topics ensure` refuses to run against a topic that differs.
+    partitions: int = Field(default=6, ge=1, le=10_000)
+    replication_factor: int = Field(default=1, ge=1, le=15)
+
+
+class MetricsSettings(Section):
+    # Port of the /metrics, /healthz and /readyz endpoints of non-HTTP services; 0 disables.
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)
+
+
+class StackSettings(Section):
+    """The local development stack (a Kafka broker and Redis started from this machine)."""
+
+    home: Path = Path(".precast")
+    kafka_version: str = "4.1.1"
+    kafka_port: int = Field(default=9092, ge=1, le=65535)
+    controller_port: int = Field(default=9093, ge=1, le=65535)
+    redis_port: int = Field(default=6379, ge=1, le=65535)
+    kafka_heap: str = "768m"
+    start_timeout_s: float = Field(default=90.0, gt=0)
+    # Where resolved Kafka jars are kept, shared by every clone on this machine.
+    jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"
+
+
+class CommonSettings(BaseSettings):
+    """Base for each process's settings object; subclasses add their own section."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PRECAST_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    redis: RedisSettings = RedisSettings()
+    topics: TopicSettings = TopicSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def redacted(self) -> dict[str, Any]:
+        """A loggable view with secrets hidden."""
+        return self.model_dump(mode="json")
+
+
+class StackCliSettings(CommonSettings):
+    stack: StackSettings = StackSettings()
+
+
+def load(cls: type[S], **overrides: Any) -> S:
+    """Build a settings object, turning validation errors into one readable `ConfigError`."""
+    from pydantic import ValidationError
+
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        env = "PRECAST_" + "__".join(str(p).upper() for p in first["loc"])
+        raise ConfigError(f"invalid setting {where} ({env}): {first['msg']}") from None
