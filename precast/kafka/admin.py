@@ -1,0 +1,118 @@
+"""Cluster checks and topic management against the topic contracts in `schemas.topics`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from precast.errors import TopicContractError, Unreachable
+from precast.kafka.config import admin_config
+from precast.kafka.errors import KafkaFailure
+from schemas.topics import TopicSpec
+
+# Probes must fail with one line, not a page of librdkafka connection errors.
+_quiet = logging.getLogger("precast.kafka.probe")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+@dataclass(frozen=True)
+class TopicReport:
+    name: str
+    action: str  # "created" | "ok" | "drift"
+    detail: str = ""
+
+
+class Admin:
+    def __init__(self, settings: Any, *, quiet: bool = True) -> None:
+        self._settings = settings
+        self._a = AdminClient(admin_config(settings), logger=_quiet if quiet else logging.getLogger("precast.kafka.librdkafka"))
+
+    def wait_reachable(self, timeout: float | None = None) -> int:
+        """Block until the cluster answers a metadata request; return the broker count."""
+        timeout = self._settings.connect_timeout_s if timeout is None else timeout
+        try:
+            md = self._a.list_topics(timeout=timeout)
+        except confluent_kafka.KafkaException as exc:
+            err = exc.args[0]
+            raise Unreachable("Kafka broker", self._settings.bootstrap_servers,
+                              f"no metadata within {timeout:g}s: {err.name()}") from None
+        return len(md.brokers)
+
+    def topic_partitions(self, timeout: float = 10.0) -> dict[str, int]:
+        md = self._a.list_topics(timeout=timeout)
+        return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+    def ensure_topics(self, specs: list[TopicSpec], timeout: float = 30.0) -> list[TopicReport]:
+        """Create missing topics; refuse when an existing one has another partition count."""
+        existing = self.topic_partitions(timeout)
+        mismatched = [s for s in specs if s.name in existing and existing[s.name] != s.partitions]
+        if mismatched:
+            s = mismatched[0]
+            raise TopicContractError(
+                f"topic {s.name} has {existing[s.name]} partitions but its contract says "
+                f"{s.partitions}; device co-partitioning needs them equal (recreate the topic "
+                f"or set PRECAST_TOPICS__PARTITIONS={existing[s.name]})")
+        missing = [s for s in specs if s.name not in existing]
+        reports = [TopicReport(s.name, "ok") for s in specs if s.name in existing]
+        if missing:
+            futures = self._a.create_topics(
+                [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
+                operation_timeout=timeout, request_timeout=timeout)
+            for s in missing:
+                try:
+                    futures[s.name].result()
+                    reports.append(TopicReport(s.name, "created"))
+                except confluent_kafka.KafkaException as exc:
+                    err = exc.args[0]
+                    if err.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise KafkaFailure(f"create topic {s.name}: {err.str()}", code=err.name()) from None
+                    reports.append(TopicReport(s.name, "ok"))
+        reports.extend(self._config_drift([s for s in specs if s.name in existing], timeout))
+        order = {s.name: i for i, s in enumerate(specs)}
+        return sorted(reports, key=lambda r: (order[r.name], r.action))
+
+    def _config_drift(self, specs: list[TopicSpec], timeout: float) -> list[TopicReport]:
+        if not specs:
+            return []
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs]
+        futures = self._a.describe_configs(resources, request_timeout=timeout)
+        out = []
+        for spec, res in zip(specs, resources, strict=True):
+            actual = {k: v.value for k, v in futures[res].result().items()}
+            diffs = [f"{k}={actual.get(k)!r} (contract {v!r})" for k, v in spec.config.items()
+                     if str(actual.get(k)) != str(v)]
+            if diffs:
+                out.append(TopicReport(spec.name, "drift", ", ".join(diffs)))
+        return out
+
+    def delete_topics(self, names: list[str], timeout: float = 30.0) -> None:
+        if not names:
+            return
+        futures = self._a.delete_topics(names, operation_timeout=timeout, request_timeout=timeout)
+        for name, fut in futures.items():
+            try:
+                fut.result()
+            except confluent_kafka.KafkaException as exc:
+                err = exc.args[0]
+                if err.code() != confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise KafkaFailure(f"delete topic {name}: {err.str()}", code=err.name()) from None
+
+    def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None,
+                     replication_factor: int = 1, timeout: float = 30.0) -> None:
+        """Create one topic outside the contract catalog (tests, scratch topics)."""
+        fut = self._a.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})],
+                                    operation_timeout=timeout, request_timeout=timeout)[name]
+        try:
+            fut.result()
+        except confluent_kafka.KafkaException as exc:
+            err = exc.args[0]
+            raise KafkaFailure(f"create topic {name}: {err.str()}", code=err.name()) from None
+
+    @property
+    def raw(self) -> AdminClient:
+        return self._a

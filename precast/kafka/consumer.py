@@ -1,0 +1,175 @@
+"""The one Kafka consumer wrapper: batch consumption, explicit commits, typed rebalance hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import confluent_kafka
+
+from precast.kafka.config import consumer_config
+from precast.kafka.errors import KafkaFailure
+from precast.kafka.types import KafkaMessage, TopicPartitionOffset
+from precast.settings import KafkaSettings
+
+log = logging.getLogger("precast.kafka.consumer")
+
+RebalanceHook = Callable[[list[TopicPartitionOffset]], None]
+
+OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
+OFFSET_END = confluent_kafka.OFFSET_END
+
+# Errors on a message that mean "nothing to read here right now", not failure.
+_BENIGN = {confluent_kafka.KafkaError._PARTITION_EOF}
+
+
+def _to_tpo(parts: Sequence[confluent_kafka.TopicPartition]) -> list[TopicPartitionOffset]:
+    return [TopicPartitionOffset(p.topic, p.partition, p.offset) for p in parts]
+
+
+def _to_native(parts: Sequence[TopicPartitionOffset]) -> list[confluent_kafka.TopicPartition]:
+    return [confluent_kafka.TopicPartition(p.topic, p.partition, p.offset) for p in parts]
+
+
+def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
+    return KafkaFailure(f"{what}: {err.str()}", code=err.name(), fatal=err.fatal(),
+                        retriable=err.retriable())
+
+
+class Consumer:
+    """Wraps `confluent_kafka.Consumer`. Offsets are never auto-committed: callers commit what
+    they have finished with `commit(...)`, typically after their outputs were acknowledged."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        group_id: str,
+        *,
+        on_assign: RebalanceHook | None = None,
+        on_revoke: RebalanceHook | None = None,
+        on_lost: RebalanceHook | None = None,
+        logger: logging.Logger | None = None,
+        **overrides: Any,
+    ) -> None:
+        conf = consumer_config(settings, group_id, **overrides)
+        conf["error_cb"] = self._on_client_error
+        self._fatal: KafkaFailure | None = None
+        self._hooks = (on_assign, on_revoke, on_lost)
+        self.group_id = group_id
+        self._c = confluent_kafka.Consumer(conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
+
+    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
+        if err.fatal():
+            self._fatal = _failure(err, "consumer fatal error")
+        else:
+            log.debug("consumer: %s", err.str())
+
+    # -- subscription ---------------------------------------------------------------------------
+    def subscribe(self, topics: Sequence[str]) -> None:
+        on_assign, on_revoke, on_lost = self._hooks
+
+        def _wrap(hook: RebalanceHook | None) -> Callable[[Any, list[Any]], None] | None:
+            if hook is None:
+                return None
+            return lambda _c, parts: hook(_to_tpo(parts))
+
+        kwargs = {k: v for k, v in (("on_assign", _wrap(on_assign)), ("on_revoke", _wrap(on_revoke)),
+                                    ("on_lost", _wrap(on_lost))) if v is not None}
+        self._c.subscribe(list(topics), **kwargs)
+
+    def assign(self, parts: Sequence[TopicPartitionOffset]) -> None:
+        self._c.assign(_to_native(parts))
+
+    def incremental_assign(self, parts: Sequence[TopicPartitionOffset]) -> None:
+        self._c.incremental_assign(_to_native(parts))
+
+    def assignment(self) -> list[TopicPartitionOffset]:
+        return _to_tpo(self._c.assignment())
+
+    # -- reading -----------------------------------------------------------------------------------
+    def consume(self, max_messages: int = 1000, timeout: float = 0.5) -> list[KafkaMessage]:
+        """Up to `max_messages` records (fewer on timeout). Per-partition errors that are not
+        fatal are logged and skipped; a fatal client error raises `KafkaFailure`."""
+        if self._fatal is not None:
+            raise self._fatal
+        msgs = self._c.consume(max_messages, timeout)
+        if not msgs:
+            return msgs
+        # Fast path: one pass that only builds a new list when an error is present.
+        for m in msgs:
+            if m.error() is not None:
+                return self._drop_errors(msgs)
+        return msgs
+
+    def _drop_errors(self, msgs: list[Any]) -> list[KafkaMessage]:
+        good = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                good.append(m)
+            elif err.code() in _BENIGN:
+                continue
+            elif err.fatal():
+                raise _failure(err, "consume")
+            else:
+                log.warning("consume error on %s[%s]: %s", m.topic(), m.partition(), err.str())
+        return good
+
+    # -- offsets ------------------------------------------------------------------------------------
+    def commit(self, offsets: Sequence[TopicPartitionOffset] | None = None, *, asynchronous: bool = False) -> None:
+        """Commit the given next-offsets (offset of the last processed record + 1)."""
+        try:
+            if offsets is None:
+                self._c.commit(asynchronous=asynchronous)
+            elif offsets:
+                self._c.commit(offsets=_to_native(offsets), asynchronous=asynchronous)
+        except confluent_kafka.KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == confluent_kafka.KafkaError._NO_OFFSET:
+                return
+            raise _failure(err, "commit") from None
+
+    def committed(self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0) -> list[TopicPartitionOffset]:
+        return _to_tpo(self._c.committed(_to_native(parts), timeout=timeout))
+
+    def position(self, parts: Sequence[TopicPartitionOffset]) -> list[TopicPartitionOffset]:
+        return _to_tpo(self._c.position(_to_native(parts)))
+
+    def seek(self, part: TopicPartitionOffset) -> None:
+        self._c.seek(confluent_kafka.TopicPartition(part.topic, part.partition, part.offset))
+
+    def watermarks(self, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+        """(low, high) offsets of a partition as the broker reports them now."""
+        try:
+            return self._c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, partition),
+                                                 timeout=timeout, cached=False)
+        except confluent_kafka.KafkaException as exc:
+            raise _failure(exc.args[0], f"watermarks of {topic}[{partition}]") from None
+
+    def offsets_for_times(self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0) -> list[TopicPartitionOffset]:
+        """`parts[i].offset` carries a timestamp in ms; returns the first offset at or after it
+        (-1 when no such record exists)."""
+        try:
+            return _to_tpo(self._c.offsets_for_times(_to_native(parts), timeout=timeout))
+        except confluent_kafka.KafkaException as exc:
+            raise _failure(exc.args[0], "offsets_for_times") from None
+
+    def pause(self, parts: Sequence[TopicPartitionOffset]) -> None:
+        self._c.pause(_to_native(parts))
+
+    def resume(self, parts: Sequence[TopicPartitionOffset]) -> None:
+        self._c.resume(_to_native(parts))
+
+    def group_metadata(self) -> Any:
+        """Opaque token for `Producer.send_offsets_to_transaction`."""
+        return self._c.consumer_group_metadata()
+
+    def native_offsets(self, offsets: Sequence[TopicPartitionOffset]) -> list[Any]:
+        """Offsets in the client's own type, for `Producer.send_offsets_to_transaction`."""
+        return _to_native(offsets)
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already closed
+            self._c.close()

@@ -1,0 +1,165 @@
+"""The one Kafka producer wrapper: murmur2 partitioning, backpressure, visible delivery failures."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import confluent_kafka
+
+from precast.kafka.config import producer_config
+from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
+from precast.kafka.types import Headers
+from precast.settings import KafkaSettings
+
+log = logging.getLogger("precast.kafka.producer")
+
+DeliveryCallback = Callable[[KafkaFailure | None, Any], None]
+
+
+def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
+    return KafkaFailure(
+        f"{what}: {err.str()}",
+        code=err.name(),
+        fatal=err.fatal(),
+        retriable=err.retriable(),
+        txn_requires_abort=err.txn_requires_abort(),
+    )
+
+
+class Producer:
+    """Wraps `confluent_kafka.Producer`.
+
+    - Refuses empty keys (they would be spread at random over partitions).
+    - A full local queue makes `produce` wait for the broker instead of failing or dropping.
+    - Failed deliveries are counted and kept; `flush()` raises `DeliveryFailed` when any
+      record since the last flush was not acknowledged, so callers can commit only after it.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        logger: logging.Logger | None = None,
+        on_backpressure: Callable[[float], None] | None = None,
+        on_delivery_error: Callable[[KafkaFailure], None] | None = None,
+        **overrides: Any,
+    ) -> None:
+        conf = producer_config(settings, **overrides)
+        conf["error_cb"] = self._on_client_error
+        conf["on_delivery"] = self._on_delivery
+        self._failures: list[KafkaFailure] = []
+        self._failed_total = 0
+        self._on_backpressure = on_backpressure
+        self._on_delivery_error = on_delivery_error
+        self._fatal: KafkaFailure | None = None
+        self._p = confluent_kafka.Producer(conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
+
+    # -- callbacks (run inside poll/flush on the caller's thread) ---------------------------
+    def _on_delivery(self, err: confluent_kafka.KafkaError | None, msg: Any) -> None:
+        if err is None:
+            return
+        failure = _failure(err, f"delivery to {msg.topic()} failed")
+        self._failed_total += 1
+        if len(self._failures) < 1000:  # keep a sample, not an unbounded list
+            self._failures.append(failure)
+        if self._on_delivery_error is not None:
+            self._on_delivery_error(failure)
+
+    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
+        if err.fatal():
+            self._fatal = _failure(err, "producer fatal error")
+            log.error("%s", self._fatal)
+        else:
+            log.debug("producer: %s", err.str())
+
+    # -- API ---------------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        headers: Headers | None = None,
+        *,
+        timestamp_ms: int = 0,
+        partition: int = -1,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
+        if not key:
+            raise EmptyKeyError(f"refusing to produce a record without a key to {topic!r}")
+        if self._fatal is not None:
+            raise self._fatal
+        kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers,
+                                  "timestamp": timestamp_ms, "partition": partition}
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        try:
+            self._p.produce(topic, **kwargs)
+            return
+        except BufferError:
+            pass
+        # Backpressure: serve delivery reports until librdkafka has room again.
+        started = time.monotonic()
+        while True:
+            self._p.poll(0.05)
+            if self._fatal is not None:
+                raise self._fatal
+            try:
+                self._p.produce(topic, **kwargs)
+                break
+            except BufferError:
+                continue
+        if self._on_backpressure is not None:
+            self._on_backpressure(time.monotonic() - started)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return self._p.poll(timeout)
+
+    def pending(self) -> int:
+        return len(self._p)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every queued record; raise if any failed or some are still in flight."""
+        remaining = self._p.flush(timeout)
+        failures, self._failures = self._failures, []
+        if failures:
+            raise DeliveryFailed(
+                f"{len(failures)} record(s) not delivered; first: {failures[0]}",
+                code=failures[0].code,
+            )
+        if remaining:
+            raise DeliveryFailed(f"{remaining} record(s) still in flight after {timeout}s",
+                                 code="_TIMED_OUT", retriable=True)
+
+    @property
+    def failed_total(self) -> int:
+        return self._failed_total
+
+    # -- transactions (exactly-once mode) ------------------------------------------------------
+    def init_transactions(self, timeout: float = 30.0) -> None:
+        self._call("init_transactions", timeout)
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float = 30.0) -> None:
+        self._call("send_offsets_to_transaction", offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float = 30.0) -> None:
+        self._call("commit_transaction", timeout)
+
+    def abort_transaction(self, timeout: float = 30.0) -> None:
+        self._call("abort_transaction", timeout)
+
+    def _call(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self._p, name)(*args)
+        except confluent_kafka.KafkaException as exc:
+            raise _failure(exc.args[0], name) from None
+
+    @property
+    def raw(self) -> confluent_kafka.Producer:
+        """The underlying client, for adapter modules only (e.g. transactional offsets)."""
+        return self._p

@@ -1,0 +1,66 @@
+"""Plain types the rest of the code sees instead of confluent_kafka's.
+
+`KafkaMessage` is a structural protocol that `confluent_kafka.Message` satisfies as it is, so the
+hot path pays no conversion, while domain code and unit tests can pass any object with the same
+methods (see `tests/fakes.py`-style records built from plain data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+Headers = list[tuple[str, bytes]]
+
+
+@runtime_checkable
+class KafkaMessage(Protocol):
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> Headers | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionOffset:
+    topic: str
+    partition: int
+    offset: int = -1001  # librdkafka's OFFSET_INVALID: "no offset given"
+
+
+@dataclass(slots=True)
+class Record:
+    """A message built from plain data: what tests, replays and the dead-letter helper pass
+    around. Satisfies `KafkaMessage`."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    key_: bytes | None
+    value_: bytes | None
+    headers_: Headers = field(default_factory=list)
+    timestamp_ms: int = 0
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def headers(self) -> Headers:
+        return self.headers_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self.timestamp_ms)  # TIMESTAMP_CREATE_TIME
