@@ -1,0 +1,67 @@
+"""What the workers publish and the read API serves, and how workers are asked to compute."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.events import DeviceId, EpochMs, EventId
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    strategy: str
+    score: float = Field(ge=0, le=1)
+
+
+class LineageRef(BaseModel):
+    """One input record a prediction was computed from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topic: str
+    partition: int
+    offset: int
+    event_id: str | None = None
+    trace_id: str | None = None
+
+
+Trigger = Literal["heartbeat", "work_order", "alarm", "api_miss", "prefetch", "backfill", "expiry", "purge"]
+
+
+class PredictionSet(BaseModel):
+    """Top-K service strategies for one device.
+
+    `computed_at_ms` is the event time of the newest input it was computed from (not the wall
+    clock), so "newest" means newest data; ties are broken by `produced_at_ms`, then
+    `model_version` (documented in docs/architecture.md).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    device_id: DeviceId
+    candidates: list[Candidate]
+    model_version: str
+    computed_at_ms: EpochMs
+    valid_until_ms: EpochMs
+    produced_at_ms: EpochMs
+    trigger: Trigger
+    lineage: list[LineageRef] = Field(default_factory=list)
+    backfill: bool = False
+
+
+PrecomputeReason = Literal["api_miss", "prefetch", "backfill", "expiry"]
+
+
+class PrecomputeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    request_id: EventId
+    device_id: DeviceId
+    reason: PrecomputeReason
+    requested_at_ms: EpochMs
+    model_version: str | None = None

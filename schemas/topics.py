@@ -1,0 +1,95 @@
+"""Topic contracts: every topic precast reads or writes, with its partitioning and retention.
+
+Names are built from a deployment prefix; the partition count is one number for every
+device-keyed topic so that a device's heartbeats, work orders, alarms, context, precompute
+requests and predictions all live on the same partition index (co-partitioning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    role: str
+    name: str
+    partitions: int
+    replication_factor: int
+    cleanup_policy: Literal["delete", "compact"]
+    keyed_by_device: bool
+    description: str
+    config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+# role -> (suffix, cleanup, retention ms or None, keyed by device, description, extra config)
+_CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
+    "heartbeats": ("heartbeats", "delete", DAY_MS, True,
+                   "device heartbeats (metrics), ~1/s per device", {}),
+    "work_orders": ("work-orders", "delete", 7 * DAY_MS, True,
+                    "work-order lifecycle events (opened/updated/closed)", {}),
+    "alarms": ("alarms", "delete", 7 * DAY_MS, True, "device alarms raised and cleared", {}),
+    "device_context": ("device-context", "compact", None, True,
+                       "latest per-device context (open work orders, recent alarms)", {}),
+    "precompute_requests": ("precompute-requests", "delete", HOUR_MS, True,
+                            "asks the workers to (re)compute a device: API miss, prefetch, backfill", {}),
+    "predictions": ("predictions", "compact", None, True,
+                    "newest PredictionSet per device; compacted so a rebuild reads one per key",
+                    # Small segments and a short lag make compaction keep up with a hot topic,
+                    # which keeps the serving store's rebuild bounded by the device count.
+                    {"segment.ms": str(HOUR_MS), "min.cleanable.dirty.ratio": "0.2",
+                     "delete.retention.ms": str(DAY_MS)}),
+    "dead_letters": ("dead-letters", "delete", 14 * DAY_MS, False,
+                     "records any component rejected, with original bytes and the reason", {}),
+}
+
+EVENT_ROLES = ("heartbeats", "work_orders", "alarms")
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic catalog for one deployment. Iterate it to get every `TopicSpec`."""
+
+    heartbeats: TopicSpec
+    work_orders: TopicSpec
+    alarms: TopicSpec
+    device_context: TopicSpec
+    precompute_requests: TopicSpec
+    predictions: TopicSpec
+    dead_letters: TopicSpec
+
+    def __iter__(self) -> Iterator[TopicSpec]:
+        return iter(getattr(self, role) for role in _CATALOG)
+
+    def events(self) -> list[TopicSpec]:
+        return [getattr(self, role) for role in EVENT_ROLES]
+
+    def by_name(self, name: str) -> TopicSpec | None:
+        return next((t for t in self if t.name == name), None)
+
+
+def catalog(prefix: str = "precast.", partitions: int = 6, replication_factor: int = 1) -> Topics:
+    specs = {}
+    for role, (suffix, cleanup, retention, by_device, desc, extra) in _CATALOG.items():
+        config = {"cleanup.policy": cleanup, **extra}
+        if retention is not None:
+            config["retention.ms"] = str(retention)
+        if replication_factor > 1:
+            config["min.insync.replicas"] = str(min(2, replication_factor))
+        specs[role] = TopicSpec(
+            role=role,
+            name=f"{prefix}{suffix}",
+            partitions=partitions,
+            replication_factor=replication_factor,
+            cleanup_policy=cleanup,  # type: ignore[arg-type]
+            keyed_by_device=by_device,
+            description=desc,
+            config=MappingProxyType(config),
+        )
+    return Topics(**specs)
