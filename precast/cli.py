@@ -1,0 +1,98 @@
+"""`precast`: the local stack, topic contracts and the end-to-end demo.
+
+    precast stack up | down | status
+    precast topics ensure | list
+    precast demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from precast.runtime import run_cli, setup_logging
+from precast.settings import StackCliSettings, load
+
+
+def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    from precast.stack import LocalStack
+
+    stack = LocalStack(settings.stack)
+    if args.action == "up":
+        stack.up(progress=lambda m: print(m, flush=True))
+        return 0
+    if args.action == "down":
+        stopped = stack.down()
+        print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        return 0
+    rows = stack.status()
+    for r in rows:
+        pid = f"pid {r.pid}" if r.pid else "-"
+        print(f"{r.name:<14} {r.state:<10} {pid:<12} {r.address}")
+    return 0 if all(r.state == "healthy" for r in rows) else 1
+
+
+def _topics(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    from precast.kafka import Admin
+    from schemas.topics import catalog
+
+    t = settings.topics
+    topics = catalog(t.prefix, t.partitions, t.replication_factor)
+    admin = Admin(settings.kafka)
+    admin.wait_reachable()
+    if args.action == "list":
+        parts = admin.topic_partitions()
+        for spec in topics:
+            have = parts.get(spec.name)
+            state = "missing" if have is None else f"{have} partitions"
+            print(f"{spec.name:<32} {spec.cleanup_policy:<8} {state:<14} {spec.description}")
+        return 0
+    reports = admin.ensure_topics(list(topics))
+    for r in reports:
+        print(f"{r.name:<32} {r.action}{(': ' + r.detail) if r.detail else ''}")
+    created = sum(r.action == "created" for r in reports)
+    print(f"{created} created, {len({r.name for r in reports}) - created} already matched the contract")
+    return 0
+
+
+def _demo(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    from precast.demo import run_demo
+
+    return run_demo(settings, devices=args.devices, rate=args.rate, api_port=args.port,
+                    duration=args.duration, use_stack=not args.no_stack)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="precast", description="precast operations CLI")
+    sub = p.add_subparsers(dest="command", required=True)
+    st = sub.add_parser("stack", help="local Kafka 4 + Redis for demos, tests and CI")
+    st.add_argument("action", choices=["up", "down", "status"])
+    st.set_defaults(fn=_stack)
+    tp = sub.add_parser("topics", help="topic contracts")
+    tp.add_argument("action", choices=["ensure", "list"])
+    tp.set_defaults(fn=_topics)
+    dm = sub.add_parser("demo", help="stack + topics + simulator + worker + API, live figures; Ctrl-C stops")
+    dm.add_argument("--devices", type=int, default=2_000)
+    dm.add_argument("--rate", type=float, default=2_000.0, help="heartbeats per second, all devices")
+    dm.add_argument("--port", type=int, default=8000, help="read API port")
+    dm.add_argument("--duration", type=float, default=0.0, help="seconds; 0 runs until Ctrl-C")
+    dm.add_argument("--no-stack", action="store_true",
+                    help="use the configured Kafka and Redis (PRECAST_KAFKA__*, PRECAST_REDIS__URL) "
+                         "instead of starting the local stack")
+    dm.set_defaults(fn=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def body() -> int:
+        settings = load(StackCliSettings)
+        setup_logging(settings.log_level)
+        return args.fn(args, settings)
+
+    return run_cli("precast", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

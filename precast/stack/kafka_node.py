@@ -1,0 +1,195 @@
+"""A single-node Apache Kafka 4 broker in KRaft mode, from Maven Central jars, on loopback."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from importlib import resources
+from pathlib import Path
+
+from precast.errors import StackError, Unreachable
+from precast.settings import KafkaSettings, StackSettings
+from precast.stack.process import ManagedProcess, port_in_use, tail
+
+_LOG4J2 = """\
+Configuration:
+  Appenders:
+    RollingFile:
+      name: file
+      fileName: "{logs}/server.log"
+      filePattern: "{logs}/server.log.%i"
+      PatternLayout: {{ pattern: "[%d] %p %m (%c)%n" }}
+      SizeBasedTriggeringPolicy: {{ size: 20MB }}
+      DefaultRolloverStrategy: {{ max: 3 }}
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef: [{{ ref: file }}]
+    Logger:
+      - {{ name: kafka.request.logger, level: WARN }}
+      - {{ name: org.apache.kafka.controller, level: WARN }}
+"""
+
+
+def java_major() -> int:
+    java = shutil.which("java")
+    if java is None:
+        raise StackError("java not found on PATH: Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    m = re.search(r'version "(\d+)', out)
+    return int(m.group(1)) if m else 0
+
+
+class KafkaNode:
+    def __init__(self, settings: StackSettings) -> None:
+        self.s = settings
+        self.dir = settings.home / "kafka"
+        self.data = self.dir / "data"
+        self.logs = self.dir / "logs"
+        self.libs = settings.jar_cache / settings.kafka_version / "libs"
+        self.proc = ManagedProcess("Kafka broker", self.dir / "kafka.pid", f"{self.dir}/server.properties")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.s.kafka_port}"
+
+    # -- jars ---------------------------------------------------------------------------------
+    def resolve_jars(self, progress=print) -> Path:
+        """Copy kafka_2.13 and its runtime dependencies into the shared jar cache (once)."""
+        done = self.libs.parent / ".complete"
+        if done.exists():
+            return self.libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise StackError("mvn not found on PATH: needed once to fetch the Kafka jars (apt-get install maven)")
+        progress(f"resolving org.apache.kafka:kafka_2.13:{self.s.kafka_version} from Maven Central ...")
+        pom = resources.files("precast.stack").joinpath("kafka-pom.xml")
+        tmp = self.libs.parent / "libs.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        with resources.as_file(pom) as pom_path:
+            run = subprocess.run(
+                [mvn, "-q", "-B", "-f", str(pom_path), "dependency:copy-dependencies",
+                 f"-Dkafka.version={self.s.kafka_version}", f"-DoutputDirectory={tmp}",
+                 "-DincludeScope=runtime"],
+                capture_output=True, text=True, check=False)
+        if run.returncode != 0 or not any(tmp.glob("kafka_2.13-*.jar")):
+            last = (run.stdout + run.stderr).strip().splitlines()[-3:]
+            raise StackError(f"mvn could not resolve Kafka {self.s.kafka_version}: {' | '.join(last)}")
+        shutil.rmtree(self.libs, ignore_errors=True)
+        tmp.rename(self.libs)
+        done.write_text(self.s.kafka_version + "\n")
+        return self.libs
+
+    # -- configuration ------------------------------------------------------------------------
+    def _write_config(self) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.s.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.s.kafka_port},CONTROLLER://127.0.0.1:{self.s.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.s.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data),
+            # Topics come from contracts (`precast topics ensure`), never from a typo.
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            # Fewer internal partitions: a single dev node starts and answers faster.
+            "offsets.topic.num.partitions": "8",
+            "transaction.state.log.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            # Groups form at once instead of waiting 3 s for more members.
+            "group.initial.rebalance.delay.ms": "0",
+            # The cleaner's default 128 MB dedupe buffer would take a big slice of a small heap.
+            "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+        }
+        path = self.dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(logs=self.logs))
+        return path
+
+    def _java(self, *args: str, heap: str = "128m") -> list[str]:
+        return ["java", f"-Xmx{heap}", "-cp", f"{self.libs}/*", *args]
+
+    def _format(self, config: Path) -> None:
+        if (self.data / "meta.properties").exists():
+            return
+        cluster_file = self.dir / "cluster.id"
+        if not cluster_file.exists():
+            # Kafka cluster IDs are 16 random bytes in URL-safe base64 without padding.
+            import base64
+            cluster_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+        run = subprocess.run(
+            self._java("-Dlog4j2.configurationFile=" + str(self.dir / "log4j2.yaml"),
+                       "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
+                       "-t", cluster_file.read_text().strip(), "-c", str(config)),
+            capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            raise StackError(f"Kafka storage format failed: {(run.stdout + run.stderr).strip()[-300:]}")
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def running(self) -> bool:
+        return self.proc.pid() is not None
+
+    def start(self) -> None:
+        if self.running():
+            return
+        if java_major() < 17:
+            raise StackError("Java 17 or newer is needed for Kafka 4 (java -version reports older)")
+        for port in (self.s.kafka_port, self.s.controller_port):
+            if port_in_use(port):
+                raise StackError(f"port {port} is in use by another process; stop it or choose other "
+                                 "ports (PRECAST_STACK__KAFKA_PORT / PRECAST_STACK__CONTROLLER_PORT)")
+        self.resolve_jars()
+        config = self._write_config()
+        self._format(config)
+        argv = self._java(
+            "-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}", f"-Dkafka.logs.dir={self.logs}",
+            "kafka.Kafka", str(config), heap=self.s.kafka_heap)
+        self.proc.start(argv, self.logs / "stdout.log", self.dir)
+
+    def wait_ready(self, timeout: float) -> None:
+        from precast.kafka import Admin
+
+        admin = Admin(KafkaSettings(bootstrap_servers=self.bootstrap))
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.exited_early():
+                raise StackError(f"Kafka broker exited during start: {self.last_log()}")
+            try:
+                admin.wait_reachable(timeout=2.0)
+                return
+            except Unreachable:
+                if time.monotonic() > deadline:
+                    raise StackError(f"Kafka broker not ready after {timeout:g}s: {self.last_log()}") from None
+
+    def healthy(self, timeout: float = 3.0) -> bool:
+        from precast.kafka import Admin
+
+        try:
+            Admin(KafkaSettings(bootstrap_servers=self.bootstrap)).wait_reachable(timeout=timeout)
+            return True
+        except Unreachable:
+            return False
+
+    def stop(self, hard: bool = False) -> bool:
+        return self.proc.stop(timeout=30.0, hard=hard)
+
+    def last_log(self) -> str:
+        errors = [line for line in (self.logs / "server.log").read_text(errors="replace").splitlines()
+                  if " ERROR " in line][-2:] if (self.logs / "server.log").exists() else []
+        return " | ".join(errors) or tail(self.logs / "stdout.log", 3) or "no log output"

@@ -1,0 +1,116 @@
+"""Process bookkeeping for the local stack: pid files, ports, start/stop of detached servers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from precast.errors import StackError
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Servers started by this process: kept so they are reaped on stop (and not reported by
+# Python as "still running" when the Popen object would otherwise be collected).
+_children: dict[int, subprocess.Popen] = {}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ManagedProcess:
+    """A server we started, remembered by a pid file. `marker` must appear in its command line,
+    so a recycled pid is never mistaken for ours (and never signalled)."""
+
+    def __init__(self, name: str, pid_file: Path, marker: str) -> None:
+        self.name, self.pid_file, self.marker = name, pid_file, marker
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if self.marker in _cmdline(pid) and not _is_zombie(pid):
+            return pid
+        return None
+
+    def start(self, argv: list[str], log_file: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "ab") as log:
+            try:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        cwd=cwd, env=env, start_new_session=True)
+            except OSError as exc:
+                raise StackError(f"cannot start {self.name}: {exc}") from None
+        _children[proc.pid] = proc
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def stop(self, timeout: float = 30.0, hard: bool = False) -> bool:
+        """Stop our process; True if one was running. SIGTERM first, SIGKILL after `timeout`."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.pid() is not None:
+            _reap(pid)
+            time.sleep(0.1)
+        if self.pid() is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while self.pid() is not None:
+                _reap(pid)
+                time.sleep(0.05)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def exited_early(self) -> bool:
+        return self.pid_file.exists() and self.pid() is None
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if the process is our child (tests start stacks in-process)."""
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _children[pid]
+        return
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:] if line.strip())
