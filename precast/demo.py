@@ -1,0 +1,177 @@
+"""`precast demo`: the whole pipeline on the local stack, with a live line of figures.
+
+Starts (or reuses) the stack, ensures topics, runs the simulator, a worker and the read API as
+child processes, prints the API's URL and a sample answer, then one status line every few
+seconds. Ctrl-C stops every process it started, the stack too if it started it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from precast.errors import PrecastError, StackError
+from precast.kafka import Admin
+from precast.redis_client import wait_reachable
+from precast.settings import StackCliSettings
+from precast.stack import LocalStack
+from precast.stack.process import free_port
+from schemas.topics import catalog
+
+SAMPLE_DEVICE = "dev-000001"
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    metrics_url: str
+
+
+def _scrape(url: str, names: set[str]) -> dict[str, float]:
+    try:
+        text = urllib.request.urlopen(url, timeout=1).read().decode()
+    except (urllib.error.URLError, OSError):
+        return {}
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in names:
+                out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def _spawn(name: str, module: str, env: dict[str, str], args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", module, *args], env=env, start_new_session=True)
+
+
+def _stop_children(children: list[Child]) -> None:
+    for c in children:
+        if c.proc.poll() is None:
+            os.killpg(c.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for c in children:
+        try:
+            c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(c.proc.pid, signal.SIGKILL)
+            c.proc.wait()
+
+
+def run_demo(settings: StackCliSettings, *, devices: int, rate: float, api_port: int, duration: float,
+             use_stack: bool = True) -> int:
+    stack = LocalStack(settings.stack)
+    started_stack = False
+    env = dict(os.environ)
+    if use_stack:
+        started_stack = not any(s.state == "healthy" for s in stack.status() if s.name == "Kafka broker")
+        stack.up(progress=lambda m: print(m, flush=True))
+        env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] = stack.bootstrap_servers
+        env["PRECAST_REDIS__URL"] = stack.redis_url
+        kafka = settings.kafka.model_copy(update={"bootstrap_servers": stack.bootstrap_servers})
+        redis_settings = settings.redis.model_copy(update={"url": stack.redis_url})
+    else:
+        kafka, redis_settings = settings.kafka, settings.redis
+    admin = Admin(kafka)
+    admin.wait_reachable()
+    if redis_settings.url:
+        wait_reachable(redis_settings)
+    t = settings.topics
+    reports = admin.ensure_topics(list(catalog(t.prefix, t.partitions, t.replication_factor)))
+    print(f"topics: {sum(r.action == 'created' for r in reports)} created, contract checked", flush=True)
+
+    sim_port, worker_port = free_port(), free_port()
+    children: list[Child] = []
+    interrupted = False
+
+    def _interrupt(*_: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+
+    old = signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        children.append(Child("worker", _spawn("worker", "workers.cli", {**env, "PRECAST_METRICS__PORT": str(worker_port)}, []),
+                              f"http://127.0.0.1:{worker_port}/metrics"))
+        children.append(Child("api", _spawn("api", "consumer_api.cli", env, ["--port", str(api_port)]),
+                              f"http://127.0.0.1:{api_port}/metrics"))
+        children.append(Child("simulator", _spawn("simulator", "producers.cli",
+                                                  {**env, "PRECAST_METRICS__PORT": str(sim_port),
+                                                   "PRECAST_SIMULATOR__PROGRESS_EVERY_S": "3600"},
+                                                  ["--devices", str(devices), "--rate", str(rate)]),
+                              f"http://127.0.0.1:{sim_port}/metrics"))
+        base = f"http://127.0.0.1:{api_port}"
+        _wait_serving(base, children, lambda: interrupted)
+        status, body = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
+        print(f"\nread API: {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)")
+        print(f"GET {base}/v1/devices/{SAMPLE_DEVICE}/prediction -> {status}\n{body.decode()}\n", flush=True)
+        _live(children, base, duration, lambda: interrupted)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        _stop_children(children)
+        if started_stack:
+            stack.down()
+            print("demo: stopped the processes and the stack it started")
+        else:
+            print("demo: stopped its processes (the stack was already running and stays up)")
+    return 0
+
+
+def _wait_serving(base: str, children: list[Child], interrupted, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not interrupted():
+        for c in children:
+            if c.proc.poll() is not None:
+                raise PrecastError(f"demo: {c.name} exited with code {c.proc.returncode}")
+        status, body = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
+        if status == 200 and b'"precomputed"' in body:
+            return
+        time.sleep(0.5)
+    if not interrupted():
+        raise StackError(f"demo: no precomputed answer from {base} within {timeout:g}s")
+
+
+def _live(children: list[Child], base: str, duration: float, interrupted) -> None:
+    names = {"precast_simulator_events_total", "precast_worker_predictions_total",
+             "precast_api_materialized_total", "precast_api_devices"}
+    started = last_t = time.monotonic()
+    last: dict[str, float] = {}
+    while not interrupted() and (not duration or time.monotonic() - started < duration):
+        time.sleep(0.2)
+        now = time.monotonic()
+        if now - last_t < 2.0:
+            continue
+        cur: dict[str, float] = {}
+        for c in children:
+            cur.update(_scrape(c.metrics_url, names))
+        dt = now - last_t
+        rates = {n: (cur.get(n, 0) - last.get(n, 0)) / dt if last else 0.0 for n in names}
+        t0 = time.perf_counter()
+        status, _ = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
+        rtt = (time.perf_counter() - t0) * 1000
+        print(f"[{now - started:6.0f}s] events {rates['precast_simulator_events_total']:8,.0f}/s | "
+              f"predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
+              f"served devices {cur.get('precast_api_devices', 0):7,.0f} | GET {status} in {rtt:5.1f} ms",
+              flush=True)
+        for c in children:
+            if c.proc.poll() is not None:
+                raise PrecastError(f"demo: {c.name} exited with code {c.proc.returncode}")
+        last, last_t = cur, now

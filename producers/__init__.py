@@ -1,0 +1,1 @@
+"""Device side: the event producer library and the fleet simulator."""

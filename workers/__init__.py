@@ -1,0 +1,1 @@
+"""Precompute workers: device events in, top-K service strategies per device out."""
