@@ -1,0 +1,86 @@
+"""Shared fixtures. Unit tests need nothing; tests under tests/integration/ get the real local
+stack (Kafka 4 + Redis), started once per session by the same launcher as the demo and CI, and
+reused when it is already running."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def stack():
+    from precast.settings import StackSettings
+    from precast.stack import LocalStack
+
+    home = Path(os.environ.get("PRECAST_STACK__HOME", ROOT / ".precast"))
+    s = LocalStack(StackSettings(home=home))
+    s.up(progress=lambda m: print(m))
+    return s
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(stack):
+    from precast.settings import KafkaSettings
+
+    return KafkaSettings(bootstrap_servers=stack.bootstrap_servers, connect_timeout_s=10)
+
+
+@pytest.fixture(scope="session")
+def redis_settings(stack):
+    from precast.settings import RedisSettings
+
+    return RedisSettings(url=stack.redis_url, key_prefix=f"test-{uuid.uuid4().hex[:8]}:")
+
+
+@pytest.fixture(scope="session")
+def admin(kafka_settings):
+    from precast.kafka import Admin
+
+    a = Admin(kafka_settings)
+    a.wait_reachable()
+    return a
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Fresh names per test: topics, group ids, key prefixes never collide across tests."""
+    token = uuid.uuid4().hex[:10]
+    return lambda stem: f"{stem}-{token}"
+
+
+@pytest.fixture
+def topic_factory(admin, unique) -> Iterator[Callable[..., str]]:
+    created: list[str] = []
+
+    def make(stem: str = "t", partitions: int = 3, config: dict[str, str] | None = None) -> str:
+        name = unique(f"test.{stem}")
+        admin.create_topic(name, partitions, config)
+        created.append(name)
+        return name
+
+    yield make
+    admin.delete_topics(created)
+
+
+@pytest.fixture
+def topics(admin, unique):
+    """A whole topic catalog under a unique prefix, ensured on the broker."""
+    from schemas.topics import catalog
+
+    cat = catalog(prefix=unique("test") + ".", partitions=3)
+    admin.ensure_topics(list(cat))
+    yield cat
+    admin.delete_topics([t.name for t in cat])

@@ -1,0 +1,60 @@
+"""Simulator events -> worker (batches, ONNX) -> predictions topic -> read API, end to end."""
+
+import time
+
+import orjson
+from starlette.testclient import TestClient
+
+from consumer_api.app import create_app
+from consumer_api.materializer import Materializer
+from consumer_api.store import MemoryStore
+from precast.kafka import Consumer, Producer
+from producers.publisher import EventPublisher
+from producers.simulator import Fleet
+from workers.inference import ModelSession
+from workers.loop import Worker
+from workers.settings import DEFAULT_MODEL_DIR
+
+
+def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
+    fleet = Fleet(devices=50, seed=1)
+    publisher = EventPublisher(Producer(kafka_settings), topics)
+    sent_at = int(time.time() * 1000)
+    for event in fleet.heartbeats(200, sent_at):
+        publisher.publish(event)
+    publisher.flush()
+
+    model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
+    consumer = Consumer(kafka_settings, unique("workers"))
+    worker = Worker(consumer, Producer(kafka_settings), model, topics, batch_max=64, poll_timeout_s=0.5,
+                    horizon_s=5.0)
+    consumer.subscribe([topics.heartbeats.name])
+    done, deadline = 0, time.monotonic() + 60
+    while done < 200 and time.monotonic() < deadline:
+        done += worker.run_once()
+    consumer.close()
+    assert done == 200
+
+    store = MemoryStore()
+    mat = Materializer(kafka_settings, topics.predictions.name, topics.predictions.partitions, store, unique("api"))
+    mat.start()
+    deadline = time.monotonic() + 30
+    while not mat.ready and time.monotonic() < deadline:
+        time.sleep(0.1)
+    mat.stop()
+    assert mat.ready and len(store) == 50
+
+    client = TestClient(create_app(store, lambda: mat.ready))
+    r = client.get("/v1/devices/dev-000007/prediction")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["source"] == "precomputed"
+    assert len(body["candidates"]) == 3
+    scores = [c["score"] for c in body["candidates"]]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1.0001
+    assert body["model_version"] == model.version == r.headers["X-Model-Version"]
+    assert body["computed_at_ms"] == sent_at
+    assert body["lineage"][0]["topic"] == topics.heartbeats.name
+    # every device's newest prediction came from its own heartbeats
+    assert all(orjson.loads(store.get(d).body)["device_id"] == d for d in fleet.ids)
+    assert client.get("/readyz").status_code == 200

@@ -1,0 +1,84 @@
+"""compose/ cannot run here (no Docker engine), so check it by reading: every service, command,
+port and PRECAST_* variable it names must exist in the code."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from consumer_api.settings import ApiSettings
+from precast.settings import StackCliSettings
+from producers.settings import SimulatorSettings
+from workers.settings import WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+SETTINGS_OF = {"precast": StackCliSettings, "precast-simulator": SimulatorSettings,
+               "precast-worker": WorkerSettings, "precast-api": ApiSettings}
+PRECAST_SERVICES = {n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")}
+
+
+def resolve(model: type[BaseModel], env_name: str) -> bool:
+    """Does PRECAST_A__B__C name a field path a.b.c of this settings model?"""
+    parts = env_name.removeprefix("PRECAST_").lower().split("__")
+    current: type[BaseModel] | None = model
+    for part in parts:
+        if current is None or part not in current.model_fields:
+            return False
+        ann = current.model_fields[part].annotation
+        current = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return True
+
+
+def test_expected_services_exist():
+    assert {"kafka", "redis", "simulator", "worker", "api", "topics"} <= set(COMPOSE["services"])
+    assert COMPOSE["services"]["kafka"]["image"].startswith("apache/kafka:4.")
+
+
+@pytest.mark.parametrize("name", sorted(PRECAST_SERVICES))
+def test_commands_and_env_exist_in_code(name):
+    svc = PRECAST_SERVICES[name]
+    command = svc["command"][0]
+    assert command in SCRIPTS, f"{name}: {command} is not a console script"
+    env = svc["environment"]
+    unknown = [k for k in env if k.startswith("PRECAST_") and not resolve(SETTINGS_OF[command], k)]
+    assert not unknown, f"{name}: {unknown} are not settings of {SETTINGS_OF[command].__name__}"
+    # and they validate: values are of the right type for the field
+    nested: dict = {}
+    for key, value in env.items():
+        parts = key.removeprefix("PRECAST_").lower().split("__")
+        d = nested
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = value
+    SETTINGS_OF[command](**nested)
+
+
+def test_ports_and_healthchecks_match_settings():
+    api = COMPOSE["services"]["api"]
+    port = api["environment"]["PRECAST_API__PORT"]
+    assert f"{port}:{port}" in api["ports"]
+    assert f":{port}/readyz" in " ".join(api["healthcheck"]["test"])
+    for name in ("simulator", "worker"):
+        svc = COMPOSE["services"][name]
+        mport = svc["environment"]["PRECAST_METRICS__PORT"]
+        assert re.search(rf":{mport}/(healthz|readyz)", " ".join(svc["healthcheck"]["test"]))
+
+
+def test_broker_address_matches_kafka_listener():
+    advertised = COMPOSE["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    for svc in PRECAST_SERVICES.values():
+        bootstrap = svc["environment"]["PRECAST_KAFKA__BOOTSTRAP_SERVERS"]
+        assert f"PLAINTEXT://{bootstrap}" in advertised
+
+
+def test_dockerfile_copies_every_package():
+    dockerfile = (ROOT / "compose" / "Dockerfile").read_text()
+    for pkg in ("precast", "schemas", "producers", "workers", "consumer_api"):
+        assert f"COPY {pkg} ./{pkg}" in dockerfile

@@ -1,0 +1,16 @@
+from schemas.topics import catalog
+
+
+def test_catalog_contract():
+    t = catalog("p.", partitions=12, replication_factor=3)
+    names = [s.name for s in t]
+    assert len(names) == len(set(names)) == 7
+    assert all(n.startswith("p.") for n in names)
+    assert t.predictions.cleanup_policy == "compact"
+    assert t.device_context.cleanup_policy == "compact"
+    assert {s.cleanup_policy for s in t.events()} == {"delete"}
+    assert all("retention.ms" in s.config for s in t.events())
+    # co-partitioning: every device-keyed topic has the same partition count
+    assert {s.partitions for s in t if s.keyed_by_device} == {12}
+    assert t.heartbeats.config["min.insync.replicas"] == "2"
+    assert t.by_name("p.alarms") is t.alarms
