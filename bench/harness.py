@@ -1,0 +1,111 @@
+"""Shared benchmark plumbing: the local stack, a table printer, BENCHMARKS.md and results.json.
+
+A benchmark module defines `NAME`, `DESCRIPTION` and `run(ctx) -> Report`. Every run rewrites its
+own section of BENCHMARKS.md (between markers) and merges its figures into bench/results.json.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results.json"
+MARKDOWN = ROOT / "BENCHMARKS.md"
+
+
+@dataclass
+class Figure:
+    name: str
+    value: float
+    unit: str
+    baseline: str
+    conditions: str
+
+
+@dataclass
+class Report:
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    bootstrap_servers: str
+    redis_url: str
+    quick: bool
+
+    def unique(self, stem: str) -> str:
+        return f"bench.{stem}.{uuid.uuid4().hex[:8]}"
+
+    def kafka_settings(self, **kw: Any):
+        from precast.settings import KafkaSettings
+
+        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, **kw)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def render_table(columns: list[str], rows: list[list[Any]]) -> str:
+    cells = [columns] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
+    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def record(name: str, command: str, report: Report) -> None:
+    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = [f"### {report.title}", "",
+            f"`{command}` — {today}, {machine()}", "", render_table(report.columns, report.rows), ""]
+    if report.figures:
+        body += ["| figure | value | unit | baseline |", "|---|---|---|---|"]
+        body += [f"| `{f.name}` | {_fmt(f.value)} | {f.unit} | {f.baseline} |" for f in report.figures]
+        body.append("")
+    body += [f"- {n}" for n in report.notes]
+    section = f"<!-- bench:{name}:start -->\n" + "\n".join(body).rstrip() + f"\n<!-- bench:{name}:end -->"
+    text = MARKDOWN.read_text() if MARKDOWN.exists() else _HEADER
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)}:start -->.*?<!-- bench:{re.escape(name)}:end -->", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    MARKDOWN.write_text(text)
+
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for f in report.figures:
+        results[f.name] = {"value": f.value, "unit": f.unit, "baseline": f.baseline,
+                           "conditions": f"{f.conditions}; {machine()}; {today}"}
+    RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=2) + "\n")
+
+
+_HEADER = """# Benchmarks
+
+Measured with `python -m bench NAME` (or `./dev bench NAME`) against the local stack on the
+machine named in each section. Each run rewrites its own section and merges its figures into
+`bench/results.json`. The machine is small (2 cores) and shared, so figures are side-by-side
+ratios from one run rather than absolute promises.
+"""
+
+
+def progress(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
