@@ -22,11 +22,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def stack():
-    from precast.settings import StackSettings
+    from precast.settings import StackCliSettings, load
     from precast.stack import LocalStack
 
-    home = Path(os.environ.get("PRECAST_STACK__HOME", ROOT / ".precast"))
-    s = LocalStack(StackSettings(home=home))
+    # PRECAST_STACK__* (home, ports) apply, so several checkouts can share one running stack.
+    settings = load(StackCliSettings).stack
+    if "PRECAST_STACK__HOME" not in os.environ:
+        settings = settings.model_copy(update={"home": ROOT / ".precast"})
+    s = LocalStack(settings)
     s.up(progress=lambda m: print(m))
     return s
 

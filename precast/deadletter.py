@@ -1,0 +1,53 @@
+"""The dead-letter helper every consumer uses: a rejected record is never dropped and never
+crashes the consumer; it goes to the dead-letter topic with its original bytes and the reason."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter
+
+from precast.kafka import KafkaMessage, Producer
+from schemas import deadletters as dl
+
+DEAD_LETTERS = Counter("precast_dead_letters_total", "records sent to the dead-letter topic",
+                       ["component", "reason"])
+
+
+class DeadLetters:
+    """`send(msg, reason, detail)` produces the dead letter; the caller flushes its producer
+    before committing the source offset, so a dead letter is as durable as any output."""
+
+    def __init__(self, producer: Producer, topic: str, component: str) -> None:
+        self._producer, self.topic, self.component = producer, topic, component
+
+    def send(self, msg: KafkaMessage, reason: dl.Reason | str, detail: str = "") -> None:
+        reason = str(reason)
+        key = msg.key()
+        ts = msg.timestamp()
+        headers = list(msg.headers() or [])
+        headers += [
+            (dl.H_REASON, reason.encode()),
+            (dl.H_DETAIL, detail[: dl.MAX_DETAIL].encode(errors="replace")),
+            (dl.H_COMPONENT, self.component.encode()),
+            (dl.H_TOPIC, (msg.topic() or "").encode()),
+            (dl.H_PARTITION, str(msg.partition()).encode()),
+            (dl.H_OFFSET, str(msg.offset()).encode()),
+            (dl.H_TIMESTAMP, str(ts[1] if ts else -1).encode()),
+            (dl.H_REJECTED_AT, str(int(time.time() * 1000)).encode()),
+        ]
+        if not key:
+            headers.append((dl.H_KEY_MISSING, b"1"))
+        self._producer.produce(self.topic, key or dl.MISSING_KEY, msg.value(), headers)
+        DEAD_LETTERS.labels(self.component, reason).inc()
+
+
+def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
+    """The `dlq.*` headers of a dead letter as text, keyed without the prefix."""
+    return {k.removeprefix(dl.HEADER_PREFIX): v.decode(errors="replace")
+            for k, v in (headers or []) if k.startswith(dl.HEADER_PREFIX)}
+
+
+def original_headers(headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]]:
+    """The headers the record had before it was dead-lettered (for a redrive)."""
+    return [(k, v) for k, v in (headers or []) if not k.startswith(dl.HEADER_PREFIX)]

@@ -1,0 +1,39 @@
+"""Dead-letter contract: how a rejected record is carried on the dead-letter topic.
+
+The record keeps its original key, value and headers byte for byte (so a redrive republishes
+exactly what was sent); precast adds headers prefixed `dlq.` that say where it came from, who
+rejected it and why.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+HEADER_PREFIX = "dlq."
+H_REASON = "dlq.reason"
+H_DETAIL = "dlq.detail"
+H_COMPONENT = "dlq.component"
+H_TOPIC = "dlq.source.topic"
+H_PARTITION = "dlq.source.partition"
+H_OFFSET = "dlq.source.offset"
+H_TIMESTAMP = "dlq.source.timestamp_ms"
+H_REJECTED_AT = "dlq.rejected_at_ms"
+H_KEY_MISSING = "dlq.key_missing"
+# Dead letters need a key too (the producer refuses empty keys); a record that had none gets
+# this one, with `dlq.key_missing: 1` so a redrive can restore the original (absent) key.
+MISSING_KEY = b"<no-key>"
+# Longest detail text kept in a header.
+MAX_DETAIL = 500
+
+
+class Reason(StrEnum):
+    NOT_JSON = "not_json"
+    INVALID = "invalid"                  # JSON, but breaks the contract (types, ranges, fields)
+    MISSING_KEY = "missing_key"
+    KEY_MISMATCH = "key_mismatch"        # key differs from the payload's device_id
+    OVERSIZED = "oversized"
+    NON_FINITE = "non_finite"            # NaN / Infinity
+    UNKNOWN_SCHEMA_VERSION = "unknown_schema_version"
+    TOMBSTONE = "tombstone"              # null value on an event topic
+    MODEL_FAILURE = "model_failure"      # inference failed twice on the batch
+    UNKNOWN = "unknown"
