@@ -180,6 +180,7 @@ class Pipeline:
         decisions = P.decide_heartbeats(self.cfg.policy, has_prediction=has_pred, last_x=tab.last_x[slots],
                                         new_x=new_x, event_time_ms=new_t, newest_seen_ms=tab.hb_time[slots],
                                         valid_until_ms=tab.valid_until[slots])
+        wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
         decisions = P.throttle(self.cfg.policy, decisions, tab.predicted_at[slots], now_ms)
         fresh = decisions != P.Reason.STALE
         tab.hb[slots[fresh]] = hb.cols[ui[fresh]]
@@ -197,12 +198,12 @@ class Pipeline:
         msgs_, eids = hb.msgs, hb.event_ids
         predicted_at = tab.predicted_at[slots].tolist()
         batcher, deferred = self.batcher, self.deferred
-        for j, code in enumerate(decisions.tolist()):
+        for j, (code, want) in enumerate(zip(decisions.tolist(), wanted.tolist(), strict=True)):
             d = devices[j]
             if code <= P.Reason.STALE and d not in batcher and d not in deferred:
                 continue  # unchanged/stale and nothing waiting for the device: done with it
             idx = groups.get(d) or (int(ui[j]),)
-            item = Pending(d, parts[j], P.Reason(code), [(msgs_[i], eids[i]) for i in idx])
+            item = Pending(d, parts[j], P.Reason(want), [(msgs_[i], eids[i]) for i in idx])
             self._route(item, P.Reason(code), predicted_at[j], mono)
 
     # -- batches ------------------------------------------------------------------------------------
