@@ -2,11 +2,13 @@
 
 SIGTERM/SIGINT: finish the batch in hand, predict what waits, flush, commit, exit 0.
 SIGHUP: check the model registry now (hot swap without waiting for the next poll).
+SIGUSR1: print every thread's stack (diagnosing a stall).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import socket
@@ -75,6 +77,7 @@ def run(settings: WorkerSettings) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGHUP, lambda *_: worker.registry.request_check())
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: every thread's stack to stderr
     model = worker.registry.current
     mode = "exactly-once" if settings.worker.exactly_once else "at-least-once"
     print(f"precast-worker: model {model.version} on {model.providers[0]}, group {settings.worker.group_id}, "

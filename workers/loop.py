@@ -216,6 +216,8 @@ class Worker:
     def _on_revoke(self, parts: list[TopicPartitionOffset]) -> None:
         # Commit on revoke: everything consumed from these partitions gets its prediction and
         # its offset committed before another member takes over.
+        log.info("revoking %d partitions: draining %d waiting devices, then committing", len(parts),
+                 self.pipeline.pending)
         try:
             self.drain()
             self.commit(sync=True, rewind=False)

@@ -70,7 +70,9 @@ class ExactlyOnce:
     def __init__(self, kafka: KafkaSettings, dead_letter_topic: str, transactional_id: str,
                  transaction_timeout_ms: int) -> None:
         self._kafka, self._dlq_topic = kafka, dead_letter_topic
-        self._conf = {"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms}
+        # librdkafka requires a record's delivery timeout to fit inside its transaction's.
+        self._conf = {"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms,
+                      "delivery.timeout.ms": transaction_timeout_ms}
         self.transactional_id = transactional_id
         self._committed: dict[tuple[str, int], int] = {}
         self._open = False
