@@ -55,6 +55,9 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
         producer_compression_type="lz4", producer_acks=-1,
         consumer_auto_offset_reset="earliest", broker_commit_interval=c.commit_interval_s,
         datadir=str(c.data_dir), web_enabled=False, processing_guarantee="at_least_once",
+        # faust's default session timeout (60 s) is how long a kill -9'd instance holds its
+        # partitions before anyone, its own restart included, can take them over.
+        broker_session_timeout=c.session_timeout_s, broker_heartbeat_interval=c.session_timeout_s / 4,
     )
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
     sources = {topics.work_orders.name: "work_orders", topics.alarms.name: "alarms"}
@@ -62,7 +65,8 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     alarm_topic = app.topic(topics.alarms.name, internal=False, **raw)
     out = app.topic(topics.device_context.name, internal=False, **raw)
     dlq = app.topic(topics.dead_letters.name, internal=False, **raw)
-    table = app.Table("device-context", default=None, partitions=t.partitions, schema=faust.Schema(**raw))
+    # JSON text keys/values: the changelog is read back through the table's own serializers.
+    table = app.Table("device-context", default=None, partitions=t.partitions, key_type=str, value_type=str)
     state: dict[str, Any] = {"last_tick": time.monotonic(), "app": app}
 
     async def fold(event: Any) -> None:
@@ -78,16 +82,15 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
             EVENTS.labels(msg.topic, "dead_letter").inc()
             return
         device = e["device_id"]
-        key = device.encode()
-        current = table.get(key)
-        ctx = DeviceContext.from_json(current) if current else DeviceContext(device)
+        current = table.get(device)
+        ctx = DeviceContext.from_json(current.encode()) if current else DeviceContext(device)
         changed = ctx.apply_work_order(e) if role == "work_orders" else ctx.apply_alarm(e)
         if not changed and current is not None:
             EVENTS.labels(msg.topic, "unchanged").inc()
             return
         snapshot = ctx.to_json(int(time.time() * 1000))
-        table[key] = snapshot
-        await out.send(key=key, value=snapshot)
+        table[device] = snapshot.decode()
+        await out.send(key=device.encode(), value=snapshot)
         SNAPSHOTS.inc()
         EVENTS.labels(msg.topic, "applied").inc()
 
@@ -103,7 +106,12 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
 
     @app.timer(1.0)
     async def tick() -> None:
+        # Probes run on another thread and must not touch faust's lazily built objects (doing
+        # so from there during start-up builds them outside the event loop and stalls the app):
+        # the loop itself publishes what they report.
         state["last_tick"] = time.monotonic()
+        state["assigned"] = len(app.consumer.assignment())
+        state["recovering"] = not app.tables.recovery.completed.is_set()
         DEVICES.set(len(table))
 
     return app, state
@@ -120,12 +128,9 @@ def run(settings: ContextSettings) -> int:
         return stalled < 30, {"seconds_since_tick": round(stalled, 3)}
 
     def ready() -> tuple[bool, dict]:
-        try:
-            assigned = len(app.consumer.assignment())
-        except Exception:  # noqa: BLE001 - not started yet
-            assigned = 0
-        recovering = not app.tables.recovery.completed.is_set() if app.tables else True
-        return assigned > 0 and not recovering, {"assigned_partitions": assigned, "recovering": recovering}
+        assigned, recovering = state.get("assigned", 0), state.get("recovering", True)
+        fresh = time.monotonic() - state["last_tick"] < 5
+        return fresh and assigned > 0 and not recovering, {"assigned_partitions": assigned, "recovering": recovering}
 
     probe = ProbeServer(settings.metrics.host, settings.metrics.port, health=health, ready=ready).start() \
         if settings.metrics.port else None

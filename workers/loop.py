@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
+from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.topics import Topics
 from workers import metrics as M
@@ -196,13 +196,25 @@ class Worker:
         self.restoring = {}
         for p in parts:
             if p.topic == ctx:
-                low, high = self.consumer.watermarks(ctx, p.partition)
+                low, high = self._watermarks(ctx, p.partition)
                 if high > low:
                     self.restoring[p.partition] = high
         self._paused = [p for p in parts if p.topic != ctx] if self.restoring else []
         if self._paused:
             self.consumer.pause(self._paused)
         log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
+
+    def _watermarks(self, topic: str, partition: int, patience_s: float = 15.0) -> tuple[int, int]:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                return self.consumer.watermarks(topic, partition, timeout=5.0)
+            except KafkaFailure as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("watermarks of %s[%d] not available yet (%s); retrying", topic, partition, exc.code)
+                time.sleep(0.2)
 
     def _check_restored(self) -> None:
         pos = self.pipeline.positions

@@ -66,6 +66,8 @@ class ContextOptions(Section):
     app_id: str = Field(default="precast-context", description=(
         "faust app id: the consumer group and the prefix of its changelog topic"))
     commit_interval_s: float = Field(default=1.0, gt=0, le=60, description="how often faust commits offsets")
+    session_timeout_s: float = Field(default=10.0, ge=6, le=300, description=(
+        "how long a dead instance keeps its partitions (faust's default is 60 s)"))
     data_dir: Path = Field(default=Path(".precast/context"), description="faust's local data folder")
 
 

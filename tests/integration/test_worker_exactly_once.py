@@ -6,8 +6,16 @@ import signal
 import time
 from collections import Counter
 
-from tests.integration.worker_support import (Load, free_port, input_offsets, lineage_refs, read_predictions,
-                                              spawn_worker, stop, wait_ready)
+from tests.integration.worker_support import (
+    Load,
+    free_port,
+    input_offsets,
+    lineage_refs,
+    read_predictions,
+    spawn_worker,
+    stop,
+    wait_ready,
+)
 
 EOS = {"PRECAST_WORKER__EXACTLY_ONCE": "true", "PRECAST_WORKER__TRANSACTION_TIMEOUT_MS": "5000",
        "PRECAST_WORKER__COMMIT_INTERVAL_MS": "1000"}

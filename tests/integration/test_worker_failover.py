@@ -6,8 +6,16 @@ import signal
 import time
 from collections import Counter
 
-from tests.integration.worker_support import (Load, free_port, input_offsets, lineage_refs, read_predictions,
-                                              spawn_worker, stop, wait_ready)
+from tests.integration.worker_support import (
+    Load,
+    free_port,
+    input_offsets,
+    lineage_refs,
+    read_predictions,
+    spawn_worker,
+    stop,
+    wait_ready,
+)
 
 
 def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, unique, tmp_path):

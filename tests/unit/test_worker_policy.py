@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from workers.features import N_FEATURES
-from workers.policy import PolicyConfig, Reason, decide_heartbeats, release_at, throttle, throttle_one
+from workers.policy import (
+    PolicyConfig,
+    Reason,
+    decide_heartbeats,
+    release_at,
+    throttle,
+    throttle_one,
+)
 
 CFG = PolicyConfig(min_change=0.05, refresh_lead_ms=1_000, throttle_ms=250)
 
