@@ -64,7 +64,7 @@ def run(settings: WorkerSettings) -> int:
         return stalled < 30, {"seconds_since_loop": round(stalled, 3)}
 
     def ready() -> tuple[bool, dict]:
-        return worker.ready, {"assigned_partitions": len(worker.consumer.assignment()),
+        return worker.ready, {"assigned_partitions": len(worker.assigned),
                               "restoring_context_partitions": len(worker.restoring),
                               "model_version": worker.registry.current.version}
 

@@ -65,6 +65,9 @@ class Worker:
                         topics.precompute_requests.name, topics.device_context.name]
         self.running = True
         self.last_loop = time.monotonic()
+        # What the group gave us, kept here because probes run on another thread and the client
+        # serializes calls (an assignment() from there waits behind consume()).
+        self.assigned: list[TopicPartitionOffset] = []
         self.restoring: dict[int, int] = {}  # context partition -> end offset to restore up to
         self._paused: list[TopicPartitionOffset] = []
         self._next_commit = time.monotonic() + cfg.commit_interval_s
@@ -83,6 +86,7 @@ class Worker:
                 if end is not None and 0 <= end <= tpo.offset:
                     self.pipeline.positions[(tpo.topic, tpo.partition)] = end  # nothing to read
             self.consumer.assign(self.assignment)
+            self.assigned = list(self.assignment)
 
     def run(self) -> None:
         """Until `running` is cleared (SIGTERM) or every `stop_at` end is reached; then drain,
@@ -107,8 +111,13 @@ class Worker:
     def step(self) -> int:
         p = self.pipeline
         mono = time.monotonic()
-        timeout = max(0.0, min(self.cfg.poll_timeout_s, p.batcher.wait_s(mono), self._next_commit - mono))
+        # consume() waits for a full batch or its timeout, so with an empty queue the timeout is
+        # what the first record of a quiet period waits: keep it at the batching delay.
+        wait = p.batcher.wait_s(mono) if len(p.batcher) else p.cfg.max_queue_delay_s
+        timeout = max(0.0, min(self.cfg.poll_timeout_s, wait, self._next_commit - mono))
+        t0 = time.perf_counter()
         msgs = self.consumer.consume(self.cfg.consume_max, timeout)
+        M.STAGE["consume"].inc(time.perf_counter() - t0)
         self.last_loop = mono = time.monotonic()
         now_ms = _now_ms()
         if self.stop_at and msgs:
@@ -155,7 +164,9 @@ class Worker:
                 for m, _ in it.refs:
                     self._reject(m, "model_failure", error)
             return
+        t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
+        M.STAGE["produce"].inc(time.perf_counter() - t0)
         self.pipeline.mark_predicted(result, now_ms)
         self.batches += 1
         M.BATCH_SIZE.observe(len(items))
@@ -169,6 +180,13 @@ class Worker:
         self._run_batches(force=True)
 
     def commit(self, sync: bool = False, rewind: bool = True) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._commit(sync, rewind)
+        finally:
+            M.STAGE["commit"].inc(time.perf_counter() - t0)
+
+    def _commit(self, sync: bool, rewind: bool) -> None:
         self._next_commit = time.monotonic() + self.cfg.commit_interval_s
         if self.sink.exactly_once:
             self.drain()  # a transaction commits all consumed input, so nothing may wait past it
@@ -193,6 +211,7 @@ class Worker:
         assigned = [TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
                     for p in parts]
         self.consumer.assign(assigned)
+        self.assigned = assigned
         self.restoring = {}
         for p in parts:
             if p.topic == ctx:
@@ -237,6 +256,8 @@ class Worker:
             self.pipeline.forget(sorted({p.partition for p in parts}))
             self.sink.forget(parts)
             self.restoring = {}
+            gone = {(p.topic, p.partition) for p in parts}
+            self.assigned = [p for p in self.assigned if (p.topic, p.partition) not in gone]
 
     def _on_lost(self, parts: list[TopicPartitionOffset]) -> None:
         # Too late to commit: another member owns these now. Outputs already produced are
@@ -246,6 +267,8 @@ class Worker:
         self.sink.begin()
         self.pipeline.forget(sorted({p.partition for p in parts}))
         self.sink.forget(parts)
+        gone = {(p.topic, p.partition) for p in parts}
+        self.assigned = [p for p in self.assigned if (p.topic, p.partition) not in gone]
 
     def _rewind(self) -> None:
         parts = self.consumer.assignment()
@@ -273,12 +296,11 @@ class Worker:
 
     def _update_lag(self) -> None:
         self._next_lag = time.monotonic() + self.cfg.lag_interval_s
-        parts = self.consumer.assignment()
-        if parts:
-            for p, lag in self.consumer.lag(parts):
+        if self.assigned:
+            for p, lag in self.consumer.lag(self.assigned):
                 if lag >= 0:
                     M.LAG.labels(p.topic, str(p.partition)).set(lag)
 
     @property
     def ready(self) -> bool:
-        return bool(self.consumer.assignment()) and not self.restoring
+        return bool(self.assigned) and not self.restoring

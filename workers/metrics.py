@@ -25,6 +25,10 @@ MODEL_VERSION = Gauge("precast_worker_model_info", "the model version in use (va
 LINEAGE_TRUNCATED = Counter("precast_worker_lineage_truncated_total",
                             "input references left out of a prediction's lineage (cap reached)")
 TXN = Counter("precast_worker_transactions_total", "exactly-once transactions by outcome", ["outcome"])
+STAGE_S = Counter("precast_worker_stage_seconds_total", "wall time spent per loop stage (where the time goes)",
+                  ["stage"])
+STAGES = ("consume", "decode", "policy", "features", "inference", "topk", "encode", "produce", "commit")
+STAGE = {name: STAGE_S.labels(name) for name in STAGES}  # bound once: one inc() per batch per stage
 PENDING = Gauge("precast_worker_pending_devices", "devices queued or deferred, waiting for a prediction")
 
 

@@ -42,9 +42,19 @@ def merge(old: Pending, new: Pending) -> Pending:
     return old
 
 
-def lineage(refs: Sequence[tuple[KafkaMessage, str | None]]) -> list[dict]:
-    return [{"topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "event_id": eid,
-             "trace_id": trace_id(m)} for m, eid in refs]
+_LINEAGE = '{"topic":"%s","partition":%d,"offset":%d,"event_id":%s,"trace_id":%s}'
+
+
+def _q(text: str | None) -> str:
+    # IDs reaching here passed the contracts' patterns ([A-Za-z0-9._:-]), hex trace ids too:
+    # nothing to escape. (Labels and the model version come from a manifest: orjson-quoted.)
+    return "null" if text is None else f'"{text}"'
+
+
+def lineage(refs: Sequence[tuple[KafkaMessage, str | None]]) -> str:
+    """The lineage list as JSON text."""
+    return "[" + ",".join([_LINEAGE % (m.topic(), m.partition(), m.offset(), _q(eid), _q(trace_id(m)))
+                           for m, eid in refs]) + "]"
 
 
 @dataclass
@@ -53,26 +63,30 @@ class Encoded:
     values: list[bytes]
 
 
+def _template(labels: Sequence[str], version: str, k: int) -> tuple[str, list[str]]:
+    """printf-style PredictionSet template for k candidates (built per batch: cheap, and a
+    swapped model brings its own labels and version)."""
+    cand = '{"strategy":%s,"score":%r}'
+    head = '{"schema_version":1,"device_id":"%s","candidates":[' + ",".join([cand] * k) + "]"
+    tail = (',"model_version":' + orjson.dumps(version).decode() + ',"computed_at_ms":%d,"valid_until_ms":%d,'
+            '"produced_at_ms":%d,"trigger":"%s","lineage":%s,"backfill":%s}')
+    return head + tail, [orjson.dumps(lab).decode() for lab in labels]
+
+
 def encode(items: Sequence[Pending], idx: np.ndarray, scores: np.ndarray, labels: Sequence[str], version: str,
            computed_at: np.ndarray, horizon_ms: int, produced_at_ms: int, backfill: bool) -> Encoded:
     """One PredictionSet per item, as JSON bytes keyed by device ID."""
-    names = [[labels[c] for c in row] for row in idx.tolist()]
+    if not np.isfinite(scores).all():
+        raise ValueError("model returned non-finite scores")
+    tmpl, quoted = _template(labels, version, idx.shape[1])
     sc = np.round(scores.astype(np.float64), 6).tolist()
     comp = computed_at.tolist()
     keys, values = [], []
-    dumps = orjson.dumps
-    for j, it in enumerate(items):
+    for j, (it, row, srow) in enumerate(zip(items, idx.tolist(), sc, strict=True)):
+        cands = [x for pair in zip([quoted[c] for c in row], srow, strict=True) for x in pair]
+        bf = backfill or it.reason == Reason.BACKFILL
         keys.append(it.device.encode())
-        values.append(dumps({
-            "schema_version": 1,
-            "device_id": it.device,
-            "candidates": [{"strategy": s, "score": v} for s, v in zip(names[j], sc[j], strict=True)],
-            "model_version": version,
-            "computed_at_ms": comp[j],
-            "valid_until_ms": comp[j] + horizon_ms,
-            "produced_at_ms": produced_at_ms,
-            "trigger": "backfill" if backfill else TRIGGER[it.reason],
-            "lineage": lineage(it.refs),
-            "backfill": backfill or it.reason == Reason.BACKFILL,
-        }))
+        values.append((tmpl % (it.device, *cands, comp[j], comp[j] + horizon_ms, produced_at_ms,
+                               "backfill" if backfill else TRIGGER[it.reason], lineage(it.refs),
+                               "true" if bf else "false")).encode())
     return Encoded(keys, values)

@@ -5,9 +5,11 @@ and reusable by a backfill that feeds it a bounded offset range (docs/workers.md
 from __future__ import annotations
 
 import heapq
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 
 import numpy as np
 
@@ -17,7 +19,7 @@ from workers import metrics as M
 from workers import policy as P
 from workers.batching import MicroBatcher
 from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
-from workers.decode import Reject, decode_events, decode_heartbeats, decode_requests
+from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
 from workers.features import HEARTBEAT_COLUMNS, build_features
 from workers.output import Encoded, Pending, encode, merge
 from workers.state import DeviceTable
@@ -71,13 +73,19 @@ class Pipeline:
 
     # -- ingest -------------------------------------------------------------------------------------
     def ingest(self, msgs: Sequence[KafkaMessage], now_ms: int, mono: float) -> None:
-        by_role: dict[str, list[KafkaMessage]] = defaultdict(list)
+        topics = list(map(_TOPIC, msgs))
+        # Offsets only grow within a partition of one consume() call: the last one is the max.
+        last = {(t, p): o for t, p, o in zip(topics, map(_PARTITION, msgs), map(_OFFSET, msgs), strict=True)}
         pos = self.positions
-        for m in msgs:
-            t, p, o = m.topic(), m.partition(), m.offset()
-            by_role[self.roles.get(t, "unknown")].append(m)
-            if o + 1 > pos.get((t, p), -1):
-                pos[(t, p)] = o + 1
+        for tp, o in last.items():
+            if o + 1 > pos.get(tp, -1):
+                pos[tp] = o + 1
+        by_role: dict[str, list[KafkaMessage]] = defaultdict(list)
+        if len(set(topics)) == 1:  # the common case: one topic, no per-record grouping
+            by_role[self.roles.get(topics[0], "unknown")] = list(msgs)
+        else:
+            for t, m in zip(topics, msgs, strict=True):
+                by_role[self.roles.get(t, "unknown")].append(m)
         for batch in by_role.values():
             M.EVENTS_IN.labels(batch[0].topic()).inc(len(batch))
         # Context first, so triggers of the same poll already see it.
@@ -159,9 +167,15 @@ class Pipeline:
             self.batcher.add(d, item, mono, merge)
 
     def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
+        t0 = time.perf_counter()
         hb = decode_heartbeats(msgs, self.reject, self.table.slot)
-        if not len(hb):
-            return
+        t1 = time.perf_counter()
+        M.STAGE["decode"].inc(t1 - t0)
+        if len(hb):
+            self._decide_heartbeats(hb, now_ms, mono)
+        M.STAGE["policy"].inc(time.perf_counter() - t1)
+
+    def _decide_heartbeats(self, hb: Heartbeats, now_ms: int, mono: float) -> None:
         ids, t = hb.device_ids, hb.event_time_ms
         # Newest heartbeat per device (event time, then consumption order) stands for the batch.
         order = np.argsort(t, kind="stable").tolist()
@@ -187,7 +201,7 @@ class Pipeline:
         tab.hb_time[slots[fresh]] = new_t[fresh]
         for code, n in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):
             if n:
-                self.decisions(P.Reason(code), n)
+                self.decisions(_REASON[code], n)
         if len(devices) < len(hb):
             M.COALESCED.inc(len(hb) - len(devices))
             groups: dict[str, list[int]] = defaultdict(list)
@@ -197,14 +211,18 @@ class Pipeline:
             groups = {}
         msgs_, eids = hb.msgs, hb.event_ids
         predicted_at = tab.predicted_at[slots].tolist()
-        batcher, deferred = self.batcher, self.deferred
-        for j, (code, want) in enumerate(zip(decisions.tolist(), wanted.tolist(), strict=True)):
+        batcher, deferred, reason = self.batcher, self.deferred, _REASON
+        for j, (code, want, i) in enumerate(zip(decisions.tolist(), wanted.tolist(), ui.tolist(), strict=True)):
             d = devices[j]
-            if code <= P.Reason.STALE and d not in batcher and d not in deferred:
+            if code >= _FIRST_PREDICTING and d not in batcher and d not in deferred:
+                # hot path: a device with nothing waiting gets a fresh batch entry
+                refs = [(msgs_[k], eids[k]) for k in groups[d]] if groups else [(msgs_[i], eids[i])]
+                batcher.add(d, Pending(d, parts[j], reason[want], refs), mono)
+                continue
+            if code <= _LAST_SKIP and d not in batcher and d not in deferred:
                 continue  # unchanged/stale and nothing waiting for the device: done with it
-            idx = groups.get(d) or (int(ui[j]),)
-            item = Pending(d, parts[j], P.Reason(want), [(msgs_[i], eids[i]) for i in idx])
-            self._route(item, P.Reason(code), predicted_at[j], mono)
+            refs = [(msgs_[k], eids[k]) for k in groups[d]] if groups else [(msgs_[i], eids[i])]
+            self._route(Pending(d, parts[j], reason[want], refs), reason[code], predicted_at[j], mono)
 
     # -- batches ------------------------------------------------------------------------------------
     def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
@@ -228,6 +246,7 @@ class Pipeline:
     def compute(self, items: list[Pending], model: Predictor, produced_at_ms: int) -> BatchResult:
         """Features, one inference call, top-K and the encoded records. Raises what the model
         raises; state changes only in `mark_predicted`, so a failed batch can be retried."""
+        t0 = time.perf_counter()
         tab = self.table
         devices = [it.device for it in items]
         slots = np.fromiter((tab.slot[d] for d in devices), dtype=np.int64, count=len(devices))
@@ -242,10 +261,16 @@ class Pipeline:
         cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         cols.update(context_columns(ctxs, computed))
         x = build_features(cols)
+        t1 = time.perf_counter()
         probs = model.predict(x)
+        t2 = time.perf_counter()
         idx, scores = top_k(probs, self.cfg.top_k)
+        t3 = time.perf_counter()
         out = encode(items, idx, scores, model.labels, model.version, computed, self.cfg.horizon_ms,
                      produced_at_ms, self.cfg.backfill)
+        t4 = time.perf_counter()
+        for stage, dt in (("features", t1 - t0), ("inference", t2 - t1), ("topk", t3 - t2), ("encode", t4 - t3)):
+            M.STAGE[stage].inc(dt)
         return BatchResult(items, out, model.version, x, computed)
 
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
@@ -291,6 +316,11 @@ class Pipeline:
         self._due.clear()
         self.positions.clear()
         self.batcher = MicroBatcher(self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes)
+
+
+_TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
+_REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
+_FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
 
 
 def _count_decision(reason: P.Reason, n: int) -> None:

@@ -51,7 +51,7 @@ class WorkerOptions(Section):
 
 class PolicyOptions(Section):
     min_change: float = Field(default=0.05, ge=0, description=(
-        "material heartbeat change: max over features of |delta| / scale"))
+        "material heartbeat change: max over features of abs(delta) / scale"))
     refresh_lead_ms: int = Field(default=1_000, ge=0, description="refresh this long before valid_until")
     throttle_ms: int = Field(default=250, ge=0, description="at most one prediction per device per this long")
 

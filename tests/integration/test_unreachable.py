@@ -10,7 +10,7 @@ import pytest
 
 from precast.stack.process import free_port
 
-SERVICES = ["producers.cli", "workers.cli", "consumer_api.cli"]
+SERVICES = ["producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator"]
 
 
 @pytest.mark.parametrize("module", SERVICES)

@@ -4,7 +4,6 @@ predictions back with their lineage."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,16 +15,11 @@ from pathlib import Path
 import orjson
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
+from precast.stack.process import free_port
 from producers.publisher import traceparent
 from tests.worker_events import alarm, heartbeat, request, work_order
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(port: int, timeout: float = 60.0) -> dict:
