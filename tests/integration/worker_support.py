@@ -15,7 +15,6 @@ from pathlib import Path
 import orjson
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from precast.stack.process import free_port
 from producers.publisher import traceparent
 from tests.worker_events import alarm, heartbeat, request, work_order
 
