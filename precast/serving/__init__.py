@@ -10,7 +10,14 @@ records with `entry_from_prediction`. Ordering: `schemas.predictions.supersedes`
 See docs/api.md ("Serving store").
 """
 
-from precast.serving.entry import Entry, InvalidPrediction, decode, encode, entry_from_prediction, valid_device_id
+from precast.serving.entry import (
+           Entry,
+           InvalidPrediction,
+           decode,
+           encode,
+           entry_from_prediction,
+           valid_device_id,
+)
 from precast.serving.memory import MemoryStore
 from precast.serving.redis_store import AsyncRedisReader, RedisStore
 from precast.serving.result import EXPIRED, OLDER, STORED

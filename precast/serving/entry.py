@@ -86,6 +86,8 @@ def entry_from_prediction(value: bytes, received_at_ms: int, key: bytes | None =
     if key is not None and key != device_id.encode():
         raise InvalidPrediction("key_mismatch", f"key {key[:64]!r} != device_id {device_id!r}")
     inf = p.get("inference_ms")
+    if value[-1:] != b"}":  # the read path splices fields before the closing brace
+        value = value.rstrip()
     return Entry(c, pr, mv, v, received_at_ms, inf if type(inf) is int and inf >= 0 else -1,
                  trigger == "purge", value)
 

@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from precast.serving import EXPIRED, OLDER, STORED, InvalidPrediction, MemoryStore, decode, encode, entry_from_prediction
+from precast.serving import (
+    EXPIRED,
+    OLDER,
+    STORED,
+    InvalidPrediction,
+    MemoryStore,
+    decode,
+    encode,
+    entry_from_prediction,
+)
 from schemas.predictions import supersedes
 from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
 
