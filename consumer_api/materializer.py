@@ -21,7 +21,14 @@ import redis
 from prometheus_client import Counter, Gauge
 
 from precast.deadletter import DeadLetters
-from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaMessage, Producer, TopicPartitionOffset
+from precast.kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaFailure,
+    KafkaMessage,
+    Producer,
+    TopicPartitionOffset,
+)
 from precast.serving import (
     STORED,
     Entry,
@@ -39,6 +46,8 @@ DEVICES = Gauge("precast_api_devices", "devices in this replica's view")
 LAG = Gauge("precast_api_materializer_lag", "records behind the end offsets seen at start or at the last replay")
 REDIS_OK = Gauge("precast_api_redis_up", "1 while the shared store accepts writes")
 REPLAYS = Counter("precast_api_replays_total", "replays of the predictions topic into Redis", ["why"])
+
+_TRANSIENT = {"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT"}
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 
@@ -68,7 +77,6 @@ class Materializer:
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         self._assign_from_beginning()
-        self._live_from = dict(self._targets)
         self._thread.start()
 
     def stop(self) -> None:
@@ -91,9 +99,21 @@ class Materializer:
     def _assign_from_beginning(self) -> None:
         for p, pos in self._positions.items():
             self._live_from[p] = max(self._live_from.get(p, 0), pos)
-        self._targets = {p: self._consumer.watermarks(self.topic, p)[1] for p in range(self.partitions)}
+        self._targets = {p: self._watermark(p) for p in range(self.partitions)}
         self._positions = {}
         self._consumer.assign([TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+
+    def _watermark(self, partition: int, attempts: int = 40) -> int:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
+        for i in range(attempts):
+            try:
+                return self._consumer.watermarks(self.topic, partition)[1]
+            except KafkaFailure as exc:
+                transient = exc.retriable or exc.code in _TRANSIENT
+                if not transient or i == attempts - 1:
+                    raise
+                time.sleep(0.25)
+        raise AssertionError("unreachable")
 
     # -- loop -------------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -132,7 +152,8 @@ class Materializer:
 
     def _reject(self, m: KafkaMessage, bad: InvalidPrediction, live: bool) -> int:
         APPLIED.labels("invalid").inc()
-        # Records met again in a replay were dead-lettered when first read.
+        # Records met again in a Redis replay were dead-lettered when this process first read
+        # them; each replica and each restart does dead-letter them once (duplicates, not loss).
         if live and self._dead is not None:
             self._dead.send(m, bad.reason, bad.detail)
             return 1
