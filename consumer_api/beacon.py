@@ -20,6 +20,9 @@ ORIGINS = ("queue", "model", "kafka", "cache", "network_qoe", "front_jank")
 ORIGIN_MS = Counter("precast_delay_origin_ms", "end-to-end delay reported by UI beacons, by origin (ms)", ["origin"])
 SHARE = Gauge("precast_delay_origin_share", "share of recent end-to-end delay, by origin (60 s half-life)", ["origin"])
 VIEWS = Counter("precast_beacon_views", "UI views reported by beacons")
+for _o in ORIGINS:  # every series exists from the start, so shares and alerts see zeros, not gaps
+    ORIGIN_MS.labels(_o)
+    SHARE.labels(_o)
 
 Ms = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 
