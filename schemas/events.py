@@ -8,17 +8,9 @@ is normalized lives in `schemas.validation`. Compatibility policy: docs/events.m
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 SCHEMA_VERSION = 1
 # Consumers accept the current and the previous version (docs/events.md); v1 has no predecessor.
@@ -41,13 +33,13 @@ EpochMs = Annotated[int, Field(ge=MIN_TIME_MS, le=MAX_TIME_MS)]
 MAX_CLOCK_SKEW_MS = 5 * 60_000
 
 
-def _finite(v: float) -> float:
-    if not math.isfinite(v):
-        raise ValueError("must be a finite number")
-    return v
+# NaN and Infinity are never valid numbers in an event (and not JSON either).
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
-Finite = Annotated[float, AfterValidator(_finite)]
+def finite(lo: float | None = None, hi: float | None = None) -> Any:
+    """A finite float within [lo, hi]: one constraint set, so JSON Schema shows min/max."""
+    return Annotated[float, Field(ge=lo, le=hi, allow_inf_nan=False)]
 
 
 class Envelope(BaseModel):
@@ -68,15 +60,21 @@ class Envelope(BaseModel):
         return self
 
 
+Percent = finite(0, 100)
+Share = finite(0, 1)
+Celsius = finite(-80, 250)
+NonNegative = finite(0)
+
+
 class HeartbeatMetrics(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu_pct: Annotated[Finite, Field(ge=0, le=100)]
-    mem_pct: Annotated[Finite, Field(ge=0, le=100)]
-    temperature_c: Annotated[Finite, Field(ge=-80, le=250)]
-    error_rate: Annotated[Finite, Field(ge=0, le=1)]
-    signal_quality: Annotated[Finite, Field(ge=0, le=1)]
-    uptime_s: Annotated[Finite, Field(ge=0)]
+    cpu_pct: Percent
+    mem_pct: Percent
+    temperature_c: Celsius
+    error_rate: Share
+    signal_quality: Share
+    uptime_s: NonNegative
 
 
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=64)]
