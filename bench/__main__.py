@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from precast.settings import StackCliSettings, load
     from precast.stack import LocalStack
 
-    # PRECAST_STACK__* apply (as in tests), so a checkout can reuse a stack that is already running.
+    # PRECAST_STACK__* apply (home, ports): a checkout reuses the shared running stack.
     stack = LocalStack(load(StackCliSettings).stack)
     stack.up(progress=progress)
     ctx = Context(stack.bootstrap_servers, stack.redis_url, args.quick)
