@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import ValidationError
 
 from precast.kafka import KafkaMessage
 from schemas import events as ev
-from schemas.deadletters import Reason as DLReason
 from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE
 from schemas.predictions import PrecomputeRequest
+from schemas.validation import validate_event
 from workers.features import device_type_index
 
 # (msg, reason, detail) for the dead-letter topic
@@ -30,8 +29,7 @@ _HEX = b"0123456789abcdef"
 # Column order of Heartbeats.cols (== workers.features.HEARTBEAT_COLUMNS)
 _LO = np.array([0, 0, -80, 0, 0, 0], dtype=np.float64)
 _HI = np.array([100, 100, 250, 1, 1, np.inf], dtype=np.float64)
-_MAX_SKEW_MS = getattr(ev, "MAX_CLOCK_SKEW_MS", None)
-_MAX_BYTES = getattr(ev, "MAX_EVENT_BYTES", 1 << 20)
+_MAX_SKEW_MS = ev.MAX_CLOCK_SKEW_MS
 
 
 @dataclass
@@ -63,47 +61,12 @@ def trace_id(msg: KafkaMessage) -> str | None:
 
 # -- the slow path: the full contract --------------------------------------------------------------
 def validate(role: str, msg: KafkaMessage) -> tuple[dict[str, Any] | None, str, str]:
-    """(event as a dict, "", "") or (None, dead-letter reason, detail)."""
-    try:
-        from schemas.validation import validate_event  # the contract validator (issue 3)
-    except ImportError:
-        return _validate_local(role, msg)
+    """(event as a dict, "", "") or (None, dead-letter reason, detail), by the one contract
+    validator every consumer uses (`schemas.validation`)."""
     result = validate_event(role, msg.key(), msg.value(), msg.headers())
-    event = getattr(result, "event", None)
-    if event is not None:
-        return event.model_dump(), "", ""
-    return None, str(result.reason), str(getattr(result, "detail", ""))
-
-
-_MODELS = {"heartbeats": ev.Heartbeat, "work_orders": ev.WorkOrderEvent, "alarms": ev.Alarm}
-
-
-def _validate_local(role: str, msg: KafkaMessage) -> tuple[dict[str, Any] | None, str, str]:
-    key, value = msg.key(), msg.value()
-    if value is None:
-        return None, DLReason.TOMBSTONE, "null value on an event topic"
-    if not key:
-        return None, DLReason.MISSING_KEY, "record has no key"
-    if len(value) > _MAX_BYTES:
-        return None, DLReason.OVERSIZED, f"{len(value)} bytes"
-    try:
-        data = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        return None, DLReason.NOT_JSON, str(exc)
-    if not isinstance(data, dict):
-        return None, DLReason.INVALID, "not a JSON object"
-    if data.get("schema_version", ev.SCHEMA_VERSION) not in ev.SUPPORTED_SCHEMA_VERSIONS:
-        return None, DLReason.UNKNOWN_SCHEMA_VERSION, f"schema_version {data.get('schema_version')!r}"
-    try:
-        event = _MODELS[role].model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        reason = DLReason.NON_FINITE if "finite" in first["msg"] else DLReason.INVALID
-        return None, reason, f"{where}: {first['msg']}"
-    if key != event.device_id.encode():
-        return None, DLReason.KEY_MISMATCH, f"key {key[:64]!r} != device_id {event.device_id!r}"
-    return event.model_dump(), "", ""
+    if result.ok:
+        return result.event.model_dump(), "", ""
+    return None, str(result.reason), result.detail
 
 
 # -- heartbeats: the fast path ------------------------------------------------------------------------
@@ -131,6 +94,29 @@ def _extract(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> list[tup
     return out
 
 
+# EventId is [A-Za-z0-9._:-]{1,64}: drop the punctuation, the rest must be ASCII alphanumerics.
+_ID_PUNCT = str.maketrans("", "", "._:-")
+_INFO_KEYS = frozenset({"site", "hw_model", "hw_rev", "serial"})
+
+
+def _meta_ok(meta: Any) -> bool:
+    """Absent/empty, or the canonical `{"info": {...}}` with well-typed fields (the worker does
+    not use metadata, but must not accept what the contract rejects)."""
+    if not meta:
+        return True
+    if type(meta) is not dict or len(meta) != 1:
+        return False
+    info = meta.get("info")
+    if type(info) is not dict or not info.keys() <= _INFO_KEYS:
+        return False
+    for k in ("site", "hw_model", "serial"):
+        v = info.get(k)
+        if v is not None and not (type(v) is str and 0 < len(v) <= 64):
+            return False
+    r = info.get("hw_rev")
+    return r is None or type(r) is int and 0 <= r <= 10_000
+
+
 def _short_texts(col: tuple) -> bool:
     return set(map(type, col)) <= _STR and min(map(len, col)) > 0 and max(map(len, col)) <= 64
 
@@ -138,14 +124,14 @@ def _short_texts(col: tuple) -> bool:
 def _all_canonical(cols: list[tuple], known: Container[str]) -> bool:
     """Column-wise checks (C-speed set/map/join) that every record is in the canonical form."""
     ms, sv, kind, did, eid, t, pt, dt, fw, nkeys, meta, nm, *metrics = cols
-    if not (set(sv) == {1} and set(kind) == {"heartbeat"} and set(nkeys) == {9} and not any(meta)
+    if not (set(sv) == {1} and set(kind) == {"heartbeat"} and set(nkeys) == {9} and all(map(_meta_ok, meta))
             and set(nm) == {6} and set(map(type, t)) <= _INT and set(map(type, pt)) <= _INT):
         return False
     if not all(set(map(type, c)) <= _NUM for c in metrics):
         return False
     if not (_short_texts(eid) and _short_texts(dt) and _short_texts(fw) and set(map(type, did)) <= _STR):
         return False
-    ids = "".join(eid)
+    ids = "".join(eid).translate(_ID_PUNCT)
     if not (ids.isascii() and ids.isalnum()):
         return False
     if [m.key() for m in ms] != list(map(str.encode, did)):
@@ -156,9 +142,9 @@ def _all_canonical(cols: list[tuple], known: Container[str]) -> bool:
 def _row_canonical(r: tuple, known: Container[str]) -> bool:
     _m, sv, kind, did, eid, t, pt, dt, fw, nkeys, meta, nm, *metrics = r
     try:
-        return (sv == 1 and kind == "heartbeat" and nkeys == 9 and not meta and nm == 6
+        return (sv == 1 and kind == "heartbeat" and nkeys == 9 and _meta_ok(meta) and nm == 6
                 and set(map(type, metrics)) <= _NUM and type(t) is int and type(pt) is int
-                and type(eid) is str and 0 < len(eid) <= 64 and eid.isascii() and eid.isalnum()
+                and type(eid) is str and 0 < len(eid) <= 64 and eid.isascii() and eid.translate(_ID_PUNCT).isalnum()
                 and type(dt) is str and 0 < len(dt) <= 64 and type(fw) is str and 0 < len(fw) <= 64
                 and type(did) is str and (did in known or _DEVICE_ID.match(did) is not None)
                 and _m.key() == did.encode())
@@ -207,8 +193,7 @@ def _check_ranges(out: Heartbeats, cols: np.ndarray, t: np.ndarray, slow: list[K
     """Vectorized contract ranges; rows outside them leave the fast path for the validator."""
     ok = ((cols[:, :6] >= _LO) & (cols[:, :6] <= _HI)).all(axis=1) & np.isfinite(cols).all(axis=1)
     ok &= (t >= ev.MIN_TIME_MS).all(axis=1) & (t <= ev.MAX_TIME_MS).all(axis=1)
-    if _MAX_SKEW_MS is not None:
-        ok &= t[:, 0] <= t[:, 1] + _MAX_SKEW_MS
+    ok &= t[:, 0] <= t[:, 1] + _MAX_SKEW_MS
     if not ok.all():
         bad = np.flatnonzero(~ok).tolist()
         slow.extend(out.msgs[i] for i in bad)
@@ -235,21 +220,9 @@ def decode_events(role: str, msgs: Sequence[KafkaMessage], reject: Reject) -> li
 def decode_requests(msgs: Sequence[KafkaMessage], reject: Reject) -> list[tuple[KafkaMessage, PrecomputeRequest]]:
     out = []
     for m in msgs:
-        key, value = m.key(), m.value()
-        if value is None:
-            reject(m, DLReason.TOMBSTONE, "null precompute request")
-            continue
-        try:
-            r = PrecomputeRequest.model_validate_json(value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            reason = DLReason.NOT_JSON if first["type"] == "json_invalid" else DLReason.INVALID
-            reject(m, reason, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
-            continue
-        if not key:
-            reject(m, DLReason.MISSING_KEY, "record has no key")
-        elif key != r.device_id.encode():
-            reject(m, DLReason.KEY_MISMATCH, f"key {key[:64]!r} != device_id {r.device_id!r}")
+        result = validate_event("precompute_requests", m.key(), m.value(), m.headers())
+        if result.ok:
+            out.append((m, result.event))
         else:
-            out.append((m, r))
+            reject(m, str(result.reason), result.detail)
     return out

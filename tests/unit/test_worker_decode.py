@@ -69,3 +69,28 @@ def test_trace_id_comes_from_a_valid_traceparent_only():
     assert trace_id(r) is None
     r.headers_ = []
     assert trace_id(r) is None
+
+
+def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(monkeypatch):
+    from producers.simulator import Fleet
+    from workers import decode
+
+    fleet = Fleet(400, seed=2)
+    events = fleet.heartbeats(400, T0)
+    recs = [record(TOPIC, e, i) for i, e in enumerate(events)]
+    fast, rejected = run(recs)
+    assert rejected == [] and len(fast) == 400
+    slow_calls = []
+    real = decode.validate
+    monkeypatch.setattr(decode, "validate", lambda role, m: slow_calls.append(m) or real(role, m))
+    run(recs)
+    styles = [fleet.style[int(e["device_id"][4:])] for e in events]
+    assert len(slow_calls) == sum(s != "canonical" for s in styles) > 0  # only variants leave the fast path
+    # both paths give the same columns: decode each record alone through the validator
+    by_id = dict(zip(fast.device_ids, fast.cols.tolist(), strict=True))
+    for r, e in zip(recs, events, strict=True):
+        v, reason, _ = real("heartbeats", r)
+        assert v is not None, reason
+        assert by_id[e["device_id"]][:6] == [float(v["metrics"][k]) for k in
+                                             ("cpu_pct", "mem_pct", "temperature_c", "error_rate",
+                                              "signal_quality", "uptime_s")]
