@@ -28,10 +28,10 @@ def _produce_heartbeats(settings, topic: str, devices: int, rounds: int, rate: f
     """Heartbeats from a simulated fleet; each round is one heartbeat per device, 1 s of event
     time later. Paced at `rate`/s for `seconds` when given."""
     from precast.kafka import Producer
-    from producers.publisher import traceparent
+    from producers.publisher import TraceIds
     from producers.simulator import Fleet
 
-    fleet, p = Fleet(devices, seed=3), Producer(settings)
+    fleet, p, trace = Fleet(devices, seed=3), Producer(settings), TraceIds(seed=3).new
     t0, sent, start = int(time.time() * 1000), 0, time.monotonic()
     chunk = 500
     while True:
@@ -45,7 +45,7 @@ def _produce_heartbeats(settings, topic: str, devices: int, rounds: int, rate: f
                 time.sleep(ahead)
         now = int(time.time() * 1000) if rate is not None else t0 + 1000 * (sent // devices)
         for e in fleet.heartbeats(chunk, now):
-            p.produce(topic, e["device_id"].encode(), orjson.dumps(e), [("traceparent", traceparent())])
+            p.produce(topic, e["device_id"].encode(), orjson.dumps(e), [("traceparent", trace())])
         p.poll(0)
         sent += chunk
     p.flush()

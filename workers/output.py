@@ -69,12 +69,13 @@ def _template(labels: Sequence[str], version: str, k: int) -> tuple[str, list[st
     cand = '{"strategy":%s,"score":%r}'
     head = '{"schema_version":1,"device_id":"%s","candidates":[' + ",".join([cand] * k) + "]"
     tail = (',"model_version":' + orjson.dumps(version).decode() + ',"computed_at_ms":%d,"valid_until_ms":%d,'
-            '"produced_at_ms":%d,"trigger":"%s","lineage":%s,"backfill":%s}')
+            '"produced_at_ms":%d,"trigger":"%s","lineage":%s,"backfill":%s,"inference_ms":%d}')
     return head + tail, [orjson.dumps(lab).decode() for lab in labels]
 
 
 def encode(items: Sequence[Pending], idx: np.ndarray, scores: np.ndarray, labels: Sequence[str], version: str,
-           computed_at: np.ndarray, horizon_ms: int, produced_at_ms: int, backfill: bool) -> Encoded:
+           computed_at: np.ndarray, horizon_ms: int, produced_at_ms: int, backfill: bool,
+           inference_ms: int = 0) -> Encoded:
     """One PredictionSet per item, as JSON bytes keyed by device ID."""
     if not np.isfinite(scores).all():
         raise ValueError("model returned non-finite scores")
@@ -88,5 +89,5 @@ def encode(items: Sequence[Pending], idx: np.ndarray, scores: np.ndarray, labels
         keys.append(it.device.encode())
         values.append((tmpl % (it.device, *cands, comp[j], comp[j] + horizon_ms, produced_at_ms,
                                "backfill" if backfill else TRIGGER[it.reason], lineage(it.refs),
-                               "true" if bf else "false")).encode())
+                               "true" if bf else "false", inference_ms)).encode())
     return Encoded(keys, values)

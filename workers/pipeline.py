@@ -267,7 +267,7 @@ class Pipeline:
         idx, scores = top_k(probs, self.cfg.top_k)
         t3 = time.perf_counter()
         out = encode(items, idx, scores, model.labels, model.version, computed, self.cfg.horizon_ms,
-                     produced_at_ms, self.cfg.backfill)
+                     produced_at_ms, self.cfg.backfill, round((t2 - t1) * 1000))
         t4 = time.perf_counter()
         for stage, dt in (("features", t1 - t0), ("inference", t2 - t1), ("topk", t3 - t2), ("encode", t4 - t3)):
             M.STAGE[stage].inc(dt)

@@ -15,10 +15,11 @@ from pathlib import Path
 import orjson
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from producers.publisher import traceparent
+from producers.publisher import TraceIds
 from tests.worker_events import alarm, heartbeat, request, work_order
 
 ROOT = Path(__file__).resolve().parents[2]
+_TRACE = TraceIds(seed=4).new
 
 
 def wait_ready(port: int, timeout: float = 60.0) -> dict:
@@ -57,7 +58,7 @@ class Load(threading.Thread):
         self.error: BaseException | None = None
 
     def _send(self, topic: str, event: dict) -> None:
-        self.p.produce(topic, event["device_id"].encode(), orjson.dumps(event), [("traceparent", traceparent())])
+        self.p.produce(topic, event["device_id"].encode(), orjson.dumps(event), [("traceparent", _TRACE())])
         self.sent += 1
 
     def run(self) -> None:
