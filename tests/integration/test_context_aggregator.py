@@ -14,7 +14,8 @@ import pytest
 
 from precast.deadletter import dead_letter_info
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from tests.integration.worker_support import ROOT, free_port, wait_ready
+from precast.stack.process import free_port
+from tests.integration.worker_support import ROOT, wait_ready
 from tests.worker_events import alarm, work_order
 from workers.context import DeviceContext
 

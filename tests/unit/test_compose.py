@@ -14,13 +14,13 @@ from pydantic import BaseModel
 from consumer_api.settings import ApiSettings
 from precast.settings import StackCliSettings
 from producers.settings import SimulatorSettings
-from workers.settings import WorkerSettings
+from workers.settings import ContextSettings, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 SETTINGS_OF = {"precast": StackCliSettings, "precast-simulator": SimulatorSettings,
-               "precast-worker": WorkerSettings, "precast-api": ApiSettings}
+               "precast-worker": WorkerSettings, "precast-api": ApiSettings, "precast-context": ContextSettings}
 PRECAST_SERVICES = {n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")}
 
 
