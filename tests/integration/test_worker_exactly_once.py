@@ -6,9 +6,9 @@ import signal
 import time
 from collections import Counter
 
+from precast.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
-    free_port,
     input_offsets,
     lineage_refs,
     read_predictions,
