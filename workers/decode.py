@@ -1,6 +1,7 @@
-"""Records -> columns. Heartbeats take a fast path (orjson + vectorized range checks) when they
-are in the canonical wire form; anything the fast path does not accept goes through the full
-contract validator, which accepts tolerated variants and names the reason for a rejection.
+"""Records -> columns. Heartbeats take a fast path (orjson + column-wise checks) when their
+fields have the contract's types (any metadata layout, unknown fields ignored, as the contract
+does); anything else (numbers sent as strings, errors) goes through the full contract validator,
+which accepts the tolerated variants and names the reason for a rejection.
 Work orders, alarms and precompute requests are low-rate and always take the validator."""
 
 from __future__ import annotations
@@ -86,9 +87,8 @@ def _extract(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> list[tup
             e = loads(m.value())
             mt = e["metrics"]
             append((m, e["schema_version"], e["kind"], e["device_id"], e["event_id"], e["event_time_ms"],
-                    e["produced_at_ms"], e["device_type"], e["firmware"], len(e) - ("meta" in e), e.get("meta"),
-                    len(mt), mt["cpu_pct"], mt["mem_pct"], mt["temperature_c"], mt["error_rate"],
-                    mt["signal_quality"], mt["uptime_s"]))
+                    e["produced_at_ms"], e["device_type"], e["firmware"], e.get("meta"), mt["cpu_pct"],
+                    mt["mem_pct"], mt["temperature_c"], mt["error_rate"], mt["signal_quality"], mt["uptime_s"]))
         except Exception:  # noqa: BLE001 - anything odd is for the validator to judge
             slow.append(m)
     return out
@@ -96,19 +96,11 @@ def _extract(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> list[tup
 
 # EventId is [A-Za-z0-9._:-]{1,64}: drop the punctuation, the rest must be ASCII alphanumerics.
 _ID_PUNCT = str.maketrans("", "", "._:-")
-_INFO_KEYS = frozenset({"site", "hw_model", "hw_rev", "serial"})
+_VERSION_KEY = re.compile(r"v([1-9][0-9]{0,3})")
+_ABSENT = object()
 
 
-def _meta_ok(meta: Any) -> bool:
-    """Absent/empty, or the canonical `{"info": {...}}` with well-typed fields (the worker does
-    not use metadata, but must not accept what the contract rejects)."""
-    if not meta:
-        return True
-    if type(meta) is not dict or len(meta) != 1:
-        return False
-    info = meta.get("info")
-    if type(info) is not dict or not info.keys() <= _INFO_KEYS:
-        return False
+def _info_ok(info: dict) -> bool:
     for k in ("site", "hw_model", "serial"):
         v = info.get(k)
         if v is not None and not (type(v) is str and 0 < len(v) <= 64):
@@ -117,15 +109,32 @@ def _meta_ok(meta: Any) -> bool:
     return r is None or type(r) is int and 0 <= r <= 10_000
 
 
+def _meta_ok(meta: Any) -> bool:
+    """Device metadata in any layout `schemas.normalize` tolerates (nested `meta.info`, flat,
+    versioned `meta.info.vN`, unknown keys ignored) with well-typed fields. The worker does not
+    use metadata, but must not accept what the contract rejects."""
+    if meta is None or meta == {}:
+        return True
+    if type(meta) is not dict:
+        return False
+    info = meta.get("info", _ABSENT)
+    if info is _ABSENT:
+        return _info_ok(meta)  # flat
+    if type(info) is not dict:
+        return False
+    versions = [(int(m.group(1)), k) for k, v in info.items() if type(v) is dict and (m := _VERSION_KEY.fullmatch(k))]
+    return _info_ok(info[max(versions)[1]] if versions else info)
+
+
 def _short_texts(col: tuple) -> bool:
     return set(map(type, col)) <= _STR and min(map(len, col)) > 0 and max(map(len, col)) <= 64
 
 
 def _all_canonical(cols: list[tuple], known: Container[str]) -> bool:
     """Column-wise checks (C-speed set/map/join) that every record is in the canonical form."""
-    ms, sv, kind, did, eid, t, pt, dt, fw, nkeys, meta, nm, *metrics = cols
-    if not (set(sv) == {1} and set(kind) == {"heartbeat"} and set(nkeys) == {9} and all(map(_meta_ok, meta))
-            and set(nm) == {6} and set(map(type, t)) <= _INT and set(map(type, pt)) <= _INT):
+    ms, sv, kind, did, eid, t, pt, dt, fw, meta, *metrics = cols
+    if not (set(sv) == {1} and set(kind) == {"heartbeat"} and all(map(_meta_ok, meta))
+            and set(map(type, t)) <= _INT and set(map(type, pt)) <= _INT):
         return False
     if not all(set(map(type, c)) <= _NUM for c in metrics):
         return False
@@ -140,9 +149,9 @@ def _all_canonical(cols: list[tuple], known: Container[str]) -> bool:
 
 
 def _row_canonical(r: tuple, known: Container[str]) -> bool:
-    _m, sv, kind, did, eid, t, pt, dt, fw, nkeys, meta, nm, *metrics = r
+    _m, sv, kind, did, eid, t, pt, dt, fw, meta, *metrics = r
     try:
-        return (sv == 1 and kind == "heartbeat" and nkeys == 9 and _meta_ok(meta) and nm == 6
+        return (sv == 1 and kind == "heartbeat" and _meta_ok(meta)
                 and set(map(type, metrics)) <= _NUM and type(t) is int and type(pt) is int
                 and type(eid) is str and 0 < len(eid) <= 64 and eid.isascii() and eid.translate(_ID_PUNCT).isalnum()
                 and type(dt) is str and 0 < len(dt) <= 64 and type(fw) is str and 0 < len(fw) <= 64
@@ -161,10 +170,13 @@ def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject, known: Conta
     if parsed and not _all_canonical(list(zip(*parsed, strict=True)), known):
         good = []
         for r in parsed:
-            (good if _row_canonical(r, known) else slow).append(r if _row_canonical(r, known) else r[0])
+            if _row_canonical(r, known):
+                good.append(r)
+            else:
+                slow.append(r[0])
         parsed = good
     if parsed:
-        ms, _sv, _k, did, eid, t, pt, dt, fw, _n, _meta, _nm, *metrics = zip(*parsed, strict=True)
+        ms, _sv, _k, did, eid, t, pt, dt, fw, _meta, *metrics = zip(*parsed, strict=True)
         out.msgs, out.device_ids, out.event_ids = list(ms), list(did), list(eid)
         cols = np.empty((len(parsed), 8), dtype=np.float64)
         cols[:, :6] = np.array(metrics, dtype=np.float64).T

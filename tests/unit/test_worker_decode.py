@@ -55,7 +55,7 @@ def test_null_value_is_a_tombstone_rejection():
 def test_slow_path_accepts_what_the_contract_accepts_and_gives_the_same_columns():
     e = heartbeat("d1", T0, cpu_pct=10)
     fast, _ = run([record(TOPIC, e, 0)])
-    odd = {**e, "meta": {"site": "north"}}  # non-canonical metadata: not the fast path
+    odd = {**e, "metrics": {**e["metrics"], "cpu_pct": "10"}}  # a number sent as text: the validator's job
     slow, rejected = run([record(TOPIC, odd, 0)])
     assert rejected == []
     assert slow.cols.tolist() == fast.cols.tolist()
@@ -85,7 +85,9 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     monkeypatch.setattr(decode, "validate", lambda role, m: slow_calls.append(m) or real(role, m))
     run(recs)
     styles = [fleet.style[int(e["device_id"][4:])] for e in events]
-    assert len(slow_calls) == sum(s != "canonical" for s in styles) > 0  # only variants leave the fast path
+    # only numbers-as-strings leave the fast path; metadata layouts and extra fields stay on it
+    assert len(slow_calls) == sum(s == "strings" for s in styles) > 0
+    assert {"canonical", "versioned", "flat", "extra", "strings"} <= set(styles)
     # both paths give the same columns: decode each record alone through the validator
     by_id = dict(zip(fast.device_ids, fast.cols.tolist(), strict=True))
     for r, e in zip(recs, events, strict=True):
@@ -94,3 +96,17 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
         assert by_id[e["device_id"]][:6] == [float(v["metrics"][k]) for k in
                                              ("cpu_pct", "mem_pct", "temperature_c", "error_rate",
                                               "signal_quality", "uptime_s")]
+
+
+@pytest.mark.parametrize("meta, ok", [
+    (None, True), ({}, True), ({"info": {"site": "s", "hw_rev": 2}}, True), ({"site": "s"}, True),
+    ({"info": {"v2": {"site": "s"}, "v10": {"hw_rev": 3}}}, True), ({"info": {"hw_rev": -1}}, False),
+    ({"info": {"site": ""}}, False), ({"info": "x"}, False), ([], False), ({"hw_rev": True}, False),
+    ({"info": {"v2": {"site": 5}}}, False),
+])
+def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
+    from workers.decode import _meta_ok, validate
+
+    e = {**heartbeat("d1"), "meta": meta}
+    assert _meta_ok(meta) is ok
+    assert (validate("heartbeats", record(TOPIC, e, 0))[0] is not None) is ok
