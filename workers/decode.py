@@ -1,11 +1,12 @@
 """Records -> columns. Heartbeats take a fast path (orjson + column-wise checks) when their
-fields have the contract's types (any metadata layout, unknown fields ignored, as the contract
-does); anything else (numbers sent as strings, errors) goes through the full contract validator,
-which accepts the tolerated variants and names the reason for a rejection.
+fields have the contract's types or its tolerated variants (any metadata layout, unknown fields
+ignored, numbers sent as JSON-number text); anything else goes through the full contract
+validator, which names the reason for a rejection (and judges anything odd the same way).
 Work orders, alarms and precompute requests are low-rate and always take the validator."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import orjson
 from precast.kafka import KafkaMessage
 from schemas import events as ev
 from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE
+from schemas.normalize import _INT_TEXT, _NUMBER_TEXT  # the contract's own number grammar
 from schemas.predictions import PrecomputeRequest
 from schemas.validation import validate_event
 from workers.features import device_type_index
@@ -106,7 +108,27 @@ def _info_ok(info: dict) -> bool:
         if v is not None and not (type(v) is str and 0 < len(v) <= 64):
             return False
     r = info.get("hw_rev")
+    if type(r) is str and _INT_TEXT.fullmatch(r):  # an integer sent as text: tolerated
+        r = int(r)
     return r is None or type(r) is int and 0 <= r <= 10_000
+
+
+def _coerced(r: tuple) -> tuple | None:
+    """The row with metrics sent as JSON-number text turned into floats (the contract tolerates
+    them), or None when there are none or one is not a finite number in that grammar."""
+    head, metrics = r[:10], r[10:]
+    if str not in set(map(type, metrics)):
+        return None
+    out = []
+    for v in metrics:
+        if type(v) is str:
+            if not _NUMBER_TEXT.fullmatch(v):
+                return None
+            v = float(v)
+            if not math.isfinite(v):
+                return None
+        out.append(v)
+    return (*head, *out)
 
 
 def _meta_ok(meta: Any) -> bool:
@@ -172,6 +194,8 @@ def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject, known: Conta
         for r in parsed:
             if _row_canonical(r, known):
                 good.append(r)
+            elif (c := _coerced(r)) is not None and _row_canonical(c, known):
+                good.append(c)
             else:
                 slow.append(r[0])
         parsed = good

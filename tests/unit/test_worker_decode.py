@@ -55,7 +55,7 @@ def test_null_value_is_a_tombstone_rejection():
 def test_slow_path_accepts_what_the_contract_accepts_and_gives_the_same_columns():
     e = heartbeat("d1", T0, cpu_pct=10)
     fast, _ = run([record(TOPIC, e, 0)])
-    odd = {**e, "metrics": {**e["metrics"], "cpu_pct": "10"}}  # a number sent as text: the validator's job
+    odd = {**e, "metrics": {**e["metrics"], "cpu_pct": "1e1"}, "meta": {"info": {"hw_rev": "3"}}}
     slow, rejected = run([record(TOPIC, odd, 0)])
     assert rejected == []
     assert slow.cols.tolist() == fast.cols.tolist()
@@ -85,8 +85,9 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     monkeypatch.setattr(decode, "validate", lambda role, m: slow_calls.append(m) or real(role, m))
     run(recs)
     styles = [fleet.style[int(e["device_id"][4:])] for e in events]
-    # only numbers-as-strings leave the fast path; metadata layouts and extra fields stay on it
-    assert len(slow_calls) == sum(s == "strings" for s in styles) > 0
+    # every wire style the simulator sends (metadata layouts, extra fields, numbers as text)
+    # stays on the fast path
+    assert slow_calls == []
     assert {"canonical", "versioned", "flat", "extra", "strings"} <= set(styles)
     # both paths give the same columns: decode each record alone through the validator
     by_id = dict(zip(fast.device_ids, fast.cols.tolist(), strict=True))
@@ -110,3 +111,12 @@ def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
     e = {**heartbeat("d1"), "meta": meta}
     assert _meta_ok(meta) is ok
     assert (validate("heartbeats", record(TOPIC, e, 0))[0] is not None) is ok
+
+
+@pytest.mark.parametrize("text, reason", [("12,5", "invalid"), ("NaN", "non_finite"), ("1e999", "non_finite"),
+                                          (" 12", "invalid"), ("0x10", "invalid")])
+def test_numbers_as_text_outside_the_json_grammar_leave_the_fast_path_and_are_rejected(text, reason):
+    e = heartbeat("d1")
+    e["metrics"]["cpu_pct"] = text
+    hb, rejected = run([record(TOPIC, heartbeat("d0"), 0), record(TOPIC, e, 1)])
+    assert hb.device_ids == ["d0"] and rejected == [(1, reason)]
