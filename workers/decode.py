@@ -113,6 +113,25 @@ def _info_ok(info: dict) -> bool:
     return r is None or type(r) is int and 0 <= r <= 10_000
 
 
+def _number(v: Any) -> Any:
+    if type(v) is str and _NUMBER_TEXT.fullmatch(v):
+        f = float(v)
+        return f if math.isfinite(f) else v
+    return v
+
+
+def _coerce_columns(columns: list[tuple]) -> list[tuple]:
+    """Metric columns with JSON-number text turned into floats (what is not, stays as it was)."""
+    out = list(columns)
+    for i in range(10, len(out)):
+        if str in set(map(type, out[i])):
+            col = list(out[i])
+            for j in [j for j, v in enumerate(col) if type(v) is str]:
+                col[j] = _number(col[j])
+            out[i] = tuple(col)
+    return out
+
+
 def _coerced(r: tuple) -> tuple | None:
     """The row with metrics sent as JSON-number text turned into floats (the contract tolerates
     them), or None when there are none or one is not a finite number in that grammar."""
@@ -148,6 +167,30 @@ def _meta_ok(meta: Any) -> bool:
     return _info_ok(info[max(versions)[1]] if versions else info)
 
 
+# device -> the metadata JSON last found valid: a device's metadata rarely changes, so the
+# per-record check becomes one small dumps and a compare. Bounded: cleared when it gets big.
+_META_GOOD: dict[str, bytes] = {}
+_META_CACHE_MAX = 1_000_000
+
+
+def _meta_ok_cached(device: Any, meta: Any) -> bool:
+    if meta is None or meta == {}:
+        return True
+    try:
+        raw = orjson.dumps(meta)
+    except TypeError:
+        return False
+    if _META_GOOD.get(device) == raw:
+        return True
+    if not _meta_ok(meta):
+        return False
+    if len(_META_GOOD) >= _META_CACHE_MAX:
+        _META_GOOD.clear()
+    if type(device) is str:
+        _META_GOOD[device] = raw
+    return True
+
+
 def _short_texts(col: tuple) -> bool:
     return set(map(type, col)) <= _STR and min(map(len, col)) > 0 and max(map(len, col)) <= 64
 
@@ -155,7 +198,7 @@ def _short_texts(col: tuple) -> bool:
 def _all_canonical(cols: list[tuple], known: Container[str]) -> bool:
     """Column-wise checks (C-speed set/map/join) that every record is in the canonical form."""
     ms, sv, kind, did, eid, t, pt, dt, fw, meta, *metrics = cols
-    if not (set(sv) == {1} and set(kind) == {"heartbeat"} and all(map(_meta_ok, meta))
+    if not (set(sv) == {1} and set(kind) == {"heartbeat"} and all(map(_meta_ok_cached, did, meta))
             and set(map(type, t)) <= _INT and set(map(type, pt)) <= _INT):
         return False
     if not all(set(map(type, c)) <= _NUM for c in metrics):
@@ -173,7 +216,7 @@ def _all_canonical(cols: list[tuple], known: Container[str]) -> bool:
 def _row_canonical(r: tuple, known: Container[str]) -> bool:
     _m, sv, kind, did, eid, t, pt, dt, fw, meta, *metrics = r
     try:
-        return (sv == 1 and kind == "heartbeat" and _meta_ok(meta)
+        return (sv == 1 and kind == "heartbeat" and _meta_ok_cached(did, meta)
                 and set(map(type, metrics)) <= _NUM and type(t) is int and type(pt) is int
                 and type(eid) is str and 0 < len(eid) <= 64 and eid.isascii() and eid.translate(_ID_PUNCT).isalnum()
                 and type(dt) is str and 0 < len(dt) <= 64 and type(fw) is str and 0 < len(fw) <= 64
@@ -189,18 +232,23 @@ def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject, known: Conta
     out = Heartbeats()
     slow: list[KafkaMessage] = []
     parsed = _extract(msgs, slow)
-    if parsed and not _all_canonical(list(zip(*parsed, strict=True)), known):
-        good = []
-        for r in parsed:
-            if _row_canonical(r, known):
-                good.append(r)
-            elif (c := _coerced(r)) is not None and _row_canonical(c, known):
-                good.append(c)
-            else:
-                slow.append(r[0])
-        parsed = good
-    if parsed:
-        ms, _sv, _k, did, eid, t, pt, dt, fw, _meta, *metrics = zip(*parsed, strict=True)
+    columns = list(zip(*parsed, strict=True))
+    if parsed and not _all_canonical(columns, known):
+        # Numbers sent as text, column by column; only if that is not enough, record by record.
+        columns = _coerce_columns(columns)
+        if not _all_canonical(columns, known):
+            good = []
+            for r in parsed:
+                if _row_canonical(r, known):
+                    good.append(r)
+                elif (c := _coerced(r)) is not None and _row_canonical(c, known):
+                    good.append(c)
+                else:
+                    slow.append(r[0])
+            columns = list(zip(*good, strict=True))
+    if columns:
+        ms, _sv, _k, did, eid, t, pt, dt, fw, _meta, *metrics = columns
+        parsed = ms
         out.msgs, out.device_ids, out.event_ids = list(ms), list(did), list(eid)
         cols = np.empty((len(parsed), 8), dtype=np.float64)
         cols[:, :6] = np.array(metrics, dtype=np.float64).T
