@@ -87,7 +87,10 @@ def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
     """(events/s, predictions, seconds per stage) for one bounded run over the backlog."""
     from workers import metrics as M
 
+    from workers.loop import tune_gc
+
     w = _worker(ctx, topics, end=ends, **kw)
+    tune_gc()  # as precast-worker does at start
     before, preds0 = _stage_seconds(), sum(c._value.get() for c in M.PREDICTIONS._metrics.values())
     t0 = time.perf_counter()
     w.run()

@@ -23,7 +23,7 @@ from precast.runtime import run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from workers.inference import ModelSession
-from workers.loop import LoopConfig, Worker
+from workers.loop import LoopConfig, Worker, tune_gc
 from workers.pipeline import PipelineConfig
 from workers.policy import PolicyConfig
 from workers.registry import ModelRegistry
@@ -82,6 +82,7 @@ def run(settings: WorkerSettings) -> int:
     mode = "exactly-once" if settings.worker.exactly_once else "at-least-once"
     print(f"precast-worker: model {model.version} on {model.providers[0]}, group {settings.worker.group_id}, "
           f"{mode}", file=sys.stderr, flush=True)
+    tune_gc()
     try:
         worker.run()  # returns after everything consumed is predicted, flushed and committed
     finally:
