@@ -86,7 +86,6 @@ def _stage_seconds() -> dict[str, float]:
 def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
     """(events/s, predictions, seconds per stage) for one bounded run over the backlog."""
     from workers import metrics as M
-
     from workers.loop import tune_gc
 
     w = _worker(ctx, topics, end=ends, **kw)
