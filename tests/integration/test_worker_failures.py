@@ -100,6 +100,16 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(kafka_se
     p.flush()
     run_until(worker, lambda: worker.batches >= 1 and not worker.pipeline.pending
               and len(worker.pipeline.table.contexts["d1"].open_work_orders) == 2)
+    worker._update_lag()  # from cached high watermarks: everything read, so no lag
+    from prometheus_client import REGISTRY
+
+    from schemas.partitioning import partition_for
+
+    part = str(partition_for(b"d1", 3))
+    lag = {s.labels["topic"]: s.value for m in REGISTRY.collect() if m.name == "precast_worker_consumer_lag"
+           for s in m.samples if s.labels["partition"] == part
+           and s.labels["topic"] in (topics.heartbeats.name, topics.work_orders.name)}
+    assert lag == {topics.heartbeats.name: 0.0, topics.work_orders.name: 0.0}
     worker.close()
     preds = [orjson.loads(m.value()) for m in read_all(kafka_settings, topics.predictions.name, unique("p"), 1)]
     assert preds and preds[-1]["computed_at_ms"] == 1_800_000_002_000
