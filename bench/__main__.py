@@ -35,10 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"bench: unknown benchmark {unknown[0]!r} (have: {', '.join(mods)})", file=sys.stderr)
         return 2
-    from precast.settings import StackSettings
+    from precast.settings import StackCliSettings, load
     from precast.stack import LocalStack
 
-    stack = LocalStack(StackSettings())
+    # PRECAST_STACK__* apply, so a checkout can reuse a stack another one started.
+    stack = LocalStack(load(StackCliSettings).stack)
     stack.up(progress=progress)
     ctx = Context(stack.bootstrap_servers, stack.redis_url, args.quick)
     for name in names:

@@ -3,6 +3,7 @@
     precast stack up | down | status
     precast topics ensure | list
     precast demo
+    precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="use the configured Kafka and Redis (PRECAST_KAFKA__*, PRECAST_REDIS__URL) "
                          "instead of starting the local stack")
     dm.set_defaults(fn=_demo)
+    from precast.ops.cli import register as register_ops
+
+    register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild
     return p
 
 
