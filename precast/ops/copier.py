@@ -105,6 +105,14 @@ def _recover(job: CopyJob, cp: Checkpoint, ends: dict[str, int]) -> tuple[int, i
     return sum(skips.values()) - sum(already.values()), foreign
 
 
+def _batch_size(pacer: Pacer) -> int:
+    """A paced copy reads small batches (about 0.1 s of work), so checkpoints and progress
+    still come every chunk instead of once per 10k-record batch."""
+    if not pacer.active:
+        return BATCH
+    return max(10, min(BATCH, int(pacer.rate * 0.1) if pacer.rate else 200))
+
+
 def run(job: CopyJob, cp: Checkpoint, *, resumed: bool) -> CopyStats:
     return _Run(job, cp).run(resumed)
 
@@ -133,7 +141,7 @@ class _Run:
         self.producer = Producer(job.target)
         consumer = range_consumer(job.source, job.label)
         ranges = [OffsetRange(p, cp.next[p], e) for p, (_s, e) in sorted(cp.ranges.items())]
-        self.reader = RangeReader(consumer, job.source_topic, ranges)
+        self.reader = RangeReader(consumer, job.source_topic, ranges, batch=_batch_size(job.pacer))
         progress = bar(cp.remaining(), job.label, enabled=job.progress)
         try:
             self._loop(progress)
