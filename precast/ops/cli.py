@@ -6,7 +6,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from precast.ops import replay
+    from precast.ops import deadletters, replay
 
-    for module in (replay,):
+    for module in (replay, deadletters):
         module.add_parser(sub)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from precast.errors import ConfigError
 from precast.kafka import Consumer, TopicPartitionOffset
@@ -128,3 +130,36 @@ def resolve_times(consumer: Consumer, topic: str, partitions: int, tr: TimeRange
 
 def describe(ranges: Sequence[OffsetRange]) -> str:
     return ", ".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)
+
+
+def add_range_args(parser: Any, what: str = "records") -> None:
+    parser.add_argument("--from", dest="time_from", metavar="TIME", help=f"{what} at or after this UTC ISO 8601 time")
+    parser.add_argument("--to", dest="time_to", metavar="TIME", help="UTC ISO 8601 end (exclusive); default now")
+    parser.add_argument("--offsets", help="per-partition offsets P:START-END (END exclusive), e.g. 0:100-200,1:50-; "
+                                          "'*:START-END' for every partition")
+
+
+def range_inputs(args: Any, *, default_all: bool = False) -> tuple[TimeRange | None, OffsetSpec | None]:
+    """The time range or offset spec a command was given (whole topic when allowed and neither)."""
+    if args.offsets and (args.time_from or args.time_to):
+        raise ConfigError("give a time range (--from/--to) or --offsets, not both")
+    if args.time_to and not args.time_from:
+        raise ConfigError("--to needs --from")
+    if not args.offsets and not args.time_from:
+        if default_all:
+            return None, OffsetSpec(((None, None, None),))
+        raise ConfigError("give a time range (--from [--to]) or --offsets")
+    now = int(time.time() * 1000)
+    tr = parse_time_range(args.time_from, args.time_to, now) if args.time_from else None
+    return tr, (parse_offsets(args.offsets) if args.offsets else None)
+
+
+def resolve(settings: Any, topic: str, partitions: int, tr: TimeRange | None, spec: OffsetSpec | None) -> list[OffsetRange]:
+    """Offsets of a time range or offset spec, asked of the cluster in `settings` (KafkaSettings)."""
+    from precast.ops.reader import range_consumer
+
+    c = range_consumer(settings, "resolve")
+    try:
+        return resolve_times(c, topic, partitions, tr) if tr else resolve_offsets(c, topic, partitions, spec)
+    finally:
+        c.close()

@@ -6,27 +6,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
 from precast.ops import copier
-from precast.ops.checkpoint import Checkpoint, fingerprint
+from precast.ops.checkpoint import Checkpoint, fingerprint, load_for
 from precast.ops.filters import RecordFilter
 from precast.ops.guard import partitions_of, refuse_live_target
 from precast.ops.pacing import Pacer
 from precast.ops.progress import bar, table
-from precast.ops.ranges import (
-    OffsetRange,
-    TimeRange,
-    format_time,
-    parse_offsets,
-    parse_time_range,
-    resolve_offsets,
-    resolve_times,
-)
+from precast.ops.ranges import TimeRange, add_range_args, format_time, range_inputs, resolve
 from precast.ops.reader import RangeReader, range_consumer
 from precast.settings import KafkaSettings, StackCliSettings
 from schemas.partitioning import partition_for
@@ -37,10 +28,7 @@ def add_parser(sub: Any) -> None:
                         description=__doc__)
     rp.add_argument("source", help="topic to read")
     rp.add_argument("target", nargs="?", help="topic to write (not needed with --dry-run)")
-    rp.add_argument("--from", dest="time_from", metavar="TIME", help="UTC ISO 8601 start (inclusive)")
-    rp.add_argument("--to", dest="time_to", metavar="TIME", help="UTC ISO 8601 end (exclusive); default now")
-    rp.add_argument("--offsets", help="per-partition offsets P:START-END (END exclusive), e.g. 0:100-200,1:50-; "
-                                      "'*:START-END' for every partition")
+    add_range_args(rp)
     rp.add_argument("--device", action="append", help="only these device IDs (repeat or comma-separate)")
     rp.add_argument("--event-type", action="append", help="only these event kinds: heartbeat, work_order, alarm")
     rp.add_argument("--schema-version", action="append", help="only these payload schema versions")
@@ -94,20 +82,8 @@ def make_route(target: str, same_layout: bool, target_parts: int, flt: RecordFil
     return route
 
 
-def _plan_inputs(args: argparse.Namespace) -> tuple[TimeRange | None, Any]:
-    if args.offsets and (args.time_from or args.time_to):
-        raise ConfigError("give a time range (--from/--to) or --offsets, not both")
-    if args.time_to and not args.time_from:
-        raise ConfigError("--to needs --from")
-    if not args.offsets and not args.time_from:
-        raise ConfigError("give a time range (--from [--to]) or --offsets")
-    now = int(time.time() * 1000)
-    tr = parse_time_range(args.time_from, args.time_to, now) if args.time_from else None
-    return tr, (parse_offsets(args.offsets) if args.offsets else None)
-
-
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
-    tr, spec = _plan_inputs(args)
+    tr, spec = range_inputs(args)
     flt = RecordFilter.from_args(args.device, args.event_type, args.schema_version, tr)
     pacer = Pacer(rate=args.rate, speed=args.speed)
     if not args.dry_run and not args.target:
@@ -138,9 +114,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
               {**flt.describe(), "time_range": None}, "keep_ts": args.keep_timestamps}
     fp = fingerprint(params)
     path = args.checkpoint or settings.ops.state_dir / f"replay-{fp[:16]}.json"
-    cp = None if args.fresh else Checkpoint.load(path)
-    if cp is not None and cp.fingerprint != fp:
-        raise ConfigError(f"checkpoint {path} belongs to another replay; use another --checkpoint or --fresh")
+    cp = load_for(path, fp, args.fresh)
     if cp is not None and cp.complete:
         print(f"nothing to do: this replay completed ({cp.written:,} records written); "
               f"checkpoint {path}; pass --fresh to run it again")
@@ -150,7 +124,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         # The same records must pass the filter as in the first run, whatever "now" is.
         flt = dataclasses.replace(flt, time_range=TimeRange(*cp.window))
     if cp is None:
-        ranges = _resolve(settings.kafka, args.source, src_parts, tr, spec)
+        ranges = resolve(settings.kafka, args.source, src_parts, tr, spec)
         cp = Checkpoint(fingerprint=fp, run_id=fp[:12], source_topic=args.source,
                         ranges={r.partition: [r.start, r.end] for r in ranges},
                         next={r.partition: r.start for r in ranges}, scan_from={},
@@ -168,17 +142,9 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     return 0
 
 
-def _resolve(source: KafkaSettings, topic: str, parts: int, tr: TimeRange | None, spec: Any) -> list[OffsetRange]:
-    c = range_consumer(source, "resolve")
-    try:
-        return resolve_times(c, topic, parts, tr) if tr else resolve_offsets(c, topic, parts, spec)
-    finally:
-        c.close()
-
-
 def _dry_run(args: argparse.Namespace, settings: StackCliSettings, parts: int, tr: TimeRange | None,
              spec: Any, flt: RecordFilter) -> int:
-    ranges = _resolve(settings.kafka, args.source, parts, tr, spec)
+    ranges = resolve(settings.kafka, args.source, parts, tr, spec)
     counts = {r.partition: [0, 0] for r in ranges}
     c = range_consumer(settings.kafka, "dry-run")
     progress = bar(sum(r.size for r in ranges), "dry run", enabled=not args.no_progress)
