@@ -1,57 +1,181 @@
-"""The read API (Starlette)."""
+"""The read API: the hot single-device GET (consumer_api.fastpath) in front of a Starlette app
+for the batch GET, the event stream, prefetch hints, UI beacons, probes, metrics and OpenAPI."""
 
 from __future__ import annotations
 
-import re
-import time
+import asyncio
+import contextlib
+import hashlib
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from consumer_api.store import MemoryStore
-from schemas.events import DEVICE_ID_PATTERN
-from schemas.fleet import DEFAULT_STRATEGY
+from consumer_api import beacon as beacons
+from consumer_api.answers import PRECOMPUTED, etag_matches
+from consumer_api.errors import error
+from consumer_api.fastpath import FastPath
+from consumer_api.openapi import SPEC
+from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_params
+from consumer_api.service import Service, now_ms
 
-READS = Counter("precast_api_reads_total", "prediction reads", ["source"])
-_DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
+_SPEC_BYTES = orjson.dumps(SPEC)
 
 
-def create_app(store: MemoryStore, is_ready) -> Starlette:
-    fallback_candidates = [{"strategy": DEFAULT_STRATEGY, "score": 1.0}]
+class Endpoints:
+    """The Starlette endpoints; each checks auth and parameters first."""
 
-    async def get_prediction(request: Request) -> Response:
-        device_id = request.path_params["device_id"]
-        if not _DEVICE_ID.match(device_id):
-            return JSONResponse({"error": "invalid device_id", "detail": f"must match {DEVICE_ID_PATTERN}"}, 400)
-        entry = store.get(device_id)
-        now = int(time.time() * 1000)
-        if entry is None:
-            READS.labels("fallback").inc()
-            body = orjson.dumps({"device_id": device_id, "candidates": fallback_candidates, "model_version": None,
-                                 "computed_at_ms": None, "source": "fallback"})
-            return Response(body, 200, media_type="application/json")
-        READS.labels("precomputed").inc()
-        # Splice serving fields onto the stored bytes instead of re-encoding the document.
-        body = entry.body[:-1] + b',"source":"precomputed","age_ms":' + str(now - entry.computed_at_ms).encode() + b"}"
-        return Response(body, 200, media_type="application/json", headers={"X-Model-Version": entry.model_version})
+    def __init__(self, svc: Service) -> None:
+        self.svc, self.opts = svc, svc.options
 
-    async def healthz(_: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
+        if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
+            return error(401, "unauthorized", "missing or wrong bearer token",
+                         headers={"WWW-Authenticate": 'Bearer realm="precast"'})
+        return unknown_params(request, allowed)
 
-    async def readyz(_: Request) -> Response:
-        ok = is_ready()
-        return JSONResponse({"status": "ok" if ok else "unavailable", "devices": len(store)}, 200 if ok else 503)
+    async def batch(self, request: Request) -> Response:
+        if (bad := self.guard(request, ("ids",))) is not None:
+            return bad
+        ids = device_list(request.query_params.get("ids"), self.opts.batch_max)
+        if isinstance(ids, Response):
+            return ids
+        answers = await self.svc.answers(ids, now_ms())
+        body = b'{"count":%d,"predictions":[%s]}' % (len(answers), b",".join(a.body for a in answers))
+        digest = hashlib.blake2b(b"|".join(a.etag or b"-" for a in answers), digest_size=12).hexdigest()
+        fresh = all(a.source == PRECOMPUTED for a in answers)
+        headers = {"cache-control": f"max-age={min(a.max_age or 0 for a in answers)}" if fresh else "no-cache",
+                   "etag": f'W/"{digest}"'}
+        if (inm := request.headers.get("if-none-match")) and etag_matches(inm.encode(), headers["etag"].encode()):
+            return Response(status_code=304, headers=headers)
+        return Response(body, headers=headers, media_type="application/json")
 
-    async def metrics(_: Request) -> Response:
+    async def stream(self, request: Request) -> Response:
+        if (bad := self.guard(request, ("ids",))) is not None:
+            return bad
+        ids = device_list(request.query_params.get("ids"), self.opts.sse_max_devices)
+        if isinstance(ids, Response):
+            return ids
+        return StreamingResponse(self._events(ids), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+    async def _events(self, ids: list[str]):
+        svc = self.svc
+        sub = svc.hub.subscribe(ids)
+        try:
+            for d, a in zip(ids, await svc.answers(ids, now_ms()), strict=True):
+                yield _event(d, a.body)
+            while True:
+                try:
+                    await asyncio.wait_for(sub.wake.wait(), self.opts.sse_keepalive_s)
+                except TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
+                now = now_ms()
+                for d, e in sub.take().items():
+                    yield _event(d, svc.served(d, svc.renderer.render(d, e, now), now).body)
+        finally:
+            svc.hub.unsubscribe(sub)
+
+    async def prefetch(self, request: Request) -> Response:
+        if (bad := self.guard(request, ())) is not None:
+            return bad
+        hint = await read_json(request, Prefetch, self.opts.max_body_bytes)
+        if isinstance(hint, Response):
+            return hint
+        if len(hint.device_ids) > self.opts.batch_max:
+            return error(400, "too_many_devices", f"at most {self.opts.batch_max} devices per hint", "device_ids")
+        svc, now = self.svc, now_ms()
+        counts = {"sent": 0, "deduplicated": 0, "dropped": 0, "fresh": 0}
+        ids = list(dict.fromkeys(hint.device_ids))
+        entries = svc.view.get_many(ids, now) if svc.view is not None else await _get_many(svc, ids)
+        for d, e in zip(ids, entries, strict=True):
+            if svc.renderer.classify(e, now)[0] == PRECOMPUTED:
+                counts["fresh"] += 1
+            else:
+                counts[svc.backfill.request(d, "prefetch", now)] += 1
+        return Response(orjson.dumps(counts), 202, media_type="application/json")
+
+    async def beacon(self, request: Request) -> Response:
+        if (bad := self.guard(request, ())) is not None:
+            return bad
+        b = await read_json(request, beacons.Beacon, self.opts.max_body_bytes)
+        if isinstance(b, Response):
+            return b
+        beacons.record(b, self.svc.shares)
+        return Response(status_code=204)
+
+    async def healthz(self, _: Request) -> Response:
+        return _status(*self.svc.health())
+
+    async def readyz(self, _: Request) -> Response:
+        return _status(*self.svc.readiness())
+
+    async def metrics(self, _: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(routes=[
-        Route("/v1/devices/{device_id}/prediction", get_prediction),
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
-        Route("/metrics", metrics),
-    ])
+    async def openapi(self, _: Request) -> Response:
+        return Response(_SPEC_BYTES, media_type="application/json")
+
+
+def create_app(svc: Service):
+    ep = Endpoints(svc)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        svc.hub.bind(asyncio.get_running_loop())
+
+        async def poll():  # delivery reports of precompute requests
+            while True:
+                svc.backfill.poll()
+                await asyncio.sleep(0.1)
+
+        task = asyncio.create_task(poll())
+        try:
+            yield
+        finally:
+            task.cancel()
+            svc.backfill.flush()
+            if svc.reader is not None:
+                await svc.reader.close()
+
+    app = Starlette(routes=[
+        Route("/v1/predictions", ep.batch, methods=["GET"]),
+        Route("/v1/stream", ep.stream, methods=["GET"]),
+        Route("/v1/prefetch", ep.prefetch, methods=["POST"]),
+        Route("/v1/beacon", ep.beacon, methods=["POST"]),
+        Route("/healthz", ep.healthz, methods=["GET"]),
+        Route("/readyz", ep.readyz, methods=["GET"]),
+        Route("/metrics", ep.metrics, methods=["GET"]),
+        Route("/openapi.json", ep.openapi, methods=["GET"]),
+    ], exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
+    return FastPath(svc, app)
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+async def _get_many(svc: Service, ids: list[str]):
+    import redis
+
+    try:
+        return await svc.reader.get_many(ids)
+    except redis.RedisError:
+        return [None] * len(ids)
+
+
+def _event(device_id: str, body: bytes) -> bytes:
+    return b"event: prediction\nid: %s\ndata: %s\n\n" % (device_id.encode(), body)
+
+
+def _status(ok: bool, details: dict) -> Response:
+    return Response(orjson.dumps({"status": "ok" if ok else "unavailable", **details}), 200 if ok else 503,
+                    media_type="application/json")
+

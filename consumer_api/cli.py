@@ -4,33 +4,72 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from consumer_api.app import create_app
+from consumer_api.backfill import Backfill
+from consumer_api.hub import Hub
 from consumer_api.materializer import Materializer
+from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
-from consumer_api.store import MemoryStore
-from precast.kafka import Admin
+from precast.errors import ConfigError
+from precast.kafka import Admin, Producer
 from precast.runtime import run_cli, setup_logging
+from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
 from precast.settings import load
 from schemas.topics import catalog
+
+
+@dataclass
+class Built:
+    service: Service
+    materializer: Materializer
+    app: object
+
+
+def build(settings: ApiSettings) -> Built:
+    """Stores, materializer, backfill producer and the ASGI app, wired from one settings object."""
+    opts = settings.api
+    if not opts.local_view and not settings.redis.url:
+        raise ConfigError("PRECAST_API__LOCAL_VIEW=false needs Redis (PRECAST_REDIS__URL is empty)")
+    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
+    grace_ms = int(opts.grace_s * 1000)
+    view = MemoryStore(grace_ms) if opts.local_view else None
+    shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
+    hub = Hub()
+    mat = Materializer(settings.kafka, topics.predictions.name, topics.predictions.partitions, view=view,
+                       shared=shared, group_prefix=opts.group_id, producer=Producer(settings.kafka),
+                       dead_letter_topic=topics.dead_letters.name, on_stored=hub.publish_threadsafe,
+                       batch=opts.consume_batch, ready_max_lag=opts.ready_max_lag)
+
+    def readiness() -> tuple[bool, dict]:
+        return mat.ready, {"lag": mat.lag, "devices": len(view) if view is not None else None,
+                           "redis": None if shared is None else ("up" if mat.redis_up else "down")}
+
+    def health() -> tuple[bool, dict]:
+        return mat.error is None, {} if mat.error is None else {"error": f"materializer: {mat.error}"}
+
+    backfill = Backfill(Producer(settings.kafka), topics.precompute_requests.name, int(opts.request_window_s * 1000))
+    svc = Service(opts, view, None if opts.local_view else AsyncRedisReader(settings.redis), backfill,
+                  readiness=readiness, health=health, hub=hub)
+    return Built(svc, mat, create_app(svc))
 
 
 def run(settings: ApiSettings) -> int:
     import uvicorn
 
     Admin(settings.kafka).wait_reachable()
-    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
-    store = MemoryStore()
-    materializer = Materializer(settings.kafka, topics.predictions.name, topics.predictions.partitions,
-                                store, settings.api.group_id)
-    materializer.start()
-    app = create_app(store, lambda: materializer.ready)
+    built = build(settings)
+    # The materializer thread holds the GIL in short bursts; a shorter switch interval than
+    # the default 5 ms keeps it from adding milliseconds to a read's latency.
+    sys.setswitchinterval(0.001)
+    built.materializer.start()
     print(f"precast-api: serving on http://{settings.api.host}:{settings.api.port}", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning",
+        uvicorn.run(built.app, host=settings.api.host, port=settings.api.port, log_level="warning",
                     access_log=False)
     finally:
-        materializer.stop()
+        built.materializer.stop()
     return 0
 
 

@@ -1,75 +1,221 @@
-"""Reads the predictions topic into the serving store, newest data first-class."""
+"""Reads the predictions topic into the serving stores: the in-process view (the read path)
+and, when configured, the shared Redis store. Newest `computed_at` wins in both (never the
+last arrival), so replays, duplicates and two workers during a rebalance are harmless.
+
+Each replica reads every partition from the beginning (the topic is compacted: about one
+record per device) in a consumer group of its own, read_committed, and is ready once it has
+read up to the end offsets it saw at start (minus `ready_max_lag`). When Redis fails or comes
+back without the load marker (a restart lost its data), the materializer keeps feeding the
+view and replays the topic into Redis once Redis answers again.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 
-import orjson
+import redis
 from prometheus_client import Counter, Gauge
 
-from consumer_api.store import Entry, MemoryStore
-from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
+from precast.deadletter import DeadLetters
+from precast.kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaFailure,
+    KafkaMessage,
+    Producer,
+    TopicPartitionOffset,
+)
+from precast.serving import (
+    STORED,
+    Entry,
+    InvalidPrediction,
+    MemoryStore,
+    RedisStore,
+    entry_from_prediction,
+)
 from precast.settings import KafkaSettings
 
 log = logging.getLogger("precast.api.materializer")
 
 APPLIED = Counter("precast_api_materialized_total", "prediction records read", ["result"])
-DEVICES = Gauge("precast_api_devices", "devices with a stored prediction")
+DEVICES = Gauge("precast_api_devices", "devices in this replica's view")
+LAG = Gauge("precast_api_materializer_lag", "records behind the end offsets seen at start or at the last replay")
+REDIS_OK = Gauge("precast_api_redis_up", "1 while the shared store accepts writes")
+REPLAYS = Counter("precast_api_replays_total", "replays of the predictions topic into Redis", ["why"])
+
+_TRANSIENT = {"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT"}
+
+OnStored = Callable[[list[tuple[str, Entry]]], None]
 
 
 class Materializer:
-    """Assigns every partition of the predictions topic from the beginning (the topic is
-    compacted, so that is about one record per device) and keeps following it."""
-
-    def __init__(self, kafka: KafkaSettings, topic: str, partitions: int, store: MemoryStore, group_prefix: str) -> None:
-        # Each replica must read every partition, so it uses a group of its own and assigns
-        # partitions itself instead of sharing them with other replicas.
+    def __init__(self, kafka: KafkaSettings, topic: str, partitions: int, *, view: MemoryStore | None,
+                 shared: RedisStore | None = None, group_prefix: str = "precast-api",
+                 producer: Producer | None = None, dead_letter_topic: str | None = None, on_stored: OnStored | None = None,
+                 batch: int = 5_000, ready_max_lag: int = 0) -> None:
+        # Every replica must read every partition: a group of its own, partitions assigned here.
         self._consumer = Consumer(kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **{"isolation.level": "read_committed"})
-        self._topic, self._partitions, self.store = topic, partitions, store
+        self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
+        self._producer = producer
+        self._dead = DeadLetters(producer, dead_letter_topic, "api-materializer") if producer and dead_letter_topic else None
+        self._on_stored, self._batch, self._max_lag = on_stored, batch, ready_max_lag
         self._targets: dict[int, int] = {}
+        self._positions: dict[int, int] = {}
+        self._live_from: dict[int, int] = {}  # offsets below these were seen before (replays)
         self._caught_up = threading.Event()
         self._stop = threading.Event()
+        self._redis_dirty = False  # a write failed or the data was lost: replay when it answers
+        self._redis_loading = shared is not None
+        self._last_check = 0.0
+        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="materializer", daemon=True)
 
+    # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
-        for p in range(self._partitions):
-            _low, high = self._consumer.watermarks(self._topic, p)
-            self._targets[p] = high
-        self._consumer.assign([TopicPartitionOffset(self._topic, p, OFFSET_BEGINNING) for p in range(self._partitions)])
-        if all(h == 0 for h in self._targets.values()):
-            self._caught_up.set()
+        self._assign_from_beginning()
         self._thread.start()
-
-    @property
-    def ready(self) -> bool:
-        return self._caught_up.is_set()
-
-    def _run(self) -> None:
-        positions: dict[int, int] = {}
-        while not self._stop.is_set():
-            msgs = self._consumer.consume(5000, 0.2)
-            for m in msgs:
-                value = m.value()
-                key = m.key()
-                positions[m.partition()] = m.offset() + 1
-                if not value or not key:
-                    APPLIED.labels("skipped").inc()
-                    continue
-                try:
-                    p = orjson.loads(value)
-                    entry = Entry(int(p["computed_at_ms"]), int(p["produced_at_ms"]), str(p["model_version"]), value)
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    APPLIED.labels("invalid").inc()
-                    continue
-                APPLIED.labels("applied" if self.store.put(key.decode(), entry) else "older").inc()
-            DEVICES.set(len(self.store))
-            if not self._caught_up.is_set() and all(positions.get(p, 0) >= h for p, h in self._targets.items()):
-                log.info("materializer caught up: %d devices", len(self.store))
-                self._caught_up.set()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=10)
         self._consumer.close()
+
+    @property
+    def ready(self) -> bool:
+        return self._caught_up.is_set() and self.error is None
+
+    @property
+    def lag(self) -> int:
+        return sum(max(0, h - self._positions.get(p, 0)) for p, h in self._targets.items())
+
+    @property
+    def redis_up(self) -> bool:
+        return self.shared is not None and not self._redis_dirty
+
+    def _assign_from_beginning(self) -> None:
+        for p, pos in self._positions.items():
+            self._live_from[p] = max(self._live_from.get(p, 0), pos)
+        self._targets = {p: self._watermark(p) for p in range(self.partitions)}
+        self._positions = {}
+        self._consumer.assign([TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+
+    def _watermark(self, partition: int, attempts: int = 40) -> int:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
+        for i in range(attempts):
+            try:
+                return self._consumer.watermarks(self.topic, partition)[1]
+            except KafkaFailure as exc:
+                transient = exc.retriable or exc.code in _TRANSIENT
+                if not transient or i == attempts - 1:
+                    raise
+                time.sleep(0.25)
+        raise AssertionError("unreachable")
+
+    # -- loop -------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.run_once()
+        except BaseException as exc:  # readiness turns false; the process reports it on /readyz
+            self.error = exc
+            log.exception("materializer stopped")
+
+    def run_once(self, timeout: float = 0.2) -> int:
+        msgs = self._consumer.consume(self._batch, timeout)
+        now = int(time.time() * 1000)
+        items: list[tuple[str, Entry]] = []
+        rejected = 0
+        positions = self._positions
+        for m in msgs:
+            p, off = m.partition(), m.offset()
+            positions[p] = off + 1
+            key, value = m.key(), m.value()
+            if not value:
+                APPLIED.labels("tombstone").inc()  # no timestamps: cannot take part in newest-wins
+                continue
+            try:
+                e = entry_from_prediction(value, now, key)
+            except InvalidPrediction as bad:
+                rejected += self._reject(m, bad, off >= self._live_from.get(p, 0))
+                continue
+            items.append((key.decode(), e))
+        if items:
+            self._apply(items, now)
+        if rejected and self._producer is not None:
+            self._producer.flush()  # dead letters are durable before we move on
+        self._housekeeping(now)
+        return len(msgs)
+
+    def _reject(self, m: KafkaMessage, bad: InvalidPrediction, live: bool) -> int:
+        APPLIED.labels("invalid").inc()
+        # Records met again in a Redis replay were dead-lettered when this process first read
+        # them; each replica and each restart does dead-letter them once (duplicates, not loss).
+        if live and self._dead is not None:
+            self._dead.send(m, bad.reason, bad.detail)
+            return 1
+        return 0
+
+    def _apply(self, items: list[tuple[str, Entry]], now: int) -> None:
+        stored: list[tuple[str, Entry]] = []
+        if self.view is not None:
+            results = self.view.put_many_if_newer(items, now)
+            stored = [it for it, r in zip(items, results, strict=True) if r == STORED]
+        if self.shared is not None and not self._redis_dirty:
+            try:
+                results = self.shared.put_many_if_newer(items, now)
+                if self.view is None:
+                    stored = [it for it, r in zip(items, results, strict=True) if r == STORED]
+            except redis.RedisError as exc:
+                self._lose_redis(f"write failed: {type(exc).__name__}")
+        APPLIED.labels("stored").inc(len(stored))
+        APPLIED.labels("older_or_expired").inc(len(items) - len(stored))
+        if stored and self._on_stored is not None:
+            self._on_stored(stored)
+
+    def _lose_redis(self, why: str) -> None:
+        if not self._redis_dirty:
+            log.warning("shared store unavailable (%s): serving continues, Redis will be replayed", why)
+        self._redis_dirty = True
+        REDIS_OK.set(0)
+
+    def _housekeeping(self, now: int) -> None:
+        if self.view is not None:
+            self.view.sweep(now)
+            DEVICES.set(len(self.view))
+        LAG.set(self.lag)
+        if not self._caught_up.is_set() and self.lag <= self._max_lag:
+            log.info("materializer caught up (%d devices in view)", len(self.view) if self.view is not None else -1)
+            self._caught_up.set()
+        if self.shared is None:
+            return
+        if self._redis_loading and self.lag == 0 and not self._redis_dirty:
+            self._mark_loaded()
+        mono = time.monotonic()
+        if mono - self._last_check < 1.0:
+            return
+        self._last_check = mono
+        try:
+            loaded = self.shared.loaded()
+        except redis.RedisError as exc:
+            self._lose_redis(f"unreachable: {type(exc).__name__}")
+            return
+        if self._redis_dirty or (not loaded and not self._redis_loading):
+            why = "write_failure" if self._redis_dirty else "data_lost"
+            log.warning("replaying the predictions topic into Redis (%s)", why)
+            REPLAYS.labels(why).inc()
+            self._redis_dirty, self._redis_loading = False, True
+            REDIS_OK.set(1)
+            self._assign_from_beginning()
+
+    def _mark_loaded(self) -> None:
+        try:
+            self.shared.mark_loaded()
+            self._redis_loading = False
+            REDIS_OK.set(1)
+        except redis.RedisError as exc:
+            self._lose_redis(f"unreachable: {type(exc).__name__}")
+

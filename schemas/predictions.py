@@ -51,6 +51,9 @@ class PredictionSet(BaseModel):
     trigger: Trigger
     lineage: list[LineageRef] = Field(default_factory=list)
     backfill: bool = False
+    # Model time of the batch this prediction came from, when the worker reports it; lets the
+    # read API split "event -> produced" into queue and model delay (docs/api.md).
+    inference_ms: int | None = Field(default=None, ge=0)
 
 
 PrecomputeReason = Literal["api_miss", "prefetch", "backfill", "expiry"]
@@ -65,3 +68,19 @@ class PrecomputeRequest(BaseModel):
     reason: PrecomputeReason
     requested_at_ms: EpochMs
     model_version: str | None = None
+
+
+OrderKey = tuple[int, int, str]
+
+
+def order_key(computed_at_ms: int, produced_at_ms: int, model_version: str) -> OrderKey:
+    """The newest-wins ordering of docs/architecture.md: data time, then production time, then
+    model version (string order), so every store and every replica resolves ties the same way."""
+    return (computed_at_ms, produced_at_ms, model_version)
+
+
+def supersedes(new: OrderKey, current: OrderKey | None) -> bool:
+    """True when a prediction with order key `new` must replace the one stored with `current`.
+
+    Strictly newer only: a duplicate (equal key) never rewrites, so redelivery is idempotent."""
+    return current is None or new > current

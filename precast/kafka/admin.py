@@ -68,15 +68,10 @@ class Admin:
     def ensure_topics(self, specs: list[TopicSpec], timeout: float = 30.0) -> list[TopicReport]:
         """Create missing topics; refuse when an existing one has another partition count."""
         existing = self.topic_partitions(timeout)
-        mismatched = [s for s in specs if s.name in existing and existing[s.name] != s.partitions]
-        if mismatched:
-            s = mismatched[0]
-            raise TopicContractError(
-                f"topic {s.name} has {existing[s.name]} partitions but its contract says "
-                f"{s.partitions}; device co-partitioning needs them equal (recreate the topic "
-                f"or set PRECAST_TOPICS__PARTITIONS={existing[s.name]})")
+        self._check_partitions(specs, existing)
         missing = [s for s in specs if s.name not in existing]
-        reports = [TopicReport(s.name, "ok") for s in specs if s.name in existing]
+        reports: list[TopicReport] = []
+        raced: list[TopicSpec] = []  # created by someone else after our metadata snapshot
         if missing:
             futures = self._a.create_topics(
                 [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
@@ -89,10 +84,32 @@ class Admin:
                     err = exc.args[0]
                     if err.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
                         raise KafkaFailure(f"create topic {s.name}: {err.str()}", code=err.name()) from None
-                    reports.append(TopicReport(s.name, "ok"))
-        reports.extend(self._config_drift([s for s in specs if s.name in existing], timeout))
+                    raced.append(s)
+        visible = self._wait_visible([s.name for s in missing], timeout) if missing else existing
+        self._check_partitions(raced, visible)
+        present = [s for s in specs if s.name in existing] + raced
+        reports += [TopicReport(s.name, "ok") for s in present]
+        reports.extend(self._config_drift(present, timeout))
         order = {s.name: i for i, s in enumerate(specs)}
         return sorted(reports, key=lambda r: (order[r.name], r.action))
+
+    @staticmethod
+    def _check_partitions(specs: list[TopicSpec], existing: dict[str, int]) -> None:
+        for s in specs:
+            if s.name in existing and existing[s.name] != s.partitions:
+                raise TopicContractError(
+                    f"topic {s.name} has {existing[s.name]} partitions but its contract says "
+                    f"{s.partitions}; device co-partitioning needs them equal (recreate the topic "
+                    f"or set PRECAST_TOPICS__PARTITIONS={existing[s.name]})")
+
+    def _wait_visible(self, names: list[str], timeout: float) -> dict[str, int]:
+        """Metadata lags topic creation a little; wait until every name is listed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            parts = self.topic_partitions(timeout)
+            if all(n in parts for n in names) or time.monotonic() > deadline:
+                return parts
+            time.sleep(0.1)
 
     def _config_drift(self, specs: list[TopicSpec], timeout: float) -> list[TopicReport]:
         if not specs:
@@ -130,6 +147,7 @@ class Admin:
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
             raise KafkaFailure(f"create topic {name}: {err.str()}", code=err.name()) from None
+        self._wait_visible([name], timeout)
 
     # -- consumer groups and offsets (lag, the replay guard) ------------------------------------
     def consumer_groups(self, timeout: float = 10.0) -> list[GroupInfo]:

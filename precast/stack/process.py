@@ -87,6 +87,14 @@ class ManagedProcess:
         return True
 
     def exited_early(self) -> bool:
+        # Right after the fork, before exec, /proc/<pid>/cmdline is empty and pid() reads None:
+        # for a child of ours, ask the Popen object instead of guessing from /proc.
+        try:
+            child = _children.get(int(self.pid_file.read_text().strip()))
+        except (OSError, ValueError):
+            child = None
+        if child is not None:
+            return child.poll() is not None
         return self.pid_file.exists() and self.pid() is None
 
 

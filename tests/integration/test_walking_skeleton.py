@@ -6,9 +6,12 @@ import orjson
 from starlette.testclient import TestClient
 
 from consumer_api.app import create_app
+from consumer_api.backfill import Backfill
 from consumer_api.materializer import Materializer
-from consumer_api.store import MemoryStore
+from consumer_api.service import Service
+from consumer_api.settings import ApiOptions
 from precast.kafka import Consumer, Producer
+from precast.serving import MemoryStore
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet
 from workers.inference import ModelSession
@@ -36,7 +39,8 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
     assert done == 200
 
     store = MemoryStore()
-    mat = Materializer(kafka_settings, topics.predictions.name, topics.predictions.partitions, store, unique("api"))
+    mat = Materializer(kafka_settings, topics.predictions.name, topics.predictions.partitions, view=store,
+                       group_prefix=unique("api"))
     mat.start()
     deadline = time.monotonic() + 30
     while not mat.ready and time.monotonic() < deadline:
@@ -44,7 +48,9 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
     mat.stop()
     assert mat.ready and len(store) == 50
 
-    client = TestClient(create_app(store, lambda: mat.ready))
+    svc = Service(ApiOptions(), store, None, Backfill(None, topics.precompute_requests.name, 5000),
+                  readiness=lambda: (mat.ready, {}))
+    client = TestClient(create_app(svc))
     r = client.get("/v1/devices/dev-000007/prediction")
     assert r.status_code == 200
     body = r.json()

@@ -1,0 +1,115 @@
+"""Load generators for `python -m bench api`: wrk (saturation) and h2load (fixed request rate,
+per-request latencies from its log file), plus the API server subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from bench.harness import ROOT, progress
+
+
+def need(binary: str, package: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        raise SystemExit(f"bench api: {binary} not found (apt-get install -y {package})")
+    return path
+
+
+class ApiServer:
+    """`python -m bench.api_server` with the given PRECAST_* environment."""
+
+    def __init__(self, port: int, env: dict[str, str], devices: int) -> None:
+        self.port, self.url = port, f"http://127.0.0.1:{port}"
+        self.log = Path(tempfile.mkdtemp(prefix="bench-api-")) / "server.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "bench.api_server", str(port), str(devices)],
+                                         env={**os.environ, **env}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def wait_ready(self, timeout: float = 120.0) -> float:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"bench api: server exited: {self.log.read_text()[-2000:]}")
+            try:
+                if urllib.request.urlopen(self.url + "/readyz", timeout=1).status == 200:
+                    return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit("bench api: server not ready in time")
+
+    def metric(self, name: str, labels: str = "") -> float:
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=5).read().decode()
+        m = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+]+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wrk(url: str, paths: list[str], seconds: float, connections: int = 32) -> float:
+    """Saturation throughput (req/s), requests spread over `paths`."""
+    need("wrk", "wrk")
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write("local paths = {" + ",".join(f'"{p}"' for p in paths) + "}\n"
+                "local i = 0\nrequest = function()\n  i = i % #paths + 1\n"
+                "  return wrk.format(nil, paths[i])\nend\n")
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name, url],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(f.name)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if non2xx:
+        raise SystemExit(f"bench api: wrk saw {non2xx.group(1)} errors on {url}{paths[0]}")
+    return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+
+
+def fixed_rate(url: str, paths: list[str], rate: int, seconds: float) -> dict[str, float]:
+    """Latency at a fixed request rate: h2load over HTTP/1.1 with `--rps` per connection and
+    enough connections that each waits far longer between its requests than one takes, so a
+    slow answer delays almost nothing behind it (little coordinated omission)."""
+    need("h2load", "nghttp2-client")
+    clients = max(1, min(200, rate // 100))
+    with tempfile.TemporaryDirectory() as d:
+        uris, log = Path(d, "uris"), Path(d, "log")
+        uris.write_text("".join(f"{url}{p}\n" for p in paths))
+        subprocess.run(["h2load", "--h1", "-c", str(clients), "-t", "1", "--rps", f"{rate / clients:g}",
+                        "-D", f"{seconds:g}", "-i", str(uris), "--log-file", str(log)],
+                       capture_output=True, text=True, check=True)
+        rows = np.loadtxt(log, dtype=np.int64, ndmin=2)
+    ok = rows[rows[:, 1] < 400]
+    lat_ms = ok[:, 2] / 1000.0
+    span_s = (rows[:, 0].max() - rows[:, 0].min()) / 1e6 if len(rows) > 1 else seconds
+    return {"rate": rate, "achieved": len(rows) / max(span_s, 1e-9), "errors": int(len(rows) - len(ok)),
+            "p50": float(np.percentile(lat_ms, 50)), "p99": float(np.percentile(lat_ms, 99)),
+            "p999": float(np.percentile(lat_ms, 99.9)), "n": int(len(rows))}
+
+
+def zipf_paths(devices: list[str], n: int, s: float = 1.1, seed: int = 7) -> list[str]:
+    """A UI read pattern: a few devices are looked at constantly, most rarely."""
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(1, len(devices) + 1, dtype=np.float64)
+    p = ranks ** -s
+    picks = rng.choice(len(devices), size=n, p=p / p.sum())
+    order = rng.permutation(len(devices))  # popularity unrelated to the ID
+    return [f"/v1/devices/{devices[order[i]]}/prediction" for i in picks]
+
+
+def progress_line(msg: str) -> None:
+    progress(msg)

@@ -1,0 +1,272 @@
+"""Read API: newest answer from memory vs a constant body and vs on-demand inference, latency at
+fixed rates, rebuild of 1M devices, hit ratio and freshness while the simulator and workers run."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import orjson
+
+from bench.api_load import ApiServer, fixed_rate, wrk, zipf_paths
+from bench.harness import ROOT, Context, Figure, Report, progress
+
+NAME = "api"
+DESCRIPTION = "read API: req/s vs constant body and on-demand, fixed-rate p99, rebuild 1M, hit ratio, freshness"
+
+
+def _value(device: str, computed: int, produced: int, horizon_ms: int) -> bytes:
+    return orjson.dumps({"schema_version": 1, "device_id": device,
+                         "candidates": [{"strategy": "remote_restart", "score": 0.71}, {"strategy": "monitor_only", "score": 0.2},
+                                        {"strategy": "firmware_rollback", "score": 0.05}],
+                         "model_version": "1.0.0", "computed_at_ms": computed, "valid_until_ms": computed + horizon_ms,
+                         "produced_at_ms": produced, "trigger": "heartbeat",
+                         "lineage": [{"topic": "precast.heartbeats", "partition": 0, "offset": 1}]})
+
+
+def _publish(ctx: Context, topic: str, devices: list[str], horizon_ms: int) -> None:
+    from precast.kafka import Producer
+
+    p = Producer(ctx.kafka_settings())
+    now = int(time.time() * 1000)
+    for i, d in enumerate(devices):
+        p.produce(topic, d.encode(), _value(d, now - 200, now - 150, horizon_ms))
+        if i % 10_000 == 0:
+            p.poll(0)
+    p.flush(120)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]:
+    """Time from start to ready: the in-process view, and Redis (view off, Lua CAS batches)."""
+    import redis as redis_lib
+
+    from consumer_api.materializer import Materializer
+    from precast.serving import MemoryStore, RedisStore
+
+    progress(f"rebuild: publishing {n:,} predictions")
+    devices = [f"dev-{i:07d}" for i in range(n)]
+    _publish(ctx, topics.predictions.name, devices, horizon_ms=300_000)
+    del devices
+    rows, figs = [], {}
+    rss0 = _rss_mb()
+    view = MemoryStore(30_000)
+    mat = Materializer(ctx.kafka_settings(), topics.predictions.name, topics.predictions.partitions, view=view,
+                       group_prefix=ctx.unique("rebuild"), batch=10_000)
+    t0 = time.perf_counter()
+    mat.start()
+    while not mat.ready:
+        time.sleep(0.01)
+    s = time.perf_counter() - t0
+    mat.stop()
+    mb = _rss_mb() - rss0
+    progress(f"rebuild: view {len(view):,} devices in {s:.2f}s, +{mb:,.0f} MB RSS")
+    rows.append(["rebuild: in-process view", f"{len(view):,} devices", f"{s:.2f} s", f"{len(view) / s:,.0f}/s", f"+{mb:,.0f} MB RSS"])
+    figs["view"], figs["view_mb"] = s, mb
+    del view
+
+    client = redis_lib.Redis.from_url(ctx.redis_url)
+    used0 = client.info("memory")["used_memory"]
+    store = RedisStore(client, ctx.unique("rebuild") + ":", grace_ms=30_000)
+    mat = Materializer(ctx.kafka_settings(), topics.predictions.name, topics.predictions.partitions, view=None,
+                       shared=store, group_prefix=ctx.unique("rebuild"), batch=10_000)
+    t0 = time.perf_counter()
+    mat.start()
+    while not store.loaded():
+        time.sleep(0.05)
+    s = time.perf_counter() - t0
+    mat.stop()
+    used = (client.info("memory")["used_memory"] - used0) / 2**20
+    for i, keys in enumerate(store._scan(10_000)):  # the shared Redis: leave nothing behind
+        client.unlink(*keys)
+        if i % 20 == 0:
+            progress(f"rebuild: cleaning Redis ({i * 10_000:,} keys)")
+    client.delete(store._loaded)
+    progress(f"rebuild: Redis {n:,} devices in {s:.2f}s, +{used:,.0f} MB used_memory")
+    rows.append(["rebuild: Redis (Lua CAS, 500/call)", f"{n:,} devices", f"{s:.2f} s", f"{n / s:,.0f}/s", f"+{used:,.0f} MB Redis"])
+    figs["redis"], figs["redis_mb"] = s, used
+    return rows, figs
+
+
+def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[list[list], dict]:
+    env = {"PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
+           "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
+           "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers, "PRECAST_REDIS__URL": "",
+           "PRECAST_API__GROUP_ID": ctx.unique("api"), "PRECAST_LOG_LEVEL": "WARNING"}
+    devices = [f"dev-{i:06d}" for i in range(n_devices)]
+    _publish(ctx, topics.predictions.name, devices, horizon_ms=3_600_000)
+    server = ApiServer(8790, env, n_devices)
+    rows, res = [], {}
+    try:
+        progress(f"http: server ready after {server.wait_ready():.1f}s")
+        sample = devices[:: max(1, n_devices // 500)]
+        paths = {"newest (GET one device)": [f"/v1/devices/{d}/prediction" for d in sample],
+                 "constant body": ["/bench/constant"],
+                 "on-demand inference": [f"/bench/ondemand/{d}" for d in sample]}
+        best: dict[str, float] = {}
+        for rnd in range(2):  # alternate, keep the best of each (noisy shared machine)
+            for name, p in paths.items():
+                rps = wrk(server.url, p, seconds)
+                best[name] = max(best.get(name, 0.0), rps)
+                progress(f"wrk round {rnd + 1}: {name}: {rps:,.0f} req/s")
+        for name, rps in best.items():
+            rows.append([f"saturation: {name}", "wrk -t1 -c32", f"{rps:,.0f} req/s", f"{rps / best['constant body']:.2f} of constant", ""])
+        res["saturation"] = best
+        lat: dict[tuple[str, int], dict] = {}
+        for name, rates in (("newest (GET one device)", (1_000, 5_000, 10_000)), ("on-demand inference", (1_000,))):
+            for rate in rates:
+                r = fixed_rate(server.url, paths[name], rate, seconds)
+                lat[(name, rate)] = r
+                progress(f"fixed rate {rate}/s {name}: p50 {r['p50']:.2f} p99 {r['p99']:.2f} p99.9 {r['p999']:.2f} ms "
+                         f"(achieved {r['achieved']:,.0f}/s, {r['errors']} errors)")
+                rows.append([f"fixed {rate:,}/s: {name}", f"achieved {r['achieved']:,.0f}/s",
+                             f"p50 {r['p50']:.2f} ms", f"p99 {r['p99']:.2f} ms", f"p99.9 {r['p999']:.2f} ms"])
+        res["lat"] = lat
+    finally:
+        server.stop()
+    return rows, res
+
+
+def _probe_freshness(url: str, publisher, fleet_event: dict, probes: int, stop: threading.Event) -> list[float]:
+    """Publish a heartbeat for a probe device, poll until an answer computed from it is served."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    out = []
+    for i in range(probes):
+        if stop.is_set():
+            break
+        device = f"probe-{i % 50:03d}"
+        now = int(time.time() * 1000)
+        publisher.publish({**fleet_event, "device_id": device, "event_id": f"probe-{now}-{i}",
+                           "event_time_ms": now, "produced_at_ms": now})
+        publisher.flush(5)
+        t_pub = time.time()
+        deadline = t_pub + 10
+        while time.time() < deadline:
+            conn.request("GET", f"/v1/devices/{device}/prediction")
+            body = orjson.loads(conn.getresponse().read())
+            if (body.get("computed_at_ms") or 0) >= now:
+                out.append((time.time() * 1000) - now)
+                break
+            time.sleep(0.002)
+        time.sleep(0.1)
+    conn.close()
+    return out
+
+
+def live_phase(ctx: Context, topics, devices: int, rate: int, seconds: float) -> tuple[list[list], dict]:
+    """Simulator + worker + API; Zipf reads at a fixed rate; hit ratio from the API's counters."""
+    from precast.kafka import Producer
+    from producers.publisher import EventPublisher
+    from producers.simulator import Fleet
+
+    env = {**os.environ, "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
+           "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
+           "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers, "PRECAST_REDIS__URL": "",
+           "PRECAST_API__GROUP_ID": ctx.unique("api"), "PRECAST_WORKER__GROUP_ID": ctx.unique("workers"),
+           "PRECAST_SIMULATOR__DEVICES": str(devices), "PRECAST_SIMULATOR__RATE": str(rate),
+           "PRECAST_MODEL__PROVIDER": "cpu", "PRECAST_LOG_LEVEL": "WARNING"}
+    procs = [subprocess.Popen([sys.executable, "-m", m], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+             for m in ("producers.cli", "workers.cli")]
+    server = ApiServer(8791, {k: env[k] for k in env if k.startswith("PRECAST_")}, devices)
+    rows, res = [], {}
+    try:
+        server.wait_ready()
+        warm = 2 * devices / rate + 10
+        progress(f"live: simulator {devices:,} devices at {rate:,}/s + worker + API; warming up {warm:.0f}s")
+        time.sleep(warm)
+        fleet_event = Fleet(1, seed=3).heartbeats(1, int(time.time() * 1000))[0]
+        publisher = EventPublisher(Producer(ctx.kafka_settings()), topics)
+        stop = threading.Event()
+        fresh: list[float] = []
+        for i in range(50):  # probe devices get a first answer before the measured window
+            publisher.publish({**fleet_event, "device_id": f"probe-{i:03d}", "event_id": f"warm-{i}"})
+        publisher.flush(5)
+        time.sleep(2)
+        prober = threading.Thread(target=lambda: fresh.extend(_probe_freshness(server.url, publisher, fleet_event, 10_000, stop)))
+        reads = {s: server.metric("precast_api_reads_total", f'{{source="{s}"}}') for s in ("precomputed", "stale", "fallback")}
+        prober.start()
+        r = fixed_rate(server.url, zipf_paths([f"dev-{i:06d}" for i in range(devices)], 50_000), 1_000, seconds)
+        stop.set()
+        prober.join()
+        after = {s: server.metric("precast_api_reads_total", f'{{source="{s}"}}') for s in reads}
+        delta = {s: after[s] - reads[s] for s in reads}
+        total = sum(delta.values())
+        # probe reads count as reads too; their first polls are deliberately early (misses)
+        hit = delta["precomputed"] / total if total else 0.0
+        res.update(hit=hit, delta=delta, fresh=fresh, zipf=r)
+        fp = np.percentile(fresh, [50, 99]) if fresh else [float("nan")] * 2
+        progress(f"live: hit ratio {hit:.5f} ({delta}), freshness p50 {fp[0]:.0f} ms p99 {fp[1]:.0f} ms over {len(fresh)} probes")
+        rows.append(["live: Zipf reads 1,000/s, simulator + worker", f"{int(total):,} reads",
+                     f"hit {hit * 100:.3f} %", f"p99 {r['p99']:.2f} ms", f"stale {int(delta['stale'])}, fallback {int(delta['fallback'])}"])
+        rows.append(["live: event produced -> newest answer served", f"{len(fresh)} probes",
+                     f"p50 {fp[0]:.0f} ms", f"p99 {fp[1]:.0f} ms", ""])
+    finally:
+        server.stop()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return rows, res
+
+
+def run(ctx: Context) -> Report:
+    from precast.kafka import Admin
+    from schemas.topics import catalog
+
+    admin = Admin(ctx.kafka_settings())
+    q = ctx.quick
+    made = []
+
+    def fresh_topics(stem: str):
+        cat = catalog(prefix=ctx.unique(stem) + ".", partitions=6)
+        admin.ensure_topics(list(cat))
+        made.extend(t.name for t in cat)
+        return cat
+
+    try:
+        rows, figs = rebuild(ctx, fresh_topics("api-rebuild"), 100_000 if q else 1_000_000)
+        r2, http = http_phase(ctx, fresh_topics("api-http"), 10_000, 4 if q else 10)
+        r3, live = live_phase(ctx, fresh_topics("api-live"), 5_000, 2_500, 10 if q else 30)
+    finally:
+        admin.delete_topics(made)
+    sat, lat = http["saturation"], http["lat"]
+    p99_10k = lat[("newest (GET one device)", 10_000)]["p99"]
+    p99_1k = lat[("newest (GET one device)", 1_000)]["p99"]
+    od_1k = lat[("on-demand inference", 1_000)]["p99"]
+    fresh = live["fresh"]
+    n_rebuild = "100k" if q else "1M"
+    figures = [
+        Figure("api_req_per_s", round(sat["newest (GET one device)"]), "req/s", "-", "GET one device, 10k devices in view, wrk -t1 -c32, 1 uvicorn process"),
+        Figure("api_vs_constant_body", round(sat["newest (GET one device)"] / sat["constant body"], 3), "ratio",
+               "constant body on the same server", "same run, alternating, best of 2"),
+        Figure("api_p99_ms_at_10k", round(p99_10k, 3), "ms", "-", "h2load --rps, fixed 10,000 req/s"),
+        Figure("api_p99_vs_on_demand", round(od_1k / p99_1k, 1), "ratio (on-demand p99 / precomputed p99)",
+               "on-demand features + ONNX per request, same server", "fixed 1,000 req/s each"),
+        Figure("api_throughput_vs_on_demand", round(sat["newest (GET one device)"] / sat["on-demand inference"], 2), "ratio",
+               "on-demand features + ONNX per request", "wrk saturation, same run"),
+        Figure("rebuild_1m_devices_s", round(figs["view"], 2), "s", "-", f"{n_rebuild} predictions, 6 partitions, in-process view"),
+        Figure("rebuild_1m_devices_redis_s", round(figs["redis"], 2), "s", "-", f"{n_rebuild} predictions into Redis by Lua CAS"),
+        Figure("hit_ratio", round(live["hit"], 5), "ratio", "-", "Zipf(1.1) reads at 1,000/s over 5,000 devices, simulator 2,500 ev/s + worker"),
+        Figure("served_freshness_p99_ms", round(float(np.percentile(fresh, 99)), 1) if fresh else -1, "ms", "-",
+               "probe heartbeat produced -> answer computed from it served (polled every 2 ms)"),
+    ]
+    return Report(title="Read API (uvicorn, 1 process, in-process view)",
+                  columns=["case", "load", "a", "b", "c"], rows=rows + r2 + r3, figures=figures,
+                  notes=["Load generators: wrk (saturation) and h2load --rps (fixed rate; see docs/dependencies.md); "
+                         "both share the 2 cores with the server, Kafka and Redis.",
+                         "Hit ratio counts every read the API served in the window, including the freshness probes' polls."])

@@ -1,0 +1,101 @@
+"""What one device's answer is (precomputed, stale or fallback), its bytes and its headers.
+
+Pure: no I/O, no JSON encoding. A stored entry's body is the PredictionSet JSON as the worker
+published it; the serving fields are spliced in before its closing brace.
+
+Delay origin: an answer's age (now - computed_at, i.e. since the newest input event) is split
+into pipeline segments taken from the entry's own timestamps:
+  queue  = produced_at - computed_at - model   (event in Kafka, waiting for a worker)
+  model  = inference_ms reported by the worker (0 when not reported)
+  kafka  = received_at - produced_at           (prediction in Kafka until a materializer took it)
+  cache  = now - received_at                   (held by the serving store until this read)
+`delay_origin` is the largest segment; a fallback's origin is `fallback`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from precast.serving import Entry
+
+PRECOMPUTED, STALE, FALLBACK = "precomputed", "stale", "fallback"
+SEGMENTS = ("queue", "model", "kafka", "cache")
+_JSON = (b"content-type", b"application/json")
+
+
+def segments(e: Entry, now_ms: int) -> tuple[int, int, int, int]:
+    model = e.inference_ms if e.inference_ms > 0 else 0
+    return (max(0, e.produced_at_ms - e.computed_at_ms - model), model,
+            max(0, e.received_at_ms - e.produced_at_ms), max(0, now_ms - e.received_at_ms))
+
+
+def origin(seg: tuple[int, int, int, int]) -> str:
+    best = 0
+    for i in (1, 2, 3):
+        if seg[i] > seg[best]:
+            best = i
+    return SEGMENTS[best]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    source: str
+    body: bytes
+    headers: list[tuple[bytes, bytes]]
+    etag: bytes | None
+    backfill: str | None  # precompute-request reason when the answer asks for one
+    max_age: int | None = None  # seconds a client may reuse it (precomputed answers only)
+
+
+class Renderer:
+    def __init__(self, default_strategy: str, expired: str) -> None:
+        self.serve_stale = expired == "stale"
+        self._fallback_candidates = b'[{"strategy":"%s","score":1.0}]' % default_strategy.encode()
+
+    def classify(self, e: Entry | None, now_ms: int) -> tuple[str, str | None]:
+        """(source, reason): reason is the precompute-request reason, or why it is a fallback."""
+        if e is None:
+            return FALLBACK, "miss"
+        if e.purge:
+            return FALLBACK, "purged"
+        if now_ms >= e.valid_until_ms:
+            return (STALE, "expired") if self.serve_stale else (FALLBACK, "expired")
+        return PRECOMPUTED, None
+
+    def render(self, device_id: str, e: Entry | None, now_ms: int) -> Answer:
+        source, reason = self.classify(e, now_ms)
+        if source == FALLBACK:
+            return self.fallback(device_id, reason or "miss")
+        assert e is not None
+        seg = segments(e, now_ms)
+        org = origin(seg)
+        body = b'%s,"source":"%s","age_ms":%d,"delay_origin":"%s"}' % (
+            e.body[:-1], source.encode(), now_ms - e.computed_at_ms, org.encode())
+        etag = e.etag.encode()
+        if source == STALE:
+            etag = etag[:-1] + b'-stale"'
+            max_age, cache = None, b"no-cache"
+        else:
+            max_age = (e.valid_until_ms - now_ms) // 1000
+            cache = b"max-age=%d" % max_age
+        headers = [_JSON, (b"cache-control", cache), (b"etag", etag),
+                   (b"x-model-version", e.model_version.encode()),
+                   (b"server-timing", b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d" % seg)]
+        return Answer(source, body, headers, etag, "expiry" if reason == "expired" else None, max_age)
+
+    def fallback(self, device_id: str, reason: str) -> Answer:
+        body = (b'{"device_id":"%s","candidates":%s,"model_version":null,"computed_at_ms":null,'
+                b'"valid_until_ms":null,"age_ms":null,"source":"fallback","delay_origin":"fallback",'
+                b'"reason":"%s"}' % (device_id.encode(), self._fallback_candidates, reason.encode()))
+        headers = [_JSON, (b"cache-control", b"no-store"), (b"server-timing", b"fallback;dur=0")]
+        # A store outage is not a reason to ask the workers: the data exists, the store is down.
+        backfill = None if reason == "store_unavailable" else ("expiry" if reason == "expired" else "api_miss")
+        return Answer(FALLBACK, body, headers, None, backfill)
+
+
+def etag_matches(if_none_match: bytes, etag: bytes) -> bool:
+    """Weak comparison (RFC 9110 13.1.2), for a list or `*`."""
+    if if_none_match.strip() == b"*":
+        return True
+    bare = etag.removeprefix(b"W/")
+    return any(t.strip().removeprefix(b"W/") == bare for t in if_none_match.split(b","))

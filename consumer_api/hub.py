@@ -1,0 +1,64 @@
+"""Live updates for Server-Sent Events: the materializer thread hands over what it stored, the
+event loop wakes the streams watching those devices. A slow stream never grows a queue: each
+keeps only the newest pending entry per device (coalescing), bounded by the devices it watches."""
+
+from __future__ import annotations
+
+import asyncio
+
+from precast.serving import Entry
+
+
+class Subscription:
+    __slots__ = ("devices", "pending", "wake")
+
+    def __init__(self, devices: list[str]) -> None:
+        self.devices = devices
+        self.pending: dict[str, Entry] = {}
+        self.wake = asyncio.Event()
+
+    def take(self) -> dict[str, Entry]:
+        self.wake.clear()
+        pending, self.pending = self.pending, {}
+        return pending
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._subs: dict[str, set[Subscription]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    @property
+    def streams(self) -> int:
+        return len({s for subs in self._subs.values() for s in subs})
+
+    def subscribe(self, devices: list[str]) -> Subscription:
+        sub = Subscription(devices)
+        for d in devices:
+            self._subs.setdefault(d, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        for d in sub.devices:
+            subs = self._subs.get(d)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[d]
+
+    def publish_threadsafe(self, items: list[tuple[str, Entry]]) -> None:
+        """Called from the materializer thread after each batch."""
+        if not self._subs or self._loop is None:
+            return
+        watched = [(d, e) for d, e in items if d in self._subs]
+        if watched:
+            self._loop.call_soon_threadsafe(self.publish, watched)
+
+    def publish(self, items: list[tuple[str, Entry]]) -> None:
+        for d, e in items:
+            for sub in self._subs.get(d, ()):
+                sub.pending[d] = e
+                sub.wake.set()

@@ -1,0 +1,84 @@
+"""What the endpoints share: where answers come from, how they are rendered, who is asked to
+backfill, and the live-update hub. Built once per process (consumer_api.cli) or by tests."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import redis
+from prometheus_client import Counter
+
+from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
+from consumer_api.backfill import Backfill
+from consumer_api.beacon import DelayShares
+from consumer_api.hub import Hub
+from consumer_api.settings import ApiOptions
+from precast.serving import AsyncRedisReader, Entry, MemoryStore
+
+READS = Counter("precast_api_reads_total", "answers served, by source", ["source"])
+_READS = {s: READS.labels(s) for s in (PRECOMPUTED, STALE, FALLBACK)}
+
+
+def _ready_always() -> tuple[bool, dict]:
+    return True, {}
+
+
+@dataclass
+class Service:
+    options: ApiOptions
+    view: MemoryStore | None
+    reader: AsyncRedisReader | None
+    backfill: Backfill
+    readiness: Callable[[], tuple[bool, dict]] = _ready_always
+    health: Callable[[], tuple[bool, dict]] = _ready_always
+    hub: Hub = field(default_factory=Hub)
+    shares: DelayShares = field(default_factory=DelayShares)
+
+    def __post_init__(self) -> None:
+        if (self.view is None) == (self.reader is None):
+            raise ValueError("exactly one of view / reader")
+        self.renderer = Renderer(self.options.default_strategy, self.options.expired)
+        tok = self.options.auth_token
+        self._token = b"Bearer " + tok.get_secret_value().encode() if tok else None
+
+    def authorized(self, header: bytes | None) -> bool:
+        return self._token is None or (header is not None and hmac.compare_digest(header, self._token))
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self._token is not None
+
+    async def answer(self, device_id: str, now_ms: int) -> Answer:
+        """One device's answer; also asks for a backfill when the answer needs one."""
+        if self.view is not None:
+            e = self.view.get(device_id, now_ms)
+        else:
+            try:
+                e = await self.reader.get(device_id)
+            except redis.RedisError:
+                return self.served(device_id, self.renderer.fallback(device_id, "store_unavailable"), now_ms)
+        return self.served(device_id, self.renderer.render(device_id, e, now_ms), now_ms)
+
+    async def answers(self, device_ids: Sequence[str], now_ms: int) -> list[Answer]:
+        entries: list[Entry | None]
+        if self.view is not None:
+            entries = self.view.get_many(device_ids, now_ms)
+        else:
+            try:
+                entries = await self.reader.get_many(device_ids)
+            except redis.RedisError:
+                return [self.served(d, self.renderer.fallback(d, "store_unavailable"), now_ms) for d in device_ids]
+        return [self.served(d, self.renderer.render(d, e, now_ms), now_ms) for d, e in zip(device_ids, entries, strict=True)]
+
+    def served(self, device_id: str, a: Answer, now_ms: int) -> Answer:
+        _READS[a.source].inc()
+        if a.backfill is not None:
+            self.backfill.request(device_id, a.backfill, now_ms)
+        return a
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

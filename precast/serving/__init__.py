@@ -1,0 +1,26 @@
+"""The serving store: the newest prediction per device, shared by the read API (materializer
+and read path) and the SRE tools (purge, rebuild). Two implementations with one API:
+
+- `MemoryStore` — the embedded default (no Redis configured), one per process;
+- `RedisStore` — shared by API replicas and tools; newest-wins by a Lua compare-and-set.
+
+API (both): `get`, `get_many`, `put_if_newer`, `put_many_if_newer` (→ STORED / OLDER /
+EXPIRED per item), `delete`, `purge(predicate)`, `iterate`. Build entries from predictions
+records with `entry_from_prediction`. Ordering: `schemas.predictions.supersedes`.
+See docs/api.md ("Serving store").
+"""
+
+from precast.serving.entry import (
+           Entry,
+           InvalidPrediction,
+           decode,
+           encode,
+           entry_from_prediction,
+           valid_device_id,
+)
+from precast.serving.memory import MemoryStore
+from precast.serving.redis_store import AsyncRedisReader, RedisStore
+from precast.serving.result import EXPIRED, OLDER, STORED
+
+__all__ = ["EXPIRED", "OLDER", "STORED", "AsyncRedisReader", "Entry", "InvalidPrediction", "MemoryStore",
+           "RedisStore", "decode", "encode", "entry_from_prediction", "valid_device_id"]

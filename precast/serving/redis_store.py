@@ -1,0 +1,195 @@
+"""The shared serving store on Redis: newest-wins by a Lua compare-and-set, so any number of
+writers (API replicas, SRE rebuilds) can race without an older prediction ever replacing a
+newer one. Key layout: `<key_prefix>p:<device_id>` (one string, see `entry.py` for the value);
+`<key_prefix>meta:loaded` says a full load from the topic finished (its absence after a Redis
+restart tells the materializers to replay)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import redis
+import redis.asyncio
+
+from precast.serving.entry import Entry, decode, encode, valid_device_id
+from precast.settings import RedisSettings
+
+# Byte-wise string comparison: Lua's `<` uses strcoll, which depends on the server's locale;
+# Python compares code points, which for UTF-8 equals byte order.
+_LUA_NEWER = r"""
+local function bytes_gt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+local function newer(new, cur)
+  local nc, np, nv = string.match(new, '^(%d+) (%d+) %d+ %d+ %S+ %S+ ([^\n]*)\n')
+  local cc, cp, cv = string.match(cur, '^(%d+) (%d+) %d+ %d+ %S+ %S+ ([^\n]*)\n')
+  if cc == nil then return true end
+  if nc ~= cc then return tonumber(nc) > tonumber(cc) end
+  if np ~= cp then return tonumber(np) > tonumber(cp) end
+  return bytes_gt(nv, cv)
+end
+"""
+
+# KEYS: entry keys; ARGV[1]: now ms, ARGV[2]: grace ms, ARGV[2+i]: encoded entry for KEYS[i].
+# Returns per key 1 stored, 0 older or duplicate, -1 already expired (see result.py).
+_PUT = _LUA_NEWER + r"""
+local now, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local new = ARGV[i + 2]
+  local ttl = tonumber(string.sub(new, 29, 41)) + grace - now
+  if ttl <= 0 then
+    out[i] = -1
+  else
+    local cur = redis.call('GET', key)
+    if cur and not newer(new, cur) then
+      out[i] = 0
+    else
+      redis.call('SET', key, new, 'PX', ttl)
+      out[i] = 1
+    end
+  end
+end
+return out
+"""
+
+# KEYS: entry keys; ARGV[i]: the value seen. Deletes only what is unchanged.
+_DELETE_IF_SAME = r"""
+local n = 0
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] then
+    redis.call('DEL', key)
+    n = n + 1
+  end
+end
+return n
+"""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RedisStore:
+    """Same API as `MemoryStore`. Redis errors propagate as `redis.RedisError`."""
+
+    def __init__(self, client: redis.Redis, key_prefix: str, grace_ms: int = 0) -> None:
+        self.client, self.grace_ms = client, grace_ms
+        self._p = key_prefix + "p:"
+        self._loaded = key_prefix + "meta:loaded"
+        self._put = client.register_script(_PUT)
+        self._delete_if_same = client.register_script(_DELETE_IF_SAME)
+
+    @classmethod
+    def from_settings(cls, settings: RedisSettings, grace_ms: int = 0) -> RedisStore:
+        from precast.redis_client import connect
+
+        return cls(connect(settings), settings.key_prefix, grace_ms)
+
+    def key(self, device_id: str) -> str:
+        # The one place a key is built: only pattern-checked IDs get in (no injection).
+        if not valid_device_id(device_id):
+            raise ValueError(f"invalid device ID {device_id[:64]!r}")
+        return self._p + device_id
+
+    # -- reads --------------------------------------------------------------------------------------
+    def get(self, device_id: str, now_ms: int | None = None) -> Entry | None:
+        raw = self.client.get(self.key(device_id))
+        return None if raw is None else decode(raw)
+
+    def get_many(self, device_ids: Sequence[str], now_ms: int | None = None) -> list[Entry | None]:
+        if not device_ids:
+            return []
+        raws = self.client.mget([self.key(d) for d in device_ids])
+        return [None if r is None else decode(r) for r in raws]
+
+    def iterate(self, batch: int = 1000) -> Iterator[tuple[str, Entry]]:
+        for keys in self._scan(batch):
+            for k, raw in zip(keys, self.client.mget(keys), strict=True):
+                if raw is not None:
+                    yield k.decode()[len(self._p):], decode(raw)
+
+    def _scan(self, batch: int) -> Iterator[list[bytes]]:
+        cursor = 0
+        while True:
+            cursor, keys = self.client.scan(cursor, match=self._p + "*", count=batch)
+            if keys:
+                yield keys
+            if cursor == 0:
+                return
+
+    def count(self) -> int:
+        return sum(len(k) for k in self._scan(5000))
+
+    # -- writes ---------------------------------------------------------------------------------------
+    def put_if_newer(self, device_id: str, entry: Entry, now_ms: int | None = None) -> int:
+        return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
+
+    def put_many_if_newer(self, items: Iterable[tuple[str, Entry]], now_ms: int | None = None,
+                          chunk: int = 500) -> list[int]:
+        """Atomic per key; one script call per `chunk` entries (one round trip each)."""
+        items = list(items)
+        now = str(now_ms or _now_ms())
+        out: list[int] = []
+        for i in range(0, len(items), chunk):
+            part = items[i:i + chunk]
+            keys = [self.key(d) for d, _ in part]
+            out.extend(self._put(keys=keys, args=[now, self.grace_ms, *(encode(e) for _, e in part)]))
+        return out
+
+    def delete(self, device_ids: Iterable[str]) -> int:
+        keys = [self.key(d) for d in device_ids]
+        return self.client.delete(*keys) if keys else 0
+
+    def purge(self, predicate: Callable[[str, Entry], bool], batch: int = 1000) -> int:
+        """Delete every entry for which `predicate(device_id, entry)` is true; an entry that a
+        newer prediction replaced meanwhile is kept. Returns how many were deleted."""
+        n = 0
+        for keys in self._scan(batch):
+            raws = self.client.mget(keys)
+            hit = [(k, r) for k, r in zip(keys, raws, strict=True)
+                   if r is not None and predicate(k.decode()[len(self._p):], decode(r))]
+            if hit:
+                n += self._delete_if_same(keys=[k for k, _ in hit], args=[r for _, r in hit])
+        return n
+
+    # -- load marker ----------------------------------------------------------------------------------
+    def loaded(self) -> bool:
+        return bool(self.client.exists(self._loaded))
+
+    def mark_loaded(self) -> None:
+        self.client.set(self._loaded, str(_now_ms()))
+
+
+class AsyncRedisReader:
+    """The read path's view of a `RedisStore` (asyncio), for replicas that keep no local view."""
+
+    def __init__(self, settings: RedisSettings) -> None:
+        from precast.redis_client import connect_async
+
+        self.client: redis.asyncio.Redis = connect_async(settings)
+        self._p = settings.key_prefix + "p:"
+
+    async def get(self, device_id: str) -> Entry | None:
+        if not valid_device_id(device_id):
+            raise ValueError(f"invalid device ID {device_id[:64]!r}")
+        raw = await self.client.get(self._p + device_id)
+        return None if raw is None else decode(raw)
+
+    async def get_many(self, device_ids: Sequence[str]) -> list[Entry | None]:
+        if not device_ids:
+            return []
+        for d in device_ids:
+            if not valid_device_id(d):
+                raise ValueError(f"invalid device ID {d[:64]!r}")
+        raws = await self.client.mget([self._p + d for d in device_ids])
+        return [None if r is None else decode(r) for r in raws]
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,72 @@
+"""Helpers for read-API integration tests: settings for a test topic catalog, predictions
+published to Kafka, and a real uvicorn server on a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import orjson
+
+from consumer_api.settings import ApiOptions, ApiSettings
+from precast.kafka import Producer
+from precast.settings import KafkaSettings, RedisSettings, TopicSettings
+from precast.stack.process import free_port
+
+
+def api_settings(kafka: KafkaSettings, topics, redis_url: str = "", key_prefix: str = "t:", **api) -> ApiSettings:
+    prefix = topics.predictions.name.removesuffix("predictions")
+    return ApiSettings(kafka=kafka, topics=TopicSettings(prefix=prefix, partitions=topics.predictions.partitions),
+                       redis=RedisSettings(url=redis_url, key_prefix=key_prefix, connect_timeout_s=1),
+                       api=ApiOptions(**api))
+
+
+def prediction_value(device: str, computed: int, produced: int, version: str = "1.0.0", horizon_ms: int = 600_000,
+                     purge: bool = False) -> bytes:
+    return orjson.dumps({
+        "schema_version": 1, "device_id": device,
+        "candidates": [] if purge else [{"strategy": "replace_part", "score": 0.6}],
+        "model_version": version, "computed_at_ms": computed, "valid_until_ms": computed + horizon_ms,
+        "produced_at_ms": produced, "trigger": "purge" if purge else "heartbeat", "lineage": []})
+
+
+def publish(kafka: KafkaSettings, topic: str, records: list[tuple[str, bytes]]) -> None:
+    p = Producer(kafka)
+    for key, value in records:
+        p.produce(topic, key.encode(), value)
+    p.flush()
+
+
+def wait_for(predicate, timeout: float = 30.0, every: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Served:
+    """uvicorn serving an ASGI app on a free port, on a background thread."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    access_log=False, lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        wait_for(lambda: self.server.started, 10, what="uvicorn start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -1,0 +1,132 @@
+"""The read API against the real broker: misses ask for exactly one backfill, newest-wins from
+out-of-order Kafka deliveries, dead letters, restart and rebuild, live updates over SSE."""
+
+from __future__ import annotations
+
+import time
+
+import httpx2
+import orjson
+from starlette.testclient import TestClient
+
+from consumer_api.cli import build
+from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
+from schemas.predictions import PrecomputeRequest
+from tests.integration.api_helpers import Served, api_settings, prediction_value, publish, wait_for
+
+
+def read_all(kafka, topic: str, partitions: int, group: str, settle_s: float = 2.0) -> list:
+    c = Consumer(kafka, group)
+    c.assign([TopicPartitionOffset(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out, quiet_since = [], time.monotonic()
+    while time.monotonic() - quiet_since < settle_s:
+        msgs = c.consume(1000, 0.2)
+        if msgs:
+            out += msgs
+            quiet_since = time.monotonic()
+    c.close()
+    return out
+
+
+def test_misses_ask_for_exactly_one_backfill_each(kafka_settings, topics, unique):
+    built = build(api_settings(kafka_settings, topics, request_window_s=60))
+    built.materializer.start()
+    try:
+        with TestClient(built.app) as client:
+            wait_for(lambda: client.get("/readyz").status_code == 200, what="ready")
+            for _ in range(30):  # a burst of misses on two devices, a batch and a prefetch hint
+                assert client.get("/v1/devices/dev-miss-1/prediction").json()["source"] == "fallback"
+            client.get("/v1/predictions", params={"ids": "dev-miss-1,dev-miss-2"})
+            r = client.post("/v1/prefetch", json={"device_ids": ["dev-miss-2", "dev-miss-3"]})
+            assert r.json() == {"sent": 1, "deduplicated": 1, "dropped": 0, "fresh": 0}
+    finally:
+        built.materializer.stop()
+    msgs = read_all(kafka_settings, topics.precompute_requests.name, topics.precompute_requests.partitions, unique("chk"))
+    reqs = [PrecomputeRequest.model_validate_json(m.value()) for m in msgs]
+    assert sorted(r.device_id for r in reqs) == ["dev-miss-1", "dev-miss-2", "dev-miss-3"]
+    assert {r.device_id: r.reason for r in reqs} == {"dev-miss-1": "api_miss", "dev-miss-2": "api_miss",
+                                                     "dev-miss-3": "prefetch"}
+    assert all(m.key() == r.device_id.encode() for m, r in zip(msgs, reqs, strict=True))
+
+
+def test_newest_wins_over_kafka_and_bad_records_are_dead_lettered(kafka_settings, topics, unique):
+    now = int(time.time() * 1000)
+    records = [  # out of order, duplicated, a late older one, a tie broken by produced_at, a bad one
+        ("dev-1", prediction_value("dev-1", now - 100, now - 50, "1.0.0")),
+        ("dev-1", prediction_value("dev-1", now - 300, now - 10, "9.0.0")),
+        ("dev-1", prediction_value("dev-1", now - 100, now - 50, "1.0.0")),
+        ("dev-2", prediction_value("dev-2", now - 100, now - 40)),
+        ("dev-2", prediction_value("dev-2", now - 100, now - 60)),
+        ("dev-3", b"{not json"),
+    ]
+    publish(kafka_settings, topics.predictions.name, records)
+    built = build(api_settings(kafka_settings, topics))
+    built.materializer.start()
+    try:
+        with TestClient(built.app) as client:
+            wait_for(lambda: client.get("/readyz").status_code == 200, what="ready")
+            one = client.get("/v1/devices/dev-1/prediction").json()
+            two = client.get("/v1/devices/dev-2/prediction").json()
+            assert (one["computed_at_ms"], one["model_version"]) == (now - 100, "1.0.0")
+            assert two["produced_at_ms"] == now - 40
+            assert client.get("/v1/devices/dev-3/prediction").json()["source"] == "fallback"
+    finally:
+        built.materializer.stop()
+    dead = read_all(kafka_settings, topics.dead_letters.name, topics.dead_letters.partitions, unique("dlq"))
+    assert [(m.key(), m.value(), dict(m.headers())["dlq.reason"]) for m in dead] == [
+        (b"dev-3", b"{not json", b"not_json")]
+
+
+def test_restart_is_not_ready_until_rebuilt_then_gives_the_same_answers(kafka_settings, topics):
+    now = int(time.time() * 1000)
+    devices = [f"dev-{i:04d}" for i in range(3000)]
+    publish(kafka_settings, topics.predictions.name,
+            [(d, prediction_value(d, now - 1000 + i % 7, now)) for i, d in enumerate(devices)])
+    sample = ",".join(devices[::60])
+
+    def answers(client) -> list[dict]:
+        got = client.get("/v1/predictions", params={"ids": sample}).json()["predictions"]
+        return [{k: v for k, v in a.items() if k not in ("age_ms", "delay_origin")} for a in got]
+
+    before = None
+    for _ in range(2):  # first start, then a restart with a fresh view
+        built = build(api_settings(kafka_settings, topics))
+        with TestClient(built.app) as client:
+            assert client.get("/readyz").status_code == 503  # nothing read yet
+            built.materializer.start()
+            body = wait_for(lambda c=client: c.get("/readyz").status_code == 200 and c.get("/readyz").json(), what="ready")
+            assert body["lag"] == 0 and body["devices"] == len(devices)
+            got = answers(client)
+        built.materializer.stop()
+        assert all(a["source"] == "precomputed" for a in got)
+        assert before is None or got == before
+        before = got
+
+
+def test_event_stream_sends_current_then_newer_answers(kafka_settings, topics):
+    now = int(time.time() * 1000)
+    publish(kafka_settings, topics.predictions.name, [("dev-s1", prediction_value("dev-s1", now - 500, now - 400))])
+    built = build(api_settings(kafka_settings, topics, sse_keepalive_s=0.5))
+    built.materializer.start()
+    try:
+        with Served(built.app) as srv, httpx2.Client(timeout=20) as http:
+            wait_for(lambda: http.get(srv.url + "/readyz").status_code == 200, what="ready")
+            with http.stream("GET", srv.url + "/v1/stream", params={"ids": "dev-s1,dev-s2"}) as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                events = _events(r.iter_lines())
+                first = [next(events), next(events)]
+                assert [(e["device_id"], e["source"]) for e in first] == [("dev-s1", "precomputed"), ("dev-s2", "fallback")]
+                publish(kafka_settings, topics.predictions.name, [
+                    ("dev-s2", prediction_value("dev-s2", now - 100, now)),
+                    ("dev-s1", prediction_value("dev-s1", now - 900, now))])  # older: never streamed
+                update = next(events)
+                assert (update["device_id"], update["source"], update["computed_at_ms"]) == ("dev-s2", "precomputed", now - 100)
+    finally:
+        built.materializer.stop()
+
+
+def _events(lines):
+    """Parsed `data:` payloads; keepalive comments are skipped."""
+    for line in lines:
+        if line.startswith("data: "):
+            yield orjson.loads(line[6:])
