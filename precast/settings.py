@@ -128,6 +128,9 @@ class OpsSettings(Section):
                                description="most source records read between two checkpoints")
     chunk_seconds: float = Field(default=2.0, gt=0, le=600,
                                  description="longest time between two checkpoints of a replay")
+    store_grace_s: float = Field(default=30.0, ge=0, le=86_400,
+                                 description="grace after valid_until for entries the tools write to the "
+                                             "serving store (keep equal to PRECAST_API__GRACE_S)")
 
 
 class CommonSettings(BaseSettings):

@@ -6,7 +6,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from precast.ops import deadletters, replay
+    from precast.ops import deadletters, lag, purge, rebuild, replay
 
-    for module in (replay, deadletters):
+    for module in (replay, deadletters, purge, rebuild, lag):
         module.add_parser(sub)
