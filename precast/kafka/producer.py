@@ -147,6 +147,21 @@ class Producer:
             except BufferError:
                 self.copy(topic, m.partition(), m.key(), m.value(), m.headers(), ts)
 
+    def produce_batch(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+        """Many keyed records to one topic: the hot-path form of `produce` (same checks, same
+        backpressure), without a Python-level call per record into this wrapper."""
+        if not all(keys):
+            raise EmptyKeyError(f"refusing to produce a record without a key to {topic!r}")
+        if self._fatal is not None:
+            raise self._fatal
+        produce = self._p.produce
+        for k, v in zip(keys, values, strict=True):
+            try:
+                produce(topic, v, k)
+            except BufferError:
+                self.produce(topic, k, v)  # waits for room (backpressure)
+        self._p.poll(0)
+
     def poll(self, timeout: float = 0.0) -> int:
         return self._p.poll(timeout)
 

@@ -6,11 +6,11 @@ import base64
 import json
 
 import pytest
-from ops_support import cli_env, precast, read_all
 
 from precast.deadletter import DeadLetters
 from precast.kafka import Producer, Record
 from schemas.deadletters import Reason
+from tests.integration.ops_support import cli_env, precast, read_all
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from ops_support import cli_env, precast, produce
-
 from precast.kafka import Consumer, TopicPartitionOffset
+from tests.integration.ops_support import cli_env, precast, produce
 
 
 def test_lag_in_records_and_time(kafka_settings, topic_factory, unique, tmp_path, topics):

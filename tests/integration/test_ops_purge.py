@@ -9,12 +9,12 @@ import uuid
 
 import orjson
 import pytest
-from ops_support import cli_env, precast, read_all
 
 from consumer_api.materializer import Materializer
 from precast.kafka import Producer
 from precast.serving import MemoryStore, RedisStore
 from precast.settings import RedisSettings
+from tests.integration.ops_support import cli_env, precast, read_all
 
 VERSIONS = {"dev-a": "1.3.0", "dev-b": "1.3.7-rc.1", "dev-c": "v1.3.7-hotfix", "dev-d": "1.3.7+build.5",
             "dev-e": "1.30.0", "dev-f": "1.2.9", "dev-g": "1.4.0-rc.1", "dev-h": "13.0.0", "dev-i": "legacy-model"}

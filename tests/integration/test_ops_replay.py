@@ -9,10 +9,18 @@ import time
 from collections import defaultdict
 
 import pytest
-from ops_support import cli_env, content, end_total, precast, produce, read_all, spawn
 
 from precast.kafka import Consumer
 from precast.ops.ranges import format_time
+from tests.integration.ops_support import (
+    cli_env,
+    content,
+    end_total,
+    precast,
+    produce,
+    read_all,
+    spawn,
+)
 
 BASE = 1_750_000_000_000
 
