@@ -169,6 +169,18 @@ class Admin:
             err = exc.args[0]
             raise KafkaFailure(f"describe consumer groups: {err.str()}", code=err.name()) from None
 
+    def delete_consumer_groups(self, group_ids: list[str], timeout: float = 10.0) -> None:
+        """Remove groups that are done (e.g. a finished backfill's own group)."""
+        if not group_ids:
+            return
+        for gid, fut in self._a.delete_consumer_groups(group_ids, request_timeout=timeout).items():
+            try:
+                fut.result()
+            except confluent_kafka.KafkaException as exc:
+                err = exc.args[0]
+                if err.name() not in ("GROUP_ID_NOT_FOUND", "NON_EMPTY_GROUP"):
+                    raise KafkaFailure(f"delete group {gid}: {err.str()}", code=err.name()) from None
+
     def committed_offsets(self, group_id: str, timeout: float = 10.0) -> list[TopicPartitionOffset]:
         """The group's committed next-offsets, for every partition it has committed on."""
         req = [ConsumerGroupTopicPartitions(group_id)]

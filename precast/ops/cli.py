@@ -6,7 +6,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from precast.ops import deadletters, lag, purge, rebuild, replay
+    from precast.ops import backfill, deadletters, lag, purge, rebuild, replay
 
-    for module in (replay, deadletters, purge, rebuild, lag):
+    for module in (replay, backfill, deadletters, purge, rebuild, lag):
         module.add_parser(sub)
