@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from precast.settings import StackCliSettings, load
     from precast.stack import LocalStack
 
-    # PRECAST_STACK__* apply (as in tests/conftest.py), so several checkouts share one stack.
+    # PRECAST_STACK__* apply (home, ports): a checkout reuses the shared running stack.
     stack = LocalStack(load(StackCliSettings).stack)
     stack.up(progress=progress)
     ctx = Context(stack.bootstrap_servers, stack.redis_url, args.quick)

@@ -3,6 +3,7 @@
     precast stack up | down | status
     precast topics ensure | list
     precast demo
+    precast schemas export DIR
     precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from precast.runtime import run_cli, setup_logging
 from precast.settings import StackCliSettings, load
@@ -63,6 +65,23 @@ def _demo(args: argparse.Namespace, settings: StackCliSettings) -> int:
                     duration=args.duration, use_stack=not args.no_stack)
 
 
+def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    import orjson
+
+    from precast.errors import ConfigError
+    from schemas.export import json_schemas
+
+    out = Path(args.dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, schema in json_schemas().items():
+            (out / name).write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+            print(out / name)
+    except OSError as exc:
+        raise ConfigError(f"cannot write schemas to {out}: {exc.strerror}") from None
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="precast", description="precast operations CLI")
     sub = p.add_subparsers(dest="command", required=True)
@@ -81,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="use the configured Kafka and Redis (PRECAST_KAFKA__*, PRECAST_REDIS__URL) "
                          "instead of starting the local stack")
     dm.set_defaults(fn=_demo)
+    sc = sub.add_parser("schemas", help="event contracts as JSON Schema (docs/events.md)")
+    sc.add_argument("action", choices=["export"])
+    sc.add_argument("dir", help="folder to write <role>.v<version>.schema.json files into")
+    sc.set_defaults(fn=_schemas)
     from precast.ops.cli import register as register_ops
 
     register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild

@@ -9,6 +9,7 @@ from prometheus_client import Counter
 
 from precast.kafka import KafkaMessage, Producer
 from schemas import deadletters as dl
+from schemas.validation import Rejected
 
 DEAD_LETTERS = Counter("precast_dead_letters_total", "records sent to the dead-letter topic",
                        ["component", "reason"])
@@ -25,6 +26,10 @@ class DeadLetters:
         key, value, headers = dead_letter_record(msg, reason, detail, self.component)
         self._producer.produce(self.topic, key, value, headers)
         DEAD_LETTERS.labels(self.component, str(reason)).inc()
+
+    def send_rejected(self, msg: KafkaMessage, rejected: Rejected) -> None:
+        """Dead-letter a record `schemas.validation.validate_event` rejected."""
+        self.send(msg, rejected.reason, rejected.detail)
 
 
 def dead_letter_record(msg: KafkaMessage, reason: dl.Reason | str, detail: str,
@@ -46,7 +51,7 @@ def dead_letter_record(msg: KafkaMessage, reason: dl.Reason | str, detail: str,
         (dl.H_REJECTED_AT, str(int(time.time() * 1000)).encode()),
     ]
     if not key:
-        headers.append((dl.H_KEY_MISSING, b"1"))
+        headers.append((dl.H_KEY_MISSING, dl.KEY_WAS_NULL if key is None else dl.KEY_WAS_EMPTY))
     return key or dl.MISSING_KEY, msg.value(), headers
 
 
@@ -54,6 +59,14 @@ def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
     """The `dlq.*` headers of a dead letter as text, keyed without the prefix."""
     return {k.removeprefix(dl.HEADER_PREFIX): v.decode(errors="replace")
             for k, v in (headers or []) if k.startswith(dl.HEADER_PREFIX)}
+
+
+def original_key(key: bytes | None, headers: list[tuple[str, bytes]] | None) -> bytes | None:
+    """The key the record had before it was dead-lettered (None or b"" when it had none)."""
+    missing = dict(headers or []).get(dl.H_KEY_MISSING)
+    if missing is None:
+        return key
+    return b"" if missing == dl.KEY_WAS_EMPTY else None
 
 
 def original_headers(headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]]:

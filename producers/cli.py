@@ -1,4 +1,9 @@
-"""`precast-simulator`: publish a simulated device fleet's events to Kafka."""
+"""`precast-simulator`: publish a simulated device fleet's events to Kafka.
+
+Heartbeats round-robin over N devices, alarms and work orders at rates that follow each
+device's hidden condition, some devices drifting, optional malformed records (--bad-rate), all
+under a global rate limit; a progress line with the achieved rate, a summary at the end.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import argparse
 import signal
 import sys
 import time
+from collections import Counter as Tally
 
 from prometheus_client import Counter
 
@@ -13,12 +19,25 @@ from precast.kafka import Admin, Producer
 from precast.observability import ProbeServer
 from precast.runtime import run_cli, setup_logging
 from precast.settings import load
+from producers.badrecords import BadRecord
+from producers.pacing import Pacer
 from producers.publisher import EventPublisher
-from producers.settings import SimulatorSettings
-from producers.simulator import Fleet, paced
+from producers.settings import SimulatorOptions, SimulatorSettings
+from producers.simulator import Fleet
 from schemas.topics import catalog
 
-EVENTS = Counter("precast_simulator_events_total", "events published by the simulator", ["kind"])
+EVENTS = Counter("precast_simulator_events_total", "records published by the simulator (bad = injected malformed)",
+                 ["kind"])
+
+
+def make_fleet(opts: SimulatorOptions) -> Fleet:
+    return Fleet(opts.devices, opts.seed, hb_interval_s=opts.hb_interval_s, speedup=opts.speedup,
+                 drift_share=opts.drift_share, drift_s=opts.drift_s, bad_rate=opts.bad_rate, run_id=opts.run_id)
+
+
+def _describe(t: Tally[str]) -> str:
+    bad = sum(v for k, v in t.items() if k.startswith("bad:"))
+    return f"{t['heartbeat']:,} heartbeats, {t['work_order']:,} work orders, {t['alarm']:,} alarms, {bad:,} bad"
 
 
 def run(settings: SimulatorSettings) -> int:
@@ -27,7 +46,7 @@ def run(settings: SimulatorSettings) -> int:
     topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
     producer = Producer(settings.kafka)
     publisher = EventPublisher(producer, topics)
-    fleet = Fleet(opts.devices, opts.seed)
+    fleet = make_fleet(opts)
     probe = ProbeServer(settings.metrics.host, settings.metrics.port).start() if settings.metrics.port else None
 
     stop = False
@@ -38,43 +57,70 @@ def run(settings: SimulatorSettings) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    # Heartbeat demand is devices / interval; the global limit caps everything sent.
+    demand = opts.devices / opts.hb_interval_s
+    limit = min(opts.rate, demand) if opts.rate else demand
+    pacer = Pacer(limit)
+    chunk = max(1, min(2000, int(limit / 20)))  # ~50 ms of records per step
+    sent = Tally[str]()
+    total = last_total = 0
     started = last = time.monotonic()
-    sent = last_sent = 0
-    for due, now_ms in paced(opts.rate):
-        if opts.count:
-            due = min(due, opts.count - sent)
-        for event in fleet.heartbeats(due, now_ms):
-            publisher.publish(event)
-        EVENTS.labels("heartbeat").inc(due)
-        sent += due
-        now = time.monotonic()
-        if now - last >= opts.progress_every_s:
-            print(f"simulator: {sent:,} events, {(sent - last_sent) / (now - last):,.0f}/s now, "
-                  f"{producer.pending():,} in flight", file=sys.stderr, flush=True)
-            last, last_sent = now, sent
-        if stop or (opts.count and sent >= opts.count) or (opts.duration_s and now - started >= opts.duration_s):
-            break
-    publisher.flush()
+    print(f"simulator: {opts.devices:,} devices, run {fleet.run_id}, limit {limit:,.0f} records/s"
+          f"{f', bad rate {opts.bad_rate:g}' if opts.bad_rate else ''}", file=sys.stderr, flush=True)
+    try:
+        while not stop:
+            records = fleet.step(chunk, int(time.time() * 1000))
+            if opts.count:
+                records = records[: opts.count - total]
+            pacer.wait(len(records))
+            chunk_kinds = Tally[str]()
+            for r in records:
+                if isinstance(r, BadRecord):
+                    publisher.publish_raw(r.role, r.key, r.value, r.headers)
+                    chunk_kinds[f"bad:{r.kind}"] += 1
+                else:
+                    publisher.publish(r)
+                    chunk_kinds[r["kind"]] += 1
+            for k, v in chunk_kinds.items():
+                EVENTS.labels(k.split(":")[0]).inc(v)
+            sent.update(chunk_kinds)
+            total += len(records)
+            now = time.monotonic()
+            if now - last >= opts.progress_every_s:
+                print(f"simulator: {total:,} records ({_describe(sent)}), {(total - last_total) / (now - last):,.0f}/s now, "
+                      f"{total / (now - started):,.0f}/s average, {producer.pending():,} queued", file=sys.stderr, flush=True)
+                last, last_total = now, total
+            if (opts.count and total >= opts.count) or (opts.duration_s and now - started >= opts.duration_s):
+                break
+    finally:
+        publisher.close(timeout=60.0)  # flush on shutdown; raises if anything was not delivered
+        if probe:
+            probe.stop()
     elapsed = time.monotonic() - started
-    print(f"simulator: done, {sent:,} events in {elapsed:.1f}s ({sent / max(elapsed, 1e-9):,.0f}/s), "
-          f"{producer.failed_total} delivery failures", file=sys.stderr, flush=True)
-    if probe:
-        probe.stop()
+    print(f"simulator: done, {total:,} records in {elapsed:.1f}s ({total / max(elapsed, 1e-9):,.0f}/s): "
+          f"{_describe(sent)}; {producer.failed_total} delivery failures", file=sys.stderr, flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="precast-simulator", description=__doc__)
-    p.add_argument("--devices", type=int)
-    p.add_argument("--rate", type=float, help="events per second, whole fleet")
+    p = argparse.ArgumentParser(prog="precast-simulator", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--devices", type=int, help="devices in the fleet (default 10000)")
+    p.add_argument("--rate", type=float, help="global limit, records/s over all topics (0 = unlimited)")
+    p.add_argument("--hb-interval", type=float, dest="hb_interval_s", help="seconds between a device's heartbeats")
+    p.add_argument("--speedup", type=float, help="simulated-time multiplier for alarms, work orders, drift")
+    p.add_argument("--drift-share", type=float, help="share of devices that drift into a fault")
+    p.add_argument("--bad-rate", type=float, help="share of records replaced by malformed ones (every kind)")
     p.add_argument("--seed", type=int)
+    p.add_argument("--run-id", help="event-id prefix (random unless set)")
     p.add_argument("--duration", type=float, dest="duration_s", help="seconds to run (0 = unlimited)")
-    p.add_argument("--count", type=int, help="events to send (0 = unlimited)")
+    p.add_argument("--count", type=int, help="records to send (0 = unlimited)")
     args = p.parse_args(argv)
 
     def body() -> int:
         overrides = {k: v for k, v in vars(args).items() if v is not None}
-        settings = load(SimulatorSettings, simulator=overrides)  # flags win over env, validated
+        env = load(SimulatorSettings)
+        settings = load(SimulatorSettings, simulator={**env.simulator.model_dump(), **overrides})
         setup_logging(settings.log_level)
         return run(settings)
 

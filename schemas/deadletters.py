@@ -20,8 +20,10 @@ H_TIMESTAMP = "dlq.source.timestamp_ms"
 H_REJECTED_AT = "dlq.rejected_at_ms"
 H_KEY_MISSING = "dlq.key_missing"
 # Dead letters need a key too (the producer refuses empty keys); a record that had none gets
-# this one, with `dlq.key_missing: 1` so a redrive can restore the original (absent) key.
+# this one, with `dlq.key_missing: 1` (key was null) or `dlq.key_missing: empty` (key was b"")
+# so a redrive can restore the original key exactly.
 MISSING_KEY = b"<no-key>"
+KEY_WAS_NULL, KEY_WAS_EMPTY = b"1", b"empty"
 # Longest detail text kept in a header.
 MAX_DETAIL = 500
 

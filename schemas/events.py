@@ -1,18 +1,24 @@
 """Device event contracts: heartbeats, work orders and alarms, each in a common envelope.
 
 Wire format: one JSON object per Kafka record (orjson), key = device ID (UTF-8). Times are
-integer milliseconds since the Unix epoch (UTC).
+integer milliseconds since the Unix epoch (UTC). These models are the *normalized* form; what
+devices may send on the wire (metadata layouts, numbers as strings, unknown fields) and how it
+is normalized lives in `schemas.validation`. Compatibility policy: docs/events.md.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
+# Consumers accept the current and the previous version (docs/events.md); v1 has no predecessor.
+SUPPORTED_SCHEMA_VERSIONS = frozenset(v for v in (SCHEMA_VERSION - 1, SCHEMA_VERSION) if v >= 1)
+
+# Largest encoded event a consumer accepts. A heartbeat is ~0.5 KiB; anything near this is a
+# bug or an attack, and refusing it early bounds the memory and CPU one record can cost.
+MAX_EVENT_BYTES = 32 * 1024
 
 # ASCII only: device IDs end up in Kafka keys, Redis keys, URLs and log lines.
 DEVICE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
@@ -23,15 +29,17 @@ EventId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=
 MIN_TIME_MS = 1_420_070_400_000
 MAX_TIME_MS = 4_102_444_800_000
 EpochMs = Annotated[int, Field(ge=MIN_TIME_MS, le=MAX_TIME_MS)]
+# A device may not claim an event happened after it was produced by more than this (clock skew).
+MAX_CLOCK_SKEW_MS = 5 * 60_000
 
 
-def _finite(v: float) -> float:
-    if not math.isfinite(v):
-        raise ValueError("must be a finite number")
-    return v
+# NaN and Infinity are never valid numbers in an event (and not JSON either).
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
-Finite = Annotated[float, AfterValidator(_finite)]
+def finite(lo: float | None = None, hi: float | None = None) -> Any:
+    """A finite float within [lo, hi]: one constraint set, so JSON Schema shows min/max."""
+    return Annotated[float, Field(ge=lo, le=hi, allow_inf_nan=False)]
 
 
 class Envelope(BaseModel):
@@ -45,24 +53,51 @@ class Envelope(BaseModel):
     event_time_ms: EpochMs
     produced_at_ms: EpochMs
 
+    @model_validator(mode="after")
+    def _time_is_sane(self) -> Envelope:
+        if self.event_time_ms > self.produced_at_ms + MAX_CLOCK_SKEW_MS:
+            raise ValueError("event_time_ms is later than produced_at_ms by more than the allowed clock skew")
+        return self
+
+
+Percent = finite(0, 100)
+Share = finite(0, 1)
+Celsius = finite(-80, 250)
+NonNegative = finite(0)
+
 
 class HeartbeatMetrics(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu_pct: Annotated[Finite, Field(ge=0, le=100)]
-    mem_pct: Annotated[Finite, Field(ge=0, le=100)]
-    temperature_c: Annotated[Finite, Field(ge=-80, le=250)]
-    error_rate: Annotated[Finite, Field(ge=0, le=1)]
-    signal_quality: Annotated[Finite, Field(ge=0, le=1)]
-    uptime_s: Annotated[Finite, Field(ge=0)]
+    cpu_pct: Percent
+    mem_pct: Percent
+    temperature_c: Celsius
+    error_rate: Share
+    signal_quality: Share
+    uptime_s: NonNegative
+
+
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class DeviceInfo(BaseModel):
+    """Device metadata, normalized. On the wire it arrives as `meta.info` (canonical), flat
+    under `meta`, or under a version key (`meta.info.v2`); see `schemas.validation`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    site: ShortText | None = None
+    hw_model: ShortText | None = None
+    hw_rev: Annotated[int, Field(ge=0, le=10_000)] | None = None
+    serial: ShortText | None = None
 
 
 class Heartbeat(Envelope):
     kind: Literal["heartbeat"] = "heartbeat"
-    device_type: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    firmware: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    device_type: ShortText
+    firmware: ShortText
     metrics: HeartbeatMetrics
-    meta: dict[str, Any] = Field(default_factory=dict)
+    meta: DeviceInfo = DeviceInfo()
 
 
 WorkOrderStatus = Literal["opened", "updated", "closed"]
@@ -74,7 +109,7 @@ class WorkOrderEvent(Envelope):
     work_order_id: EventId
     status: WorkOrderStatus
     priority: Priority
-    category: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    category: ShortText
 
 
 Severity = Literal["info", "warning", "major", "critical"]
@@ -84,8 +119,15 @@ class Alarm(Envelope):
     kind: Literal["alarm"] = "alarm"
     alarm_id: EventId
     severity: Severity
-    code: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    code: ShortText
     cleared: bool = False
 
 
 DeviceEvent = Heartbeat | WorkOrderEvent | Alarm
+
+# The contract of each event topic, by topic role (schemas.topics).
+EVENT_MODELS: dict[str, type[Heartbeat] | type[WorkOrderEvent] | type[Alarm]] = {
+    "heartbeats": Heartbeat,
+    "work_orders": WorkOrderEvent,
+    "alarms": Alarm,
+}

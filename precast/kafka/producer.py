@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
+from prometheus_client import Counter
 
 from precast.kafka.config import producer_config
 from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
@@ -17,6 +18,13 @@ from precast.settings import KafkaSettings
 log = logging.getLogger("precast.kafka.producer")
 
 DeliveryCallback = Callable[[KafkaFailure | None, Any], None]
+
+DELIVERY_FAILURES = Counter("precast_producer_delivery_failures_total",
+                            "records the broker did not acknowledge", ["topic", "code"])
+BACKPRESSURE_WAITS = Counter("precast_producer_backpressure_waits_total",
+                             "produce calls that waited because the local queue was full")
+BACKPRESSURE_SECONDS = Counter("precast_producer_backpressure_seconds_total",
+                               "time produce calls spent waiting for room in the local queue")
 
 
 def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
@@ -63,6 +71,7 @@ class Producer:
             return
         failure = _failure(err, f"delivery to {msg.topic()} failed")
         self._failed_total += 1
+        DELIVERY_FAILURES.labels(msg.topic() or "", err.name()).inc()
         if len(self._failures) < 1000:  # keep a sample, not an unbounded list
             self._failures.append(failure)
         if self._on_delivery_error is not None:
@@ -79,15 +88,17 @@ class Producer:
     def produce(
         self,
         topic: str,
-        key: bytes,
+        key: bytes | None,
         value: bytes | None,
         headers: Headers | None = None,
         *,
         timestamp_ms: int = 0,
         partition: int = -1,
         on_delivery: Callable[[Any, Any], None] | None = None,
+        allow_empty_key: bool = False,
     ) -> None:
-        if not key:
+        # allow_empty_key exists only to inject bad records (the simulator's --bad-rate).
+        if not key and not allow_empty_key:
             raise EmptyKeyError(f"refusing to produce a record without a key to {topic!r}")
         if self._fatal is not None:
             raise self._fatal
@@ -111,8 +122,11 @@ class Producer:
                 break
             except BufferError:
                 continue
+        waited = time.monotonic() - started
+        BACKPRESSURE_WAITS.inc()
+        BACKPRESSURE_SECONDS.inc(waited)
         if self._on_backpressure is not None:
-            self._on_backpressure(time.monotonic() - started)
+            self._on_backpressure(waited)
 
     def copy(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
              headers: Headers | None, timestamp_ms: int = 0) -> None:

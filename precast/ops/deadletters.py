@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from precast.deadletter import dead_letter_info, original_headers
+from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
 from precast.ops.filters import split_list
@@ -28,15 +28,6 @@ from precast.ops.reader import RangeReader, range_consumer
 from precast.settings import StackCliSettings
 from schemas import deadletters as dl
 from schemas.topics import catalog
-
-
-def original_key(key: bytes | None, headers: list[tuple[str, bytes]] | None) -> bytes | None:
-    """The key before dead-lettering: a record that had none carries `dl.MISSING_KEY` and
-    `dlq.key_missing` (b"1": it was null; b"empty": it was b"")."""
-    missing = dict(headers or []).get(dl.H_KEY_MISSING)
-    if missing is None:
-        return key
-    return b"" if missing == b"empty" else None
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from precast.deadletter import dead_letter_info, original_headers
+from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
 from precast.ops import copier
 from precast.ops.checkpoint import Checkpoint, fingerprint, load_for
-from precast.ops.deadletters import DeadLetterFilter, dead_letter_topic, original_key, read_matching
+from precast.ops.deadletters import DeadLetterFilter, dead_letter_topic, read_matching
 from precast.ops.pacing import Pacer
 from precast.ops.progress import table
 from precast.ops.ranges import OffsetRange, range_inputs, resolve
