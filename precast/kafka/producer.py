@@ -111,14 +111,17 @@ class Producer:
             return
         except BufferError:
             pass
-        # Backpressure: serve delivery reports until librdkafka has room again.
+        self._when_room(lambda: self._p.produce(topic, **kwargs))
+
+    def _when_room(self, send: Callable[[], None]) -> None:
+        """Backpressure: serve delivery reports until librdkafka has room again, then send."""
         started = time.monotonic()
         while True:
             self._p.poll(0.05)
             if self._fatal is not None:
                 raise self._fatal
             try:
-                self._p.produce(topic, **kwargs)
+                send()
                 break
             except BufferError:
                 continue
@@ -135,20 +138,8 @@ class Producer:
         replay, so no per-call dict."""
         try:
             self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)
-            return
         except BufferError:
-            pass
-        if self._fatal is not None:
-            raise self._fatal
-        while True:
-            self._p.poll(0.05)
-            if self._fatal is not None:
-                raise self._fatal
-            try:
-                self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)
-                return
-            except BufferError:
-                continue
+            self._when_room(lambda: self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers))
 
     def copy_same_partition(self, topic: str, msgs: list[KafkaMessage], keep_timestamps: bool = False) -> None:
         """`copy` for a whole consumed batch into the same partition numbers of `topic`: the
