@@ -124,7 +124,7 @@ class OpsSettings(Section):
     target_kafka: KafkaSettings | None = Field(
         default=None, description="cluster a replay writes to (JSON object of KAFKA fields, or "
         "PRECAST_OPS__TARGET_KAFKA__BOOTSTRAP_SERVERS etc.); unset = the source cluster")
-    chunk_records: int = Field(default=50_000, ge=100, le=10_000_000,
+    chunk_records: int = Field(default=200_000, ge=100, le=10_000_000,
                                description="most source records read between two checkpoints")
     chunk_seconds: float = Field(default=2.0, gt=0, le=600,
                                  description="longest time between two checkpoints of a replay")

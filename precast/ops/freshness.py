@@ -11,7 +11,6 @@ from precast.kafka import Admin
 from precast.ops.progress import table
 from precast.ops.ranges import OffsetRange
 from precast.ops.reader import RangeReader, range_consumer
-from precast.ops.store import predictions_topic, shared_store
 from precast.settings import StackCliSettings
 
 
@@ -27,6 +26,8 @@ def _pct(sorted_vals: list[float], q: float) -> float:
 
 def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
     """Seconds since each partition of the predictions topic was last written."""
+    from precast.ops.store import predictions_topic  # loads the store only when used
+
     topic, parts = predictions_topic(settings)
     ends = Admin(settings.kafka).end_offsets([(topic, p) for p in range(parts)])
     # The last few offsets: the very last one can be a transaction marker, not a record.
@@ -46,6 +47,8 @@ def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
 
 def store_freshness(settings: StackCliSettings, sample: int) -> dict[str, Any]:
     """Over the served entries: how old their data is, how many are past valid_until or purged."""
+    from precast.ops.store import shared_store
+
     store = shared_store(settings, "freshness")
     now = int(time.time() * 1000)
     ages, stale, purged, n = [], 0, 0, 0

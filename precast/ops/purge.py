@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
@@ -23,11 +23,12 @@ from precast.kafka import Producer
 from precast.ops.progress import bar, table
 from precast.ops.ranges import format_time
 from precast.ops.schedule import parse_schedule, run_forever
-from precast.ops.store import predictions_topic, shared_store, topic_view
 from precast.ops.versions import Selector, parse_selector, parse_version
-from precast.serving import Entry
 from precast.settings import StackCliSettings
 from schemas.predictions import PredictionSet
+
+if TYPE_CHECKING:  # the store (Redis client) loads only when a purge runs
+    from precast.serving import Entry
 
 log = logging.getLogger("precast.ops.purge")
 
@@ -90,6 +91,8 @@ def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
 
 def purge(settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None,
           progress: bool) -> PurgeResult:
+    from precast.ops.store import predictions_topic, shared_store, topic_view
+
     t0 = time.monotonic()
     source = source or ("store" if settings.redis.url else "topic")
     store = shared_store(settings, "purge --source store") if source == "store" or settings.redis.url else None

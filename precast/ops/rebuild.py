@@ -13,8 +13,6 @@ from collections import Counter
 from typing import Any
 
 from precast.ops.progress import table
-from precast.ops.store import PredictionReader, shared_store
-from precast.serving import EXPIRED, OLDER, STORED
 from precast.settings import StackCliSettings
 
 
@@ -27,6 +25,9 @@ def add_parser(sub: Any) -> None:
 
 
 def rebuild(settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True) -> dict[str, Any]:
+    from precast.ops.store import PredictionReader, shared_store  # the Redis client loads only here
+    from precast.serving import EXPIRED, OLDER, STORED
+
     store = shared_store(settings, "rebuild")
     t0 = time.monotonic()
     wiped = store.clear() if wipe_first else 0
