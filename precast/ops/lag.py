@@ -110,7 +110,8 @@ def report(args: argparse.Namespace, settings: StackCliSettings) -> None:
     fresh = freshness(args, settings)
     if args.json:
         print(json.dumps({"at_ms": int(time.time() * 1000), "groups": states,
-                          "partitions": [asdict(x) for x in lags], "freshness": fresh}))
+                          "partitions": [asdict(x) for x in lags],
+                          "freshness": {k: v for k, v in fresh.items() if k != "lines"}}))
         return
     if not lags:
         print("no consumer group has committed offsets" + (" on those topics" if args.topic else ""))
