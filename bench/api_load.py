@@ -28,11 +28,11 @@ def need(binary: str, package: str) -> str:
 class ApiServer:
     """`python -m bench.api_server` with the given PRECAST_* environment."""
 
-    def __init__(self, port: int, env: dict[str, str], devices: int) -> None:
+    def __init__(self, port: int, env: dict[str, str], devices: int, cpus: str | None = None) -> None:
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.log = Path(tempfile.mkdtemp(prefix="bench-api-")) / "server.log"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bench.api_server", str(port), str(devices)],
+            self.proc = subprocess.Popen([*_pin(cpus), sys.executable, "-m", "bench.api_server", str(port), str(devices)],
                                          env={**os.environ, **env}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
 
@@ -64,14 +64,19 @@ class ApiServer:
                 self.proc.wait()
 
 
-def wrk(url: str, paths: list[str], seconds: float, connections: int = 32) -> float:
+def _pin(cpus: str | None) -> list[str]:
+    """`taskset -c CPUS` to keep a process on its own core(s), or nothing."""
+    return [] if not cpus else [need("taskset", "util-linux"), "-c", cpus]
+
+
+def wrk(url: str, paths: list[str], seconds: float, connections: int = 32, cpus: str | None = None) -> float:
     """Saturation throughput (req/s), requests spread over `paths`."""
     need("wrk", "wrk")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write("local paths = {" + ",".join(f'"{p}"' for p in paths) + "}\n"
                 "local i = 0\nrequest = function()\n  i = i % #paths + 1\n"
                 "  return wrk.format(nil, paths[i])\nend\n")
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name, url],
+    out = subprocess.run([*_pin(cpus), "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name, url],
                          capture_output=True, text=True, check=True).stdout
     os.unlink(f.name)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -80,7 +85,7 @@ def wrk(url: str, paths: list[str], seconds: float, connections: int = 32) -> fl
     return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
 
 
-def fixed_rate(url: str, paths: list[str], rate: int, seconds: float) -> dict[str, float]:
+def fixed_rate(url: str, paths: list[str], rate: int, seconds: float, cpus: str | None = None) -> dict[str, float]:
     """Latency at a fixed request rate: h2load over HTTP/1.1 with `--rps` per connection and
     enough connections that each waits far longer between its requests than one takes, so a
     slow answer delays almost nothing behind it (little coordinated omission)."""
@@ -89,7 +94,7 @@ def fixed_rate(url: str, paths: list[str], rate: int, seconds: float) -> dict[st
     with tempfile.TemporaryDirectory() as d:
         uris, log = Path(d, "uris"), Path(d, "log")
         uris.write_text("".join(f"{url}{p}\n" for p in paths))
-        subprocess.run(["h2load", "--h1", "-c", str(clients), "-t", "1", "--rps", f"{rate / clients:g}",
+        subprocess.run([*_pin(cpus), "h2load", "--h1", "-c", str(clients), "-t", "1", "--rps", f"{rate / clients:g}",
                         "-D", f"{seconds:g}", "-i", str(uris), "--log-file", str(log)],
                        capture_output=True, text=True, check=True)
         rows = np.loadtxt(log, dtype=np.int64, ndmin=2)
