@@ -100,9 +100,11 @@ def fixed_rate(url: str, paths: list[str], rate: int, seconds: float, cpus: str 
     every N/rate seconds (measured here: 90 % of gaps between requests under 20 us, p50 at
     1,000/s three times higher than with spread arrivals). So connections open one per
     millisecond (`-r 1 --rate-period 1ms`) and each paces at a period that is not a whole number
-    of milliseconds (clients = rate/100 + 1), which spreads their phases evenly over the period:
-    arrivals come one at a time, as from many independent browsers. Each connection still waits
-    ~10 ms between its requests, so a slow answer delays almost nothing behind it."""
+    of milliseconds (clients = rate/100 + 1), which spreads their phases evenly over the period,
+    as with many independent browsers. h2load's event loop still wakes about once a millisecond,
+    so requests due within one millisecond leave together (`bunched`: the share of gaps under
+    20 us, reported). Each connection waits ~10 ms between its requests, so a slow answer
+    delays almost nothing behind it."""
     need("h2load", "nghttp2-client")
     clients = max(1, min(201, rate // 100 + 1))
     per_client = max(1, round(rate * seconds / clients))

@@ -295,6 +295,8 @@ def run(ctx: Context) -> Report:
         Figure("api_p99_ms_at_10k", round(p99_10k, 3), "ms", "-", "h2load --rps, fixed 10,000 req/s, arrivals spread"),
         Figure("api_p99_vs_on_demand", round(od_1k / p99_1k, 1), "ratio (on-demand p99 / precomputed p99)",
                "on-demand features + ONNX per request, same server", "fixed 1,000 req/s each"),
+        Figure("api_cpu_vs_on_demand", round(cpu_us[(SERVERS[0], ONDEMAND)] / cpu_us[(SERVERS[0], NEWEST)], 2), "ratio",
+               "on-demand features + ONNX per request", "server CPU per on-demand request / per GET one device, wrk, same run"),
         Figure("api_throughput_vs_on_demand", round(sat[NEWEST] / sat[ONDEMAND], 2), "ratio",
                "on-demand features + ONNX per request", "wrk saturation, same run"),
         Figure("rebuild_1m_devices_s", round(figs["view"], 2), "s", "-", f"{n_rebuild} predictions, 6 partitions, in-process view"),
