@@ -4,6 +4,7 @@
     precast topics ensure | list
     precast demo
     precast schemas export DIR
+    precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("action", choices=["export"])
     sc.add_argument("dir", help="folder to write <role>.v<version>.schema.json files into")
     sc.set_defaults(fn=_schemas)
+    from precast.ops.cli import register as register_ops
+
+    register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild
     return p
 
 

@@ -23,28 +23,36 @@ class DeadLetters:
         self._producer, self.topic, self.component = producer, topic, component
 
     def send(self, msg: KafkaMessage, reason: dl.Reason | str, detail: str = "") -> None:
-        reason = str(reason)
-        key = msg.key()
-        ts = msg.timestamp()
-        headers = list(msg.headers() or [])
-        headers += [
-            (dl.H_REASON, reason.encode()),
-            (dl.H_DETAIL, detail[: dl.MAX_DETAIL].encode(errors="replace")),
-            (dl.H_COMPONENT, self.component.encode()),
-            (dl.H_TOPIC, (msg.topic() or "").encode()),
-            (dl.H_PARTITION, str(msg.partition()).encode()),
-            (dl.H_OFFSET, str(msg.offset()).encode()),
-            (dl.H_TIMESTAMP, str(ts[1] if ts else -1).encode()),
-            (dl.H_REJECTED_AT, str(int(time.time() * 1000)).encode()),
-        ]
-        if not key:
-            headers.append((dl.H_KEY_MISSING, dl.KEY_WAS_NULL if key is None else dl.KEY_WAS_EMPTY))
-        self._producer.produce(self.topic, key or dl.MISSING_KEY, msg.value(), headers)
-        DEAD_LETTERS.labels(self.component, reason).inc()
+        key, value, headers = dead_letter_record(msg, reason, detail, self.component)
+        self._producer.produce(self.topic, key, value, headers)
+        DEAD_LETTERS.labels(self.component, str(reason)).inc()
 
     def send_rejected(self, msg: KafkaMessage, rejected: Rejected) -> None:
         """Dead-letter a record `schemas.validation.validate_event` rejected."""
         self.send(msg, rejected.reason, rejected.detail)
+
+
+def dead_letter_record(msg: KafkaMessage, reason: dl.Reason | str, detail: str,
+                       component: str) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
+    """(key, value, headers) of the dead letter for `msg`, for producers other than ours
+    (the faust-based context aggregator sends it with its own producer)."""
+    reason = str(reason)
+    key = msg.key()
+    ts = msg.timestamp()
+    headers = list(msg.headers() or [])
+    headers += [
+        (dl.H_REASON, reason.encode()),
+        (dl.H_DETAIL, detail[: dl.MAX_DETAIL].encode(errors="replace")),
+        (dl.H_COMPONENT, component.encode()),
+        (dl.H_TOPIC, (msg.topic() or "").encode()),
+        (dl.H_PARTITION, str(msg.partition()).encode()),
+        (dl.H_OFFSET, str(msg.offset()).encode()),
+        (dl.H_TIMESTAMP, str(ts[1] if ts else -1).encode()),
+        (dl.H_REJECTED_AT, str(int(time.time() * 1000)).encode()),
+    ]
+    if not key:
+        headers.append((dl.H_KEY_MISSING, dl.KEY_WAS_NULL if key is None else dl.KEY_WAS_EMPTY))
+    return key or dl.MISSING_KEY, msg.value(), headers
 
 
 def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:

@@ -1,41 +1,72 @@
-"""`precast-worker`: consume device events, precompute top-K strategies, publish predictions."""
+"""`precast-worker`: consume device events, precompute top-K strategies, publish predictions.
+
+SIGTERM/SIGINT: finish the batch in hand, predict what waits, flush, commit, exit 0.
+SIGHUP: check the model registry now (hot swap without waiting for the next poll).
+SIGUSR1: print every thread's stack (diagnosing a stall).
+"""
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import os
 import signal
+import socket
 import sys
 import time
+from functools import partial
+from pathlib import Path
 
-from precast.kafka import Admin, Consumer, Producer
+from precast.kafka import Admin
 from precast.observability import ProbeServer
 from precast.runtime import run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from workers.inference import ModelSession
-from workers.loop import Worker
+from workers.loop import LoopConfig, Worker
+from workers.pipeline import PipelineConfig
+from workers.policy import PolicyConfig
+from workers.registry import ModelRegistry
 from workers.settings import WorkerSettings
+
+
+def build(settings: WorkerSettings) -> Worker:
+    """The worker a settings object describes (also used by tests and benchmarks)."""
+    m, w, pol = settings.model, settings.worker, settings.policy
+    load_model = partial(_load_model, provider=m.provider, device_id=m.device_id,
+                         intra_op_threads=m.intra_op_threads, allow_spinning=m.allow_spinning,
+                         warmup_rows=m.warmup_rows)
+    registry = ModelRegistry(load_model, path=m.path, registry=m.registry, poll_s=m.registry_poll_s)
+    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
+    instance = w.instance_id or f"{socket.gethostname()}-{os.getpid()}"
+    pipe = PipelineConfig(
+        policy=PolicyConfig(min_change=pol.min_change, refresh_lead_ms=pol.refresh_lead_ms,
+                            throttle_ms=pol.throttle_ms),
+        max_batch=w.batch_max, max_queue_delay_s=w.max_queue_delay_ms / 1000.0,
+        preferred_batch_sizes=w.preferred_batch_sizes, horizon_ms=int(w.horizon_s * 1000), top_k=m.top_k)
+    loop = LoopConfig(group_id=w.group_id, consume_max=w.consume_max, poll_timeout_s=w.poll_timeout_s,
+                      commit_interval_s=w.commit_interval_ms / 1000.0, exactly_once=w.exactly_once,
+                      transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
+                      transaction_timeout_ms=w.transaction_timeout_ms)
+    return Worker(settings.kafka, topics, registry, pipe, loop)
+
+
+def _load_model(path: Path, **kw: object) -> ModelSession:
+    return ModelSession(path, **kw)  # type: ignore[arg-type]
 
 
 def run(settings: WorkerSettings) -> int:
     Admin(settings.kafka).wait_reachable()
-    m = settings.model
-    model = ModelSession(m.path, provider=m.provider, device_id=m.device_id,
-                         intra_op_threads=m.intra_op_threads, allow_spinning=m.allow_spinning)
-    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
-    consumer = Consumer(settings.kafka, settings.worker.group_id)
-    producer = Producer(settings.kafka)
-    w = settings.worker
-    worker = Worker(consumer, producer, model, topics, batch_max=w.batch_max,
-                    poll_timeout_s=w.poll_timeout_s, horizon_s=w.horizon_s, top_k=m.top_k)
+    worker = build(settings)
 
     def health() -> tuple[bool, dict]:
         stalled = time.monotonic() - worker.last_loop
         return stalled < 30, {"seconds_since_loop": round(stalled, 3)}
 
     def ready() -> tuple[bool, dict]:
-        parts = consumer.assignment()
-        return bool(parts), {"assigned_partitions": len(parts), "model_version": model.version}
+        return worker.ready, {"assigned_partitions": len(worker.consumer.assignment()),
+                              "restoring_context_partitions": len(worker.restoring),
+                              "model_version": worker.registry.current.version}
 
     probe = ProbeServer(settings.metrics.host, settings.metrics.port, health=health, ready=ready).start() \
         if settings.metrics.port else None
@@ -45,26 +76,36 @@ def run(settings: WorkerSettings) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(f"precast-worker: model {model.version} on {model.providers[0]}, group {w.group_id}",
-          file=sys.stderr, flush=True)
+    signal.signal(signal.SIGHUP, lambda *_: worker.registry.request_check())
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: every thread's stack to stderr
+    model = worker.registry.current
+    mode = "exactly-once" if settings.worker.exactly_once else "at-least-once"
+    print(f"precast-worker: model {model.version} on {model.providers[0]}, group {settings.worker.group_id}, "
+          f"{mode}", file=sys.stderr, flush=True)
     try:
-        worker.run()  # returns after the in-flight batch is flushed and committed
+        worker.run()  # returns after everything consumed is predicted, flushed and committed
     finally:
-        consumer.close()
+        worker.close()
         if probe:
             probe.stop()
+    print(f"precast-worker: stopped after {worker.batches} batches", file=sys.stderr, flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="precast-worker", description=__doc__)
+    p = argparse.ArgumentParser(prog="precast-worker", description=__doc__.splitlines()[0])
     p.add_argument("--model", dest="path", help="model folder (model.onnx + manifest.json)")
+    p.add_argument("--registry", help="folder of model versions to serve and hot-swap from")
     p.add_argument("--provider", help="auto | cpu | cuda | tensorrt")
+    p.add_argument("--exactly-once", action="store_true", default=None, help="use Kafka transactions")
     args = p.parse_args(argv)
 
     def body() -> int:
-        overrides = {k: v for k, v in vars(args).items() if v is not None}
-        settings = load(WorkerSettings, model=overrides)
+        model = {k: v for k, v in (("path", args.path), ("registry", args.registry), ("provider", args.provider))
+                 if v is not None}
+        worker = {"exactly_once": True} if args.exactly_once else {}
+        settings = load(WorkerSettings, **({"model": model} if model else {}),
+                        **({"worker": worker} if worker else {}))
         setup_logging(settings.log_level)
         return run(settings)
 

@@ -65,3 +65,25 @@ def build_features(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     x[:, base + 3] = cols["alarms_warning_1h"]
     x[:, base + 4] = np.log1p(np.asarray(cols["hours_since_last_wo"], dtype=np.float64))
     return x
+
+
+# How much each feature must move, in its own units, to count as one unit of change for the
+# speculation policy ("material change" = max over features of |delta| / scale >= threshold).
+CHANGE_SCALE: tuple[float, ...] = (
+    100.0, 100.0, 100.0, 1.0, 1.0,   # cpu, mem, temperature, error rate, signal quality
+    5.0,                             # log uptime: only a restart moves it much
+    1.0, *(1.0 for _ in DEVICE_TYPES),
+    1.0, 1.0, 1.0, 1.0,              # counts: any new work order or alarm is material
+    1.0,                             # log hours since the last work order
+)
+assert len(CHANGE_SCALE) == N_FEATURES
+
+# Heartbeat columns used for a device the worker has no heartbeat for (a precompute request
+# for a silent device): the healthy condition's means in `schemas.fleet`, type unknown. The
+# prediction then rests on the device's context alone (open work orders, alarms).
+DEFAULT_HEARTBEAT: dict[str, float] = {
+    "cpu_pct": 30.0, "mem_pct": 45.0, "temperature_c": 45.0, "error_rate": 0.01,
+    "signal_quality": 0.9, "uptime_s": 148.0 * 3600.0, "firmware_is_latest": 1.0,
+    "device_type_idx": -1.0,
+}
+assert tuple(DEFAULT_HEARTBEAT) == HEARTBEAT_COLUMNS

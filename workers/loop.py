@@ -1,136 +1,272 @@
-"""The worker loop: consume a batch -> decode -> features -> one inference call -> produce ->
-flush -> commit. Offsets are committed only after the batch's predictions are acknowledged."""
+"""The worker loop: consume a batch of records -> pipeline (decode, policy, micro-batches,
+inference) -> produce predictions -> commit inputs only once their outputs are acknowledged
+(at-least-once) or inside the same transaction (exactly-once).
+
+Group membership uses the `range` assignor: with every member subscribed to the same
+co-partitioned topics it gives a member the same partition numbers of every topic, so a device's
+heartbeats, work orders, alarms, context and precompute requests meet in one worker. (The
+cooperative-sticky assignor balances each partition independently and breaks that.)
+"""
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-import orjson
-from prometheus_client import Counter, Histogram
-
-from precast.kafka import Consumer, KafkaMessage, Producer, TopicPartitionOffset
-from schemas.fleet import LATEST_FIRMWARE
+from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
+from precast.settings import KafkaSettings
 from schemas.topics import Topics
-from workers.features import EMPTY_CONTEXT, build_features, device_type_index
-from workers.inference import ModelSession
-from workers.topk import top_k
+from workers import metrics as M
+from workers.output_sink import AtLeastOnce, ExactlyOnce, Rewind
+from workers.pipeline import Pipeline, PipelineConfig
+from workers.registry import ModelRegistry
 
 log = logging.getLogger("precast.workers")
 
-EVENTS_IN = Counter("precast_worker_events_total", "events consumed", ["topic"])
-REJECTED = Counter("precast_worker_rejected_total", "records that could not be decoded", ["reason"])
-PREDICTIONS = Counter("precast_worker_predictions_total", "predictions produced", ["model_version"])
-BATCH_SIZE = Histogram("precast_worker_batch_size", "records per inference batch",
-                       buckets=(1, 8, 32, 128, 512, 1024, 2048, 4096, 8192))
-INFER_S = Histogram("precast_worker_inference_seconds", "model time per batch",
-                    buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1))
+
+@dataclass(frozen=True)
+class LoopConfig:
+    group_id: str = "precast-workers"
+    consume_max: int = 5_000
+    poll_timeout_s: float = 0.1
+    commit_interval_s: float = 0.2
+    exactly_once: bool = False
+    transactional_id: str = "precast-worker"
+    transaction_timeout_ms: int = 10_000
+    lag_interval_s: float = 5.0
 
 
-@dataclass
-class Decoded:
-    device_ids: list[str]
-    event_time_ms: list[int]
-    cols: dict[str, np.ndarray]
-    lineage: list[dict]
-
-
-def decode_heartbeats(msgs: list[KafkaMessage], on_reject: Callable[[KafkaMessage, str], None]) -> Decoded:
-    """Columns for `build_features` from raw heartbeat records (per-batch, not per-field work)."""
-    ids, times, lineage, rows = [], [], [], []
-    for m in msgs:
-        try:
-            e = orjson.loads(m.value())
-            mt = e["metrics"]
-            rows.append((mt["cpu_pct"], mt["mem_pct"], mt["temperature_c"], mt["error_rate"],
-                         mt["signal_quality"], mt["uptime_s"],
-                         1.0 if LATEST_FIRMWARE.get(e["device_type"]) == e["firmware"] else 0.0,
-                         device_type_index(e["device_type"])))
-            ids.append(e["device_id"])
-            times.append(int(e["event_time_ms"]))
-            lineage.append({"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
-                            "event_id": e.get("event_id")})
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            on_reject(m, type(exc).__name__)
-    arr = np.array(rows, dtype=np.float64).reshape(-1, 8)
-    names = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s",
-             "firmware_is_latest", "device_type_idx")
-    cols = {k: arr[:, i] for i, k in enumerate(names)}
-    cols["device_type_idx"] = cols["device_type_idx"].astype(np.int64)
-    for k, v in EMPTY_CONTEXT.items():
-        cols[k] = np.full(len(ids), v)
-    return Decoded(ids, times, cols, lineage)
-
-
-def next_offsets(msgs: list[KafkaMessage]) -> list[TopicPartitionOffset]:
-    last: dict[tuple[str, int], int] = {}
-    for m in msgs:
-        key = (m.topic(), m.partition())
-        off = m.offset()
-        if off is not None and off + 1 > last.get(key, -1):
-            last[key] = off + 1
-    return [TopicPartitionOffset(t, p, o) for (t, p), o in last.items()]
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class Worker:
-    def __init__(self, consumer: Consumer, producer: Producer, model: ModelSession, topics: Topics,
-                 *, batch_max: int, poll_timeout_s: float, horizon_s: float, top_k: int = 3) -> None:
-        self.consumer, self.producer, self.model, self.topics = consumer, producer, model, topics
-        self.batch_max, self.poll_timeout_s = batch_max, poll_timeout_s
-        self.horizon_ms = int(horizon_s * 1000)
-        self.k = top_k
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    """One worker process's loop. `assignment` (explicit partitions with start offsets) and
+    `stop_at` ({(topic, partition): end offset, exclusive}) run a bounded range instead of
+    joining the group's subscription (backfill, tests); `run()` returns once all are reached."""
+
+    def __init__(self, kafka: KafkaSettings, topics: Topics, registry: ModelRegistry,
+                 pipeline: PipelineConfig | None = None, cfg: LoopConfig | None = None, *,
+                 assignment: list[TopicPartitionOffset] | None = None,
+                 stop_at: dict[tuple[str, int], int] | None = None) -> None:
+        cfg = cfg or LoopConfig()
+        self.cfg, self.topics, self.registry = cfg, topics, registry
+        self.sink: AtLeastOnce | ExactlyOnce = (
+            ExactlyOnce(kafka, topics.dead_letters.name, cfg.transactional_id, cfg.transaction_timeout_ms)
+            if cfg.exactly_once else AtLeastOnce(kafka, topics.dead_letters.name))
+        overrides = {"partition.assignment.strategy": "range"}
+        if cfg.exactly_once:
+            overrides["isolation.level"] = "read_committed"
+        self.consumer = Consumer(kafka, cfg.group_id, **overrides)
+        self.pipeline = Pipeline(topics, pipeline or PipelineConfig(), self._reject)
+        self.assignment, self.stop_at = assignment, dict(stop_at or {})
+        self.sources = [topics.heartbeats.name, topics.work_orders.name, topics.alarms.name,
+                        topics.precompute_requests.name, topics.device_context.name]
         self.running = True
         self.last_loop = time.monotonic()
+        self.restoring: dict[int, int] = {}  # context partition -> end offset to restore up to
+        self._paused: list[TopicPartitionOffset] = []
+        self._next_commit = time.monotonic() + cfg.commit_interval_s
+        self._next_lag = time.monotonic() + cfg.lag_interval_s
+        self.batches = 0
 
-    def _reject(self, msg: KafkaMessage, reason: str) -> None:
-        REJECTED.labels(reason).inc()
-        log.warning("skipping undecodable record %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
-
-    def run_once(self) -> int:
-        msgs = self.consumer.consume(self.batch_max, self.poll_timeout_s)
-        self.last_loop = time.monotonic()
-        if not msgs:
-            return 0
-        EVENTS_IN.labels(self.topics.heartbeats.name).inc(len(msgs))
-        batch = decode_heartbeats(msgs, self._reject)
-        n = len(batch.device_ids)
-        if n:
-            t0 = time.perf_counter()
-            probs = self.model.predict(build_features(batch.cols))
-            INFER_S.observe(time.perf_counter() - t0)
-            BATCH_SIZE.observe(n)
-            idx, scores = top_k(probs, self.k)
-            labels = self.model.labels
-            now_ms = int(time.time() * 1000)
-            topic = self.topics.predictions.name
-            for j in range(n):
-                computed = batch.event_time_ms[j]
-                value = orjson.dumps({
-                    "schema_version": 1,
-                    "device_id": batch.device_ids[j],
-                    "candidates": [{"strategy": labels[c], "score": round(float(s), 6)}
-                                   for c, s in zip(idx[j], scores[j], strict=True)],
-                    "model_version": self.model.version,
-                    "computed_at_ms": computed,
-                    "valid_until_ms": computed + self.horizon_ms,
-                    "produced_at_ms": now_ms,
-                    "trigger": "heartbeat",
-                    "lineage": [batch.lineage[j]],
-                })
-                self.producer.produce(topic, batch.device_ids[j].encode(), value)
-            PREDICTIONS.labels(self.model.version).inc(n)
-        # At-least-once: the batch's outputs are acknowledged before its offsets are committed.
-        self.producer.flush()
-        self.consumer.commit(next_offsets(msgs))
-        return len(msgs)
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.sink.begin()
+        if self.assignment is None:
+            self.consumer.subscribe(self.sources, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                    on_lost=self._on_lost)
+        else:
+            for tpo in self.assignment:
+                end = self.stop_at.get((tpo.topic, tpo.partition))
+                if end is not None and 0 <= end <= tpo.offset:
+                    self.pipeline.positions[(tpo.topic, tpo.partition)] = end  # nothing to read
+            self.consumer.assign(self.assignment)
 
     def run(self) -> None:
-        self.consumer.subscribe([self.topics.heartbeats.name])
-        while self.running:
-            self.run_once()
+        """Until `running` is cleared (SIGTERM) or every `stop_at` end is reached; then drain,
+        flush and commit."""
+        self.start()
+        while self.running and not self.finished():
+            self.step()
+        self.drain()
+        self.commit(sync=True)
+
+    def close(self) -> None:
+        self.consumer.close()  # leaves the group; the revoke hook finds nothing left to do
+        self.registry.close()
+
+    def finished(self) -> bool:
+        if not self.stop_at:
+            return False
+        pos = self.pipeline.positions
+        return all(pos.get(tp, -1) >= end for tp, end in self.stop_at.items() if end > 0)
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def step(self) -> int:
+        p = self.pipeline
+        mono = time.monotonic()
+        timeout = max(0.0, min(self.cfg.poll_timeout_s, p.batcher.wait_s(mono), self._next_commit - mono))
+        msgs = self.consumer.consume(self.cfg.consume_max, timeout)
+        self.last_loop = mono = time.monotonic()
+        now_ms = _now_ms()
+        if self.stop_at and msgs:
+            msgs = self._within_range(msgs)
+        if msgs:
+            p.ingest(msgs, now_ms, mono)
+        if self.restoring:
+            self._check_restored()
+        p.release_deferred(now_ms, mono)
+        self._run_batches(force=False)
+        if mono >= self._next_commit:
+            self.commit()
+        if mono >= self._next_lag:
+            self._update_lag()
+        M.PENDING.set(p.pending)
+        return len(msgs)
+
+    def _run_batches(self, force: bool) -> None:
+        while True:
+            items, delay = self.pipeline.next_batch(time.monotonic(), force)
+            if not items:
+                return
+            self.registry.poll()  # a new version switches in here, between batches
+            self._run_batch(items, delay)
+
+    def _run_batch(self, items: list, delay: float) -> None:
+        model = self.registry.current  # one model for the whole batch
+        now_ms = _now_ms()
+        result = None
+        for attempt in (1, 2):
+            t0 = time.perf_counter()
+            try:
+                result = self.pipeline.compute(items, model, now_ms)
+                break
+            except Exception as exc:  # noqa: BLE001 - any model failure is handled the same way
+                M.MODEL_FAILURES.labels(model.version).inc()
+                log.error("inference failed on a batch of %d (attempt %d, model %s): %s",
+                          len(items), attempt, model.version, exc)
+                error = f"{type(exc).__name__}: {exc}"
+            finally:
+                M.INFER_S.observe(time.perf_counter() - t0)
+        if result is None:
+            for it in items:
+                for m, _ in it.refs:
+                    self._reject(m, "model_failure", error)
+            return
+        self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
+        self.pipeline.mark_predicted(result, now_ms)
+        self.batches += 1
+        M.BATCH_SIZE.observe(len(items))
+        M.QUEUE_DELAY.observe(delay)
+        M.PREDICTIONS.labels(result.version).inc(len(items))
+        M.observe_many(M.LATENCY, (now_ms - result.computed_at) / 1000.0)
+
+    def drain(self) -> None:
+        """Predict everything waiting, throttled devices included (revoke, shutdown, EOS commit)."""
+        self.pipeline.release_deferred(_now_ms(), time.monotonic(), everything=True)
+        self._run_batches(force=True)
+
+    def commit(self, sync: bool = False, rewind: bool = True) -> None:
+        self._next_commit = time.monotonic() + self.cfg.commit_interval_s
+        if self.sink.exactly_once:
+            self.drain()  # a transaction commits all consumed input, so nothing may wait past it
+            offsets = self.pipeline.commit_offsets(include_pending=True)
+            try:
+                self.sink.commit(self.consumer, offsets)
+            except Rewind as exc:
+                if rewind:  # (on revoke there is nothing to rewind: the next owner re-reads)
+                    log.warning("rewinding to the committed offsets: %s", exc)
+                    self._rewind()
+            self.sink.begin()
+        else:
+            self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
+
+    def _reject(self, msg, reason: str, detail: str) -> None:
+        self.sink.dead_letter(msg, reason, detail)
+
+    # -- rebalancing ----------------------------------------------------------------------------------
+    def _on_assign(self, parts: list[TopicPartitionOffset]) -> None:
+        ctx = self.topics.device_context.name
+        # Context is state, not input: restore each assigned context partition from the start.
+        assigned = [TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
+                    for p in parts]
+        self.consumer.assign(assigned)
+        self.restoring = {}
+        for p in parts:
+            if p.topic == ctx:
+                low, high = self.consumer.watermarks(ctx, p.partition)
+                if high > low:
+                    self.restoring[p.partition] = high
+        self._paused = [p for p in parts if p.topic != ctx] if self.restoring else []
+        if self._paused:
+            self.consumer.pause(self._paused)
+        log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
+
+    def _check_restored(self) -> None:
+        pos = self.pipeline.positions
+        ctx = self.topics.device_context.name
+        if all(pos.get((ctx, p), 0) >= end for p, end in self.restoring.items()):
+            self.restoring = {}
+            if self._paused:
+                self.consumer.resume(self._paused)
+                self._paused = []
+
+    def _on_revoke(self, parts: list[TopicPartitionOffset]) -> None:
+        # Commit on revoke: everything consumed from these partitions gets its prediction and
+        # its offset committed before another member takes over.
+        log.info("revoking %d partitions: draining %d waiting devices, then committing", len(parts),
+                 self.pipeline.pending)
+        try:
+            self.drain()
+            self.commit(sync=True, rewind=False)
+        finally:
+            self.pipeline.forget(sorted({p.partition for p in parts}))
+            self.sink.forget(parts)
+            self.restoring = {}
+
+    def _on_lost(self, parts: list[TopicPartitionOffset]) -> None:
+        # Too late to commit: another member owns these now. Outputs already produced are
+        # duplicates at worst (at-least-once); an open transaction is aborted.
+        log.warning("lost %d partitions", len(parts))
+        self.sink.abort()
+        self.sink.begin()
+        self.pipeline.forget(sorted({p.partition for p in parts}))
+        self.sink.forget(parts)
+
+    def _rewind(self) -> None:
+        parts = self.consumer.assignment()
+        self.pipeline.reset()
+        ctx = self.topics.device_context.name
+        committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
+        for p in parts:
+            off = OFFSET_BEGINNING if p.topic == ctx else committed.get((p.topic, p.partition), OFFSET_BEGINNING)
+            self.consumer.seek(TopicPartitionOffset(p.topic, p.partition, off if off >= 0 else OFFSET_BEGINNING))
+
+    def _within_range(self, msgs: list) -> list:
+        """Drop records at or past a partition's end offset (bounded runs), and pause it."""
+        out, done = [], set()
+        for m in msgs:
+            end = self.stop_at.get((m.topic(), m.partition()))
+            if end is None or m.offset() < end:
+                out.append(m)
+            else:
+                done.add((m.topic(), m.partition()))
+        for t, p in done:
+            self.pipeline.positions[(t, p)] = max(self.pipeline.positions.get((t, p), 0), self.stop_at[(t, p)])
+        if done:
+            self.consumer.pause([TopicPartitionOffset(t, p) for t, p in done])
+        return out
+
+    def _update_lag(self) -> None:
+        self._next_lag = time.monotonic() + self.cfg.lag_interval_s
+        parts = self.consumer.assignment()
+        if parts:
+            for p, lag in self.consumer.lag(parts):
+                if lag >= 0:
+                    M.LAG.labels(p.topic, str(p.partition)).set(lag)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.consumer.assignment()) and not self.restoring

@@ -1,14 +1,14 @@
 """The only place confluent_kafka is imported. Everything else uses these wrappers and the
 plain types in `precast.kafka.types`."""
 
-from precast.kafka.admin import Admin, TopicReport
+from precast.kafka.admin import Admin, GroupInfo, TopicReport
 from precast.kafka.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer
 from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
 from precast.kafka.producer import Producer
 from precast.kafka.types import Headers, KafkaMessage, Record, TopicPartitionOffset
 
 __all__ = [
-    "OFFSET_BEGINNING", "OFFSET_END", "Admin", "Consumer", "DeliveryFailed", "EmptyKeyError",
+    "OFFSET_BEGINNING", "OFFSET_END", "Admin", "Consumer", "DeliveryFailed", "EmptyKeyError", "GroupInfo",
     "Headers", "KafkaFailure", "KafkaMessage", "Producer", "Record", "TopicPartitionOffset",
     "TopicReport",
 ]

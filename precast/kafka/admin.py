@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from precast.errors import TopicContractError, Unreachable
 from precast.kafka.config import admin_config
 from precast.kafka.errors import KafkaFailure
+from precast.kafka.types import TopicPartitionOffset
 from schemas.topics import TopicSpec
 
 # Probes must fail with one line, not a page of librdkafka connection errors.
@@ -26,6 +28,21 @@ class TopicReport:
     name: str
     action: str  # "created" | "ok" | "drift"
     detail: str = ""
+
+
+# Answers a partition gives while its leadership settles (not flagged retriable by the client).
+_LEADER_SETTLING = {"NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"}
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    group_id: str
+    state: str  # e.g. "STABLE", "EMPTY", "PREPARING_REBALANCE"
+    members: int
+    assigned: tuple[TopicPartitionOffset, ...]  # partitions its members hold now
+
+    def consumes(self, topic: str) -> bool:
+        return any(tp.topic == topic for tp in self.assigned)
 
 
 class Admin:
@@ -131,6 +148,69 @@ class Admin:
             err = exc.args[0]
             raise KafkaFailure(f"create topic {name}: {err.str()}", code=err.name()) from None
         self._wait_visible([name], timeout)
+
+    # -- consumer groups and offsets (lag, the replay guard) ------------------------------------
+    def consumer_groups(self, timeout: float = 10.0) -> list[GroupInfo]:
+        """Every consumer group with its state and what its members are assigned now."""
+        try:
+            listed = self._a.list_consumer_groups(request_timeout=timeout).result()
+            ids = [g.group_id for g in listed.valid]
+            if not ids:
+                return []
+            described = self._a.describe_consumer_groups(ids, request_timeout=timeout)
+            out = []
+            for gid in ids:
+                d = described[gid].result()
+                parts = tuple(TopicPartitionOffset(tp.topic, tp.partition)
+                              for m in d.members for tp in (m.assignment.topic_partitions or []))
+                out.append(GroupInfo(gid, str(getattr(d.state, "name", d.state)), len(d.members), parts))
+            return sorted(out, key=lambda g: g.group_id)
+        except confluent_kafka.KafkaException as exc:
+            err = exc.args[0]
+            raise KafkaFailure(f"describe consumer groups: {err.str()}", code=err.name()) from None
+
+    def delete_consumer_groups(self, group_ids: list[str], timeout: float = 10.0) -> None:
+        """Remove groups that are done (e.g. a finished backfill's own group)."""
+        if not group_ids:
+            return
+        for gid, fut in self._a.delete_consumer_groups(group_ids, request_timeout=timeout).items():
+            try:
+                fut.result()
+            except confluent_kafka.KafkaException as exc:
+                err = exc.args[0]
+                if err.name() not in ("GROUP_ID_NOT_FOUND", "NON_EMPTY_GROUP"):
+                    raise KafkaFailure(f"delete group {gid}: {err.str()}", code=err.name()) from None
+
+    def committed_offsets(self, group_id: str, timeout: float = 10.0) -> list[TopicPartitionOffset]:
+        """The group's committed next-offsets, for every partition it has committed on."""
+        req = [ConsumerGroupTopicPartitions(group_id)]
+        try:
+            res = self._a.list_consumer_group_offsets(req, request_timeout=timeout)[group_id].result()
+        except confluent_kafka.KafkaException as exc:
+            err = exc.args[0]
+            raise KafkaFailure(f"offsets of group {group_id}: {err.str()}", code=err.name()) from None
+        return sorted((TopicPartitionOffset(tp.topic, tp.partition, tp.offset)
+                       for tp in res.topic_partitions if tp.offset >= 0),
+                      key=lambda t: (t.topic, t.partition))
+
+    def end_offsets(self, parts: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int]:
+        """Latest offset (the next one to be written) of each partition, as read_committed sees it.
+        Retries while leadership settles (a topic created a moment ago answers NOT_LEADER)."""
+        if not parts:
+            return {}
+        req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in parts}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                futures = self._a.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED,
+                                               request_timeout=timeout)
+                return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+            except confluent_kafka.KafkaException as exc:
+                err = exc.args[0]
+                settling = err.retriable() or err.name() in _LEADER_SETTLING
+                if not settling or time.monotonic() > deadline:
+                    raise KafkaFailure(f"end offsets: {err.str()}", code=err.name()) from None
+                time.sleep(0.1)
 
     @property
     def raw(self) -> AdminClient:

@@ -67,8 +67,13 @@ class Consumer:
             log.debug("consumer: %s", err.str())
 
     # -- subscription ---------------------------------------------------------------------------
-    def subscribe(self, topics: Sequence[str]) -> None:
-        on_assign, on_revoke, on_lost = self._hooks
+    def subscribe(self, topics: Sequence[str], *, on_assign: RebalanceHook | None = None,
+                  on_revoke: RebalanceHook | None = None, on_lost: RebalanceHook | None = None) -> None:
+        """Join the group. Hooks given here win over the constructor's (a caller that needs the
+        consumer inside its hooks can only pass them after building it)."""
+        on_assign = on_assign or self._hooks[0]
+        on_revoke = on_revoke or self._hooks[1]
+        on_lost = on_lost or self._hooks[2]
 
         def _wrap(hook: RebalanceHook | None) -> Callable[[Any, list[Any]], None] | None:
             if hook is None:
@@ -161,6 +166,19 @@ class Consumer:
 
     def resume(self, parts: Sequence[TopicPartitionOffset]) -> None:
         self._c.resume(_to_native(parts))
+
+    def lag(self, parts: Sequence[TopicPartitionOffset]) -> list[tuple[TopicPartitionOffset, int]]:
+        """(partition, records behind the end) from the client's cached high watermarks (updated
+        on every fetch), so it costs no broker round trip; -1 when not known yet."""
+        out = []
+        for p in self._c.position(_to_native(parts)):
+            try:
+                _low, high = self._c.get_watermark_offsets(p, cached=True)
+            except confluent_kafka.KafkaException:
+                high = -1
+            lag = high - p.offset if high >= 0 and p.offset >= 0 else -1
+            out.append((TopicPartitionOffset(p.topic, p.partition, p.offset), lag))
+        return out
 
     def group_metadata(self) -> Any:
         """Opaque token for `Producer.send_offsets_to_transaction`."""

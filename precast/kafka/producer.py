@@ -12,7 +12,7 @@ from prometheus_client import Counter
 
 from precast.kafka.config import producer_config
 from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
-from precast.kafka.types import Headers
+from precast.kafka.types import Headers, KafkaMessage
 from precast.settings import KafkaSettings
 
 log = logging.getLogger("precast.kafka.producer")
@@ -111,14 +111,17 @@ class Producer:
             return
         except BufferError:
             pass
-        # Backpressure: serve delivery reports until librdkafka has room again.
+        self._when_room(lambda: self._p.produce(topic, **kwargs))
+
+    def _when_room(self, send: Callable[[], None]) -> None:
+        """Backpressure: serve delivery reports until librdkafka has room again, then send."""
         started = time.monotonic()
         while True:
             self._p.poll(0.05)
             if self._fatal is not None:
                 raise self._fatal
             try:
-                self._p.produce(topic, **kwargs)
+                send()
                 break
             except BufferError:
                 continue
@@ -127,6 +130,42 @@ class Producer:
         BACKPRESSURE_SECONDS.inc(waited)
         if self._on_backpressure is not None:
             self._on_backpressure(waited)
+
+    def copy(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+             headers: Headers | None, timestamp_ms: int = 0) -> None:
+        """Write a record exactly as it was (replay, redrive): an absent key stays absent, which
+        is why the partition is explicit. Same backpressure as `produce`; the hot loop of a
+        replay, so no per-call dict."""
+        try:
+            self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)
+        except BufferError:
+            self._when_room(lambda: self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers))
+
+    def copy_same_partition(self, topic: str, msgs: list[KafkaMessage], keep_timestamps: bool = False) -> None:
+        """`copy` for a whole consumed batch into the same partition numbers of `topic`: the
+        unfiltered replay's loop, kept here so it calls the client without a wrapper per record."""
+        produce = self._p.produce
+        for m in msgs:
+            ts = m.timestamp()[1] if keep_timestamps else 0
+            try:
+                produce(topic, m.value(), m.key(), m.partition(), None, None, ts, m.headers())
+            except BufferError:
+                self.copy(topic, m.partition(), m.key(), m.value(), m.headers(), ts)
+
+    def produce_batch(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+        """Many keyed records to one topic: the hot-path form of `produce` (same checks, same
+        backpressure), without a Python-level call per record into this wrapper."""
+        if not all(keys):
+            raise EmptyKeyError(f"refusing to produce a record without a key to {topic!r}")
+        if self._fatal is not None:
+            raise self._fatal
+        produce = self._p.produce
+        for k, v in zip(keys, values, strict=True):
+            try:
+                produce(topic, v, k)
+            except BufferError:
+                self.produce(topic, k, v)  # waits for room (backpressure)
+        self._p.poll(0)
 
     def poll(self, timeout: float = 0.0) -> int:
         return self._p.poll(timeout)

@@ -161,6 +161,12 @@ class RedisStore:
                 n += self._delete_if_same(keys=[k for k, _ in hit], args=[r for _, r in hit])
         return n
 
+    def clear(self) -> int:
+        """Delete every stored entry and the load marker (a clean rebuild); returns how many."""
+        n = sum(self.client.delete(*keys) for keys in self._scan(1000))
+        self.client.delete(self._loaded)
+        return n
+
     # -- load marker ----------------------------------------------------------------------------------
     def loaded(self) -> bool:
         return bool(self.client.exists(self._loaded))

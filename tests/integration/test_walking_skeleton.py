@@ -10,12 +10,14 @@ from consumer_api.backfill import Backfill
 from consumer_api.materializer import Materializer
 from consumer_api.service import Service
 from consumer_api.settings import ApiOptions
-from precast.kafka import Consumer, Producer
+from precast.kafka import Producer
 from precast.serving import MemoryStore
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet
 from workers.inference import ModelSession
-from workers.loop import Worker
+from workers.loop import LoopConfig, Worker
+from workers.pipeline import PipelineConfig
+from workers.registry import ModelRegistry
 from workers.settings import DEFAULT_MODEL_DIR
 
 
@@ -28,14 +30,19 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
     publisher.flush()
 
     model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
-    consumer = Consumer(kafka_settings, unique("workers"))
-    worker = Worker(consumer, Producer(kafka_settings), model, topics, batch_max=64, poll_timeout_s=0.5,
-                    horizon_s=5.0)
-    consumer.subscribe([topics.heartbeats.name])
-    done, deadline = 0, time.monotonic() + 60
-    while done < 200 and time.monotonic() < deadline:
-        done += worker.run_once()
-    consumer.close()
+    registry = ModelRegistry(lambda _p: model, path=DEFAULT_MODEL_DIR)
+    worker = Worker(kafka_settings, topics, registry, PipelineConfig(max_batch=64),
+                    LoopConfig(group_id=unique("workers"), poll_timeout_s=0.2))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while worker.pipeline.positions.get((topics.heartbeats.name, 0), 0) + \
+            worker.pipeline.positions.get((topics.heartbeats.name, 1), 0) + \
+            worker.pipeline.positions.get((topics.heartbeats.name, 2), 0) < 200 and time.monotonic() < deadline:
+        worker.step()
+    done = sum(o for (t, _), o in worker.pipeline.positions.items() if t == topics.heartbeats.name)
+    worker.drain()
+    worker.commit(sync=True)
+    worker.close()
     assert done == 200
 
     store = MemoryStore()

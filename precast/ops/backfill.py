@@ -1,0 +1,83 @@
+"""`precast backfill --model DIR`: run a range of device events through a chosen model version
+into the predictions topic (e.g. to warm a new version before switching to it); the outputs are
+marked as backfill in their lineage.
+
+This side resolves the range (UTC times or offsets, on each event topic) and hands it to the
+workers' own entry point, `python -m workers.backfill`, as a subprocess: the shared package
+never imports an application."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from precast.errors import ConfigError
+from precast.kafka import Admin
+from precast.ops.filters import split_list
+from precast.ops.guard import partitions_of
+from precast.ops.progress import table
+from precast.ops.ranges import add_range_args, range_inputs, resolve
+from precast.settings import StackCliSettings
+from schemas.topics import EVENT_ROLES, catalog
+
+
+def add_parser(sub: Any) -> None:
+    bp = sub.add_parser("backfill", help="run a range of events through a chosen model version into predictions",
+                        description=__doc__)
+    bp.add_argument("--model", required=True, type=Path, help="model folder (model.onnx + manifest.json)")
+    add_range_args(bp, "events")
+    bp.add_argument("--events", action="append",
+                    help=f"event topics by role (default all: {', '.join(EVENT_ROLES)})")
+    bp.add_argument("--dry-run", action="store_true", help="show the resolved ranges; run nothing")
+    bp.add_argument("--no-progress", action="store_true")
+    bp.set_defaults(fn=run)
+
+
+def model_version(folder: Path) -> str:
+    manifest = folder / "manifest.json"
+    if not (folder / "model.onnx").is_file() or not manifest.is_file():
+        raise ConfigError(f"no model at {folder}: expected model.onnx and manifest.json (docs/models.md)")
+    try:
+        doc = json.loads(manifest.read_text())
+        return f"{doc['name']} {doc['version']}"
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"unreadable {manifest}: {exc}") from None
+
+
+def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    version = model_version(args.model)
+    tr, spec = range_inputs(args)
+    roles = split_list(args.events) or list(EVENT_ROLES)
+    unknown = [r for r in roles if r not in EVENT_ROLES]
+    if unknown:
+        raise ConfigError(f"unknown event role {unknown[0]!r}: known are {', '.join(EVENT_ROLES)}")
+    t = settings.topics
+    cat = catalog(t.prefix, t.partitions, t.replication_factor)
+    admin = Admin(settings.kafka)
+    admin.wait_reachable()
+    ranges: dict[str, list[list[int]]] = {}
+    rows = []
+    for role in roles:
+        topic = getattr(cat, role).name
+        parts = partitions_of(admin, topic, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)")
+        for r in resolve(settings.kafka, topic, parts, tr, spec):
+            rows.append([topic, r.partition, f"{r.start}-{r.end}", r.size])
+            if r.size:
+                ranges.setdefault(topic, []).append([r.partition, r.start, r.end])
+    total = sum(row[3] for row in rows)
+    print(f"backfill through {version}: {total:,} event records")
+    print(table(["topic", "partition", "offsets", "records"], rows))
+    if args.dry_run or not total:
+        print("dry run: nothing run" if args.dry_run else "nothing to backfill")
+        return 0
+    cmd = [sys.executable, "-m", "workers.backfill", "--model", str(args.model), "--ranges", json.dumps(ranges)]
+    if args.no_progress:
+        cmd.append("--no-progress")
+    try:
+        return subprocess.run(cmd, check=False).returncode
+    except FileNotFoundError as exc:
+        raise ConfigError(f"cannot start the workers' backfill ({exc})") from None

@@ -1,0 +1,12 @@
+"""Registers the SRE subcommands on the `precast` CLI (one call from `precast.cli`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from precast.ops import backfill, deadletters, lag, purge, rebuild, replay
+
+    for module in (replay, backfill, deadletters, purge, rebuild, lag):
+        module.add_parser(sub)

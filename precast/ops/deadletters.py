@@ -1,0 +1,216 @@
+"""`precast deadletters list | inspect | export | redrive`: look at rejected records by reason,
+write them to a file, and send selected ones back to where they came from after a fix.
+
+Dead letters follow `schemas.deadletters`: original key, value and headers byte for byte plus
+`dlq.*` headers (reason, detail, component, source topic/partition/offset/timestamp)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from precast.deadletter import dead_letter_info, original_headers, original_key
+from precast.errors import ConfigError
+from precast.kafka import Admin, KafkaMessage
+from precast.ops.filters import split_list
+from precast.ops.guard import partitions_of
+from precast.ops.progress import bar, table
+from precast.ops.ranges import OffsetRange, add_range_args, format_time, range_inputs, resolve
+from precast.ops.reader import RangeReader, range_consumer
+from precast.settings import StackCliSettings
+from schemas import deadletters as dl
+from schemas.topics import catalog
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    reasons: frozenset[str] = frozenset()
+    components: frozenset[str] = frozenset()
+    source_topics: frozenset[str] = frozenset()
+    devices: frozenset[bytes] = frozenset()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DeadLetterFilter:
+        reasons = split_list(args.reason)
+        known = {r.value for r in dl.Reason}
+        unknown = [r for r in reasons if r not in known]
+        if unknown:
+            raise ConfigError(f"unknown dead-letter reason {unknown[0]!r}: known are {', '.join(sorted(known))}")
+        return cls(frozenset(reasons), frozenset(split_list(args.component)),
+                   frozenset(split_list(args.source_topic)), frozenset(d.encode() for d in split_list(args.device)))
+
+    def matches(self, key: bytes | None, info: dict[str, str], headers: list[tuple[str, bytes]] | None) -> bool:
+        if self.reasons and info.get("reason") not in self.reasons:
+            return False
+        if self.components and info.get("component") not in self.components:
+            return False
+        if self.source_topics and info.get("source.topic") not in self.source_topics:
+            return False
+        return not self.devices or original_key(key, headers) in self.devices
+
+    def describe(self) -> dict[str, list[str]]:
+        return {"reasons": sorted(self.reasons), "components": sorted(self.components),
+                "source_topics": sorted(self.source_topics), "devices": sorted(d.decode() for d in self.devices)}
+
+
+def add_parser(sub: Any) -> None:
+    from precast.ops import redrive
+
+    dp = sub.add_parser("deadletters", help="list, inspect, export and redrive dead letters", description=__doc__)
+    acts = dp.add_subparsers(dest="action", required=True)
+    for name, hlp in (("list", "counts by reason and the newest records"), ("export", "write records to a JSONL file"),
+                      ("redrive", "send selected dead letters back to their source topic")):
+        ap = acts.add_parser(name, help=hlp)
+        ap.add_argument("--topic", help="dead-letter topic (default: the catalog's, from PRECAST_TOPICS__PREFIX)")
+        ap.add_argument("--reason", action="append", help="only these reasons (repeat or comma-separate)")
+        ap.add_argument("--component", action="append", help="only those rejected by these components")
+        ap.add_argument("--source-topic", action="append", help="only those rejected from these topics")
+        ap.add_argument("--device", action="append", help="only these device IDs (original keys)")
+        add_range_args(ap, "dead letters")
+        ap.add_argument("--no-progress", action="store_true")
+        ap.set_defaults(fn={"list": run_list, "export": run_export, "redrive": redrive.run}[name])
+        if name == "list":
+            ap.add_argument("--limit", type=int, default=50, help="most records shown (newest last)")
+        elif name == "export":
+            ap.add_argument("--out", required=True, help="JSONL file to write ('-' for stdout)")
+        else:
+            redrive.add_args(ap)
+    ip = acts.add_parser("inspect", help="one dead letter in full: PARTITION:OFFSET")
+    ip.add_argument("where", metavar="PARTITION:OFFSET")
+    ip.add_argument("--topic", help="dead-letter topic (default: the catalog's)")
+    ip.set_defaults(fn=run_inspect)
+
+
+def dead_letter_topic(args: argparse.Namespace, settings: StackCliSettings) -> tuple[str, int]:
+    t = settings.topics
+    topic = args.topic or catalog(t.prefix, t.partitions, t.replication_factor).dead_letters.name
+    admin = Admin(settings.kafka)
+    admin.wait_reachable()
+    return topic, partitions_of(admin, topic, settings.kafka.bootstrap_servers)
+
+
+def selected(args: argparse.Namespace, settings: StackCliSettings, label: str,
+             flt: DeadLetterFilter | None = None) -> Iterator[tuple[KafkaMessage, dict[str, str]]]:
+    """The dead letters in the chosen range that pass the filters, with their `dlq.*` info."""
+    flt = flt or DeadLetterFilter.from_args(args)
+    tr, spec = range_inputs(args, default_all=True)
+    topic, parts = dead_letter_topic(args, settings)
+    ranges = resolve(settings.kafka, topic, parts, tr, spec)
+    yield from read_matching(settings, topic, ranges, flt, label, not getattr(args, "no_progress", False))
+
+
+def read_matching(settings: StackCliSettings, topic: str, ranges: list[OffsetRange], flt: DeadLetterFilter,
+                  label: str, progress: bool) -> Iterator[tuple[KafkaMessage, dict[str, str]]]:
+    c = range_consumer(settings.kafka, f"deadletters-{label}")
+    pb = bar(sum(r.size for r in ranges), label, enabled=progress)
+    try:
+        for msgs in RangeReader(c, topic, ranges):
+            for m in msgs:
+                headers = m.headers()
+                info = dead_letter_info(headers)
+                if flt.matches(m.key(), info, headers):
+                    yield m, info
+            pb.update(len(msgs))
+    finally:
+        pb.close()
+        c.close()
+
+
+def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
+    key = original_key(m.key(), m.headers())
+    rejected = info.get("rejected_at_ms", "")
+    source = f"{info.get('source.topic', '?')}[{info.get('source.partition', '?')}]@{info.get('source.offset', '?')}"
+    return [f"{m.partition()}:{m.offset()}", format_time(int(rejected)) if rejected.isdigit() else "-",
+            info.get("reason", "-"), info.get("component", "-"), source,
+            "(none)" if key is None else key.decode(errors="replace")[:40], info.get("detail", "")[:60]]
+
+
+def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    if args.limit < 0:
+        raise ConfigError(f"--limit must be 0 or more, got {args.limit}")
+    by_reason: Counter[tuple[str, str]] = Counter()
+    shown: list[list[Any]] = []
+    for m, info in selected(args, settings, "list"):
+        by_reason[(info.get("reason", "-"), info.get("component", "-"))] += 1
+        shown.append(_row(m, info))
+        if len(shown) > args.limit:
+            shown.pop(0)
+    total = sum(by_reason.values())
+    print(f"{total:,} dead letters match")
+    if total:
+        print(table(["reason", "component", "count"], [[r, c, n] for (r, c), n in by_reason.most_common()]))
+        print()
+        print(table(["at", "rejected", "reason", "component", "source", "key", "detail"], shown))
+        if total > len(shown):
+            print(f"(the last {len(shown)} of {total:,}; --limit shows more, export writes all)")
+    return 0
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def to_json(m: KafkaMessage, info: dict[str, str]) -> dict[str, Any]:
+    """A lossless JSON form: bytes as base64, plus the value as text when it is UTF-8."""
+    value = m.value()
+    try:
+        text = value.decode() if value is not None else None
+    except UnicodeDecodeError:
+        text = None
+    headers = m.headers()
+    return {"partition": m.partition(), "offset": m.offset(), "timestamp_ms": m.timestamp()[1],
+            "key_b64": _b64(original_key(m.key(), headers)), "value_b64": _b64(value), "value_text": text,
+            "headers": [[k, _b64(v)] for k, v in original_headers(headers)], "dead_letter": info}
+
+
+def run_export(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    n = 0
+    if args.out == "-":
+        for m, info in selected(args, settings, "export"):
+            sys.stdout.write(json.dumps(to_json(m, info)) + "\n")
+            n += 1
+        print(f"exported {n:,} dead letters", file=sys.stderr)
+        return 0
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise ConfigError(f"cannot write {out}: folder {out.parent} does not exist")
+    tmp = out.with_name(out.name + ".partial")
+    with open(tmp, "w") as f:
+        for m, info in selected(args, settings, "export"):
+            f.write(json.dumps(to_json(m, info)) + "\n")
+            n += 1
+    os.replace(tmp, out)  # a failed export leaves no half file under the real name
+    print(f"exported {n:,} dead letters to {out}")
+    return 0
+
+
+def run_inspect(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    p, _, off = args.where.partition(":")
+    if not (p.isdigit() and off.isdigit()):
+        raise ConfigError(f"malformed position {args.where!r}: expected PARTITION:OFFSET, e.g. 0:42")
+    topic, parts = dead_letter_topic(args, settings)
+    if int(p) >= parts:
+        raise ConfigError(f"partition {p} does not exist: {topic} has partitions 0-{parts - 1}")
+    c = range_consumer(settings.kafka, "inspect")
+    try:
+        ranges = [OffsetRange(int(p), int(off), int(off) + 1)]
+        low, high = c.watermarks(topic, int(p))
+        if not low <= int(off) < high:
+            raise ConfigError(f"no dead letter at {topic} {p}:{off} (partition {p} holds offsets {low}-{high - 1})")
+        found = [m for msgs in RangeReader(c, topic, ranges) for m in msgs]
+    finally:
+        c.close()
+    if not found:
+        raise ConfigError(f"no dead letter at {topic} {p}:{off}")
+    doc = to_json(found[0], dead_letter_info(found[0].headers()))
+    doc["key_text"] = None if doc["key_b64"] is None else base64.b64decode(doc["key_b64"]).decode(errors="replace")
+    print(json.dumps(doc, indent=2))
+    return 0

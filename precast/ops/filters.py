@@ -1,0 +1,82 @@
+"""Which records of a range an SRE command keeps: by device, event type, schema version, time.
+
+Pure: a record is judged from its key, value and timestamp. The payload is parsed only when a
+filter needs a payload field, so an unfiltered replay pays nothing per record here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import orjson
+
+from precast.errors import ConfigError
+from precast.ops.ranges import TimeRange
+from schemas.events import DEVICE_ID_PATTERN, Alarm, Heartbeat, WorkOrderEvent
+
+EVENT_TYPES = tuple(m.model_fields["kind"].default for m in (Heartbeat, WorkOrderEvent, Alarm))
+
+
+def split_list(values: Iterable[str] | None) -> list[str]:
+    """Repeatable, comma-separated flag values as one flat list."""
+    return [v.strip() for item in (values or []) for v in item.split(",") if v.strip()]
+
+
+@dataclass(frozen=True)
+class RecordFilter:
+    device_ids: frozenset[bytes] = frozenset()
+    event_types: frozenset[str] = frozenset()
+    schema_versions: frozenset[int] = frozenset()
+    time_range: TimeRange | None = None
+
+    @classmethod
+    def from_args(cls, devices: Iterable[str] | None = None, event_types: Iterable[str] | None = None,
+                  schema_versions: Iterable[str] | None = None, time_range: TimeRange | None = None) -> RecordFilter:
+        import re
+
+        devs = split_list(devices)
+        bad = [d for d in devs if not re.match(DEVICE_ID_PATTERN, d)]
+        if bad:
+            raise ConfigError(f"malformed device ID {bad[0]!r} (expected {DEVICE_ID_PATTERN})")
+        kinds = split_list(event_types)
+        unknown = [k for k in kinds if k not in EVENT_TYPES]
+        if unknown:
+            raise ConfigError(f"unknown event type {unknown[0]!r}: known are {', '.join(EVENT_TYPES)}")
+        versions = []
+        for v in split_list(schema_versions):
+            if not v.isdigit():
+                raise ConfigError(f"malformed schema version {v!r}: expected a whole number, e.g. 1")
+            versions.append(int(v))
+        return cls(frozenset(d.encode() for d in devs), frozenset(kinds), frozenset(versions), time_range)
+
+    @property
+    def needs_payload(self) -> bool:
+        return bool(self.event_types or self.schema_versions)
+
+    @property
+    def is_open(self) -> bool:
+        """True when every record passes (the replay's fast path)."""
+        return not (self.device_ids or self.needs_payload or self.time_range)
+
+    def matches(self, key: bytes | None, value: bytes | None, ts_ms: int) -> bool:
+        if self.time_range is not None and not self.time_range.contains(ts_ms):
+            return False
+        if self.device_ids and key not in self.device_ids:
+            return False
+        if not self.needs_payload:
+            return True
+        try:
+            doc = orjson.loads(value) if value else None
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(doc, dict):
+            return False
+        if self.event_types and doc.get("kind") not in self.event_types:
+            return False
+        return not (self.schema_versions and doc.get("schema_version") not in self.schema_versions)
+
+    def describe(self) -> dict[str, object]:
+        return {"devices": sorted(d.decode() for d in self.device_ids), "event_types": sorted(self.event_types),
+                "schema_versions": sorted(self.schema_versions),
+                "time_range": None if self.time_range is None else [self.time_range.start_ms, self.time_range.end_ms]}

@@ -1,0 +1,41 @@
+"""Checks before an SRE command writes anything: the topics exist, and a replay does not pour
+old records into a topic that live consumers read unless the operator says so."""
+
+from __future__ import annotations
+
+from precast.errors import ConfigError
+from precast.kafka import Admin
+from precast.settings import TopicSettings
+from schemas.topics import catalog
+
+
+class LiveTargetRefused(ConfigError):
+    """Writing into a live input topic needs `--allow-live-target`."""
+
+
+def partitions_of(admin: Admin, topic: str, where: str, hint: str = "") -> int:
+    n = admin.topic_partitions().get(topic)
+    if n is None:
+        raise ConfigError(f"unknown topic {topic!r} on {where}{hint}")
+    return n
+
+
+def input_role(topics: TopicSettings, topic: str) -> str | None:
+    """The catalog role of `topic` when a precast component consumes it (dead letters are
+    read only by these tools, so they are not an input)."""
+    spec = catalog(topics.prefix, topics.partitions, topics.replication_factor).by_name(topic)
+    return None if spec is None or spec.role == "dead_letters" else spec.role
+
+
+def refuse_live_target(admin: Admin, topics: TopicSettings, topic: str) -> None:
+    """Raise `LiveTargetRefused` when `topic` is a pipeline input or a consumer group holds it."""
+    reasons = []
+    role = input_role(topics, topic)
+    if role:
+        reasons.append(f"it is the {role} topic of this deployment (prefix {topics.prefix!r})")
+    groups = [g.group_id for g in admin.consumer_groups() if g.consumes(topic)]
+    if groups:
+        reasons.append(f"consumer group(s) {', '.join(groups)} read it now")
+    if reasons:
+        raise LiveTargetRefused(f"refusing to write into live input topic {topic!r}: {'; '.join(reasons)} "
+                                f"(pass --allow-live-target to do it anyway)")

@@ -1,0 +1,172 @@
+"""`precast purge SELECTOR`: invalidate served predictions of some model versions.
+
+It finds the newest entry per device whose model version the selector matches (semver-aware,
+`precast.ops.versions`), writes a purge marker for each to the predictions topic (so the
+compacted topic, every replica's view and any rebuild keep them purged), waits until the
+markers are acknowledged, and then deletes the entries from the shared store (compare-and-
+delete: an entry a newer prediction replaced meanwhile is kept). A newer real prediction
+later wins over the marker as usual. `--schedule` repeats it (e.g. daily at 04:00 UTC)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter as MetricCounter
+from prometheus_client import Gauge
+
+from precast.kafka import Producer
+from precast.ops.progress import bar, table
+from precast.ops.ranges import format_time
+from precast.ops.schedule import parse_schedule, run_forever
+from precast.ops.versions import Selector, parse_selector, parse_version
+from precast.settings import StackCliSettings
+from schemas.predictions import PredictionSet
+
+if TYPE_CHECKING:  # the store (Redis client) loads only when a purge runs
+    from precast.serving import Entry
+
+log = logging.getLogger("precast.ops.purge")
+
+PURGED = MetricCounter("precast_purge_entries_total", "served predictions purged", ["selector"])
+RUNS = MetricCounter("precast_purge_runs_total", "purge runs", ["selector", "result"])
+LAST_OK = Gauge("precast_purge_last_success_timestamp_seconds", "end of the last successful purge", ["selector"])
+
+
+def add_parser(sub: Any) -> None:
+    pp = sub.add_parser("purge", help="invalidate served predictions by model version (semver-aware)",
+                        description=__doc__)
+    pp.add_argument("selector", help="a line (1.3, v1.3.), an exact version (=1.3.7) or a range (>=1.2 <1.4)")
+    pp.add_argument("--dry-run", action="store_true", help="count what would be purged per version; change nothing")
+    pp.add_argument("--source", choices=["store", "topic"],
+                    help="where to find served entries: the shared store (default with PRECAST_REDIS__URL) "
+                         "or the predictions topic (default without)")
+    pp.add_argument("--schedule", help="repeat: cron in UTC ('0 4 * * *') or daily@HH:MM; runs until stopped")
+    pp.add_argument("--no-progress", action="store_true")
+    pp.set_defaults(fn=run)
+
+
+@dataclass
+class PurgeResult:
+    selector: str
+    source: str
+    scanned: int = 0
+    unparseable: int = 0
+    by_version: Counter[str] = field(default_factory=Counter)
+    markers: int = 0
+    deleted: int = 0
+    elapsed_s: float = 0.0
+
+
+def marker(device_id: str, e: Entry, now_ms: int) -> bytes:
+    """The superseding record of docs/architecture.md: same data time, later production time,
+    no candidates, trigger "purge"."""
+    return PredictionSet(device_id=device_id, candidates=[], model_version=e.model_version,
+                         computed_at_ms=e.computed_at_ms, valid_until_ms=max(e.valid_until_ms, e.computed_at_ms),
+                         produced_at_ms=max(now_ms, e.produced_at_ms + 1), trigger="purge").model_dump_json().encode()
+
+
+def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
+    """The entries to purge: real predictions (not markers) whose version the selector takes."""
+    victims: dict[str, Entry] = {}
+    verdict: dict[str, bool] = {}  # few distinct versions: parse each once
+    for device_id, e in entries:
+        result.scanned += 1
+        if e.purge:
+            continue
+        hit = verdict.get(e.model_version)
+        if hit is None:
+            hit = verdict[e.model_version] = sel.matches(e.model_version)
+            if parse_version(e.model_version) is None:
+                result.unparseable += 1
+        if hit:
+            victims[device_id] = e
+            result.by_version[e.model_version] += 1
+    return victims
+
+
+def purge(settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None,
+          progress: bool) -> PurgeResult:
+    from precast.ops.store import predictions_topic, shared_store, topic_view
+
+    t0 = time.monotonic()
+    source = source or ("store" if settings.redis.url else "topic")
+    store = shared_store(settings, "purge --source store") if source == "store" or settings.redis.url else None
+    result = PurgeResult(str(sel), source)
+    entries = store.iterate() if source == "store" and store is not None else topic_view(settings, progress).iterate()
+    victims = find(entries, sel, result)
+    if dry_run or not victims:
+        result.elapsed_s = time.monotonic() - t0
+        return result
+    topic, _parts = predictions_topic(settings)
+    producer = Producer(settings.kafka)
+    now = int(time.time() * 1000)
+    pb = bar(len(victims), "purge markers", enabled=progress)
+    for i, (device_id, e) in enumerate(victims.items()):
+        producer.produce(topic, device_id.encode(), marker(device_id, e, now))
+        if i % 1000 == 999:
+            producer.poll(0)
+            pb.update(1000)
+    producer.flush(120)  # markers durable before anything is deleted; raises otherwise
+    pb.close()
+    result.markers = len(victims)
+    if store is not None:
+        keys = {d: e.key for d, e in victims.items()}
+        result.deleted = store.purge(lambda d, e: keys.get(d) == e.key)
+    result.elapsed_s = time.monotonic() - t0
+    PURGED.labels(str(sel)).inc(result.markers)
+    return result
+
+
+def _version_order(text: str) -> tuple[int, Any]:
+    v = parse_version(text)
+    return (0, v) if v is not None else (1, text)
+
+
+def _print(r: PurgeResult, dry_run: bool) -> None:
+    total = sum(r.by_version.values())
+    rows = sorted(r.by_version.items(), key=lambda kv: _version_order(kv[0]))
+    head = "dry run: would purge" if dry_run else "purged"
+    print(f"{head} {total:,} served predictions matching {r.selector!r} (of {r.scanned:,} entries in the {r.source})")
+    if rows:
+        print(table(["model version", "devices"], rows))
+    if r.unparseable:
+        print(f"{r.unparseable} stored version(s) are not semantic versions and were never matched")
+    if not dry_run and total:
+        print(f"{r.markers:,} purge markers written to the predictions topic; "
+              f"{r.deleted:,} entries deleted from the shared store; {r.elapsed_s:.2f}s")
+
+
+def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    sel = parse_selector(args.selector)
+    if args.schedule is None:
+        _print(purge(settings, sel, dry_run=args.dry_run, source=args.source, progress=not args.no_progress),
+               args.dry_run)
+        return 0
+    expr = parse_schedule(args.schedule)
+    probe = None
+    if settings.metrics.port:
+        from precast.observability import ProbeServer
+
+        probe = ProbeServer(settings.metrics.host, settings.metrics.port).start()
+
+    def job() -> None:
+        try:
+            _print(purge(settings, sel, dry_run=args.dry_run, source=args.source, progress=False), args.dry_run)
+            RUNS.labels(str(sel), "ok").inc()
+            LAST_OK.labels(str(sel)).set(time.time())
+        except Exception as exc:  # the schedule goes on; the failure is counted and logged
+            RUNS.labels(str(sel), "failed").inc()
+            log.error("scheduled purge of %r failed: %s", str(sel), exc)
+
+    try:
+        run_forever(expr, job, lambda due: print(f"next purge of {str(sel)!r} at {format_time(int(due * 1000))} "
+                                                 f"(schedule {expr!r}, UTC)", flush=True))
+    finally:
+        if probe:
+            probe.stop()
+    return 0

@@ -1,0 +1,93 @@
+"""The serving store and the predictions topic as the SRE tools see them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from precast.errors import ConfigError
+from precast.kafka import Admin
+from precast.ops.guard import partitions_of
+from precast.ops.progress import bar
+from precast.ops.ranges import OffsetRange
+from precast.ops.reader import RangeReader, range_consumer
+from precast.serving import Entry, InvalidPrediction, MemoryStore, RedisStore, entry_from_prediction
+from precast.settings import StackCliSettings
+from schemas.topics import catalog
+
+
+def grace_ms(settings: StackCliSettings) -> int:
+    return int(settings.ops.store_grace_s * 1000)
+
+
+def shared_store(settings: StackCliSettings, what: str) -> RedisStore:
+    """The Redis serving store every API replica shares; the tools need it to change served state."""
+    if not settings.redis.url:
+        raise ConfigError(f"{what} needs the shared serving store: set PRECAST_REDIS__URL (API replicas "
+                          f"without Redis keep in-process views that follow the predictions topic)")
+    from precast.redis_client import wait_reachable
+
+    wait_reachable(settings.redis)
+    return RedisStore.from_settings(settings.redis, grace_ms(settings))
+
+
+def predictions_topic(settings: StackCliSettings) -> tuple[str, int]:
+    t = settings.topics
+    name = catalog(t.prefix, t.partitions, t.replication_factor).predictions.name
+    admin = Admin(settings.kafka)
+    admin.wait_reachable()
+    return name, partitions_of(admin, name, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)")
+
+
+@dataclass
+class PredictionReader:
+    """The predictions topic from its beginning to the end it has now, as store entries in
+    batches; tombstones and records the store cannot hold are skipped and counted."""
+
+    settings: StackCliSettings
+    label: str
+    progress: bool = True
+    batch: int = 2_000
+    records: int = 0
+    tombstones: int = 0
+    invalid: int = 0
+    topic: str = ""
+
+    def __iter__(self) -> Iterator[list[tuple[str, Entry]]]:
+        self.topic, parts = predictions_topic(self.settings)
+        ends = Admin(self.settings.kafka).end_offsets([(self.topic, p) for p in range(parts)])
+        ranges = [OffsetRange(p, 0, ends[(self.topic, p)]) for p in range(parts)]
+        c = range_consumer(self.settings.kafka, self.label.replace(" ", "-"))
+        pb = bar(sum(r.size for r in ranges), self.label, enabled=self.progress)
+        out: list[tuple[str, Entry]] = []
+        try:
+            for msgs in RangeReader(c, self.topic, ranges):
+                now = int(time.time() * 1000)
+                for m in msgs:
+                    value, key = m.value(), m.key()
+                    if not value or not key:
+                        self.tombstones += 1
+                        continue
+                    try:
+                        out.append((key.decode(), entry_from_prediction(value, now, key)))
+                    except (InvalidPrediction, UnicodeDecodeError):
+                        self.invalid += 1
+                self.records += len(msgs)
+                pb.update(len(msgs))
+                if len(out) >= self.batch:
+                    yield out
+                    out = []
+            if out:
+                yield out
+        finally:
+            pb.close()
+            c.close()
+
+
+def topic_view(settings: StackCliSettings, progress: bool) -> MemoryStore:
+    """Newest-wins view of the predictions topic, built here as a read API replica would."""
+    view = MemoryStore(grace_ms(settings))
+    for items in PredictionReader(settings, "read predictions", progress):
+        view.put_many_if_newer(items)
+    return view

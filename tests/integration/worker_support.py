@@ -1,0 +1,130 @@
+"""Helpers for worker integration tests: worker processes, a load generator, and reading
+predictions back with their lineage."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import orjson
+
+from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
+from producers.publisher import TraceIds
+from tests.worker_events import alarm, heartbeat, request, work_order
+
+ROOT = Path(__file__).resolve().parents[2]
+traceparent = TraceIds().new  # main (issue 3) replaced the module function with TraceIds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port: int, timeout: float = 60.0) -> dict:
+    """Poll a worker's /readyz until it answers 200 (assigned, context restored)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                return orjson.loads(r.read())
+        except (OSError, urllib.error.HTTPError):
+            time.sleep(0.2)
+    raise TimeoutError(f"worker on port {port} not ready within {timeout}s")
+
+
+def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> subprocess.Popen:
+    e = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+         "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
+         "PRECAST_TOPICS__PARTITIONS": str(topics.heartbeats.partitions), "PRECAST_WORKER__GROUP_ID": group,
+         "PRECAST_MODEL__PROVIDER": "cpu", "PRECAST_POLICY__THROTTLE_MS": "0", "PRECAST_POLICY__MIN_CHANGE": "0",
+         "PRECAST_LOG_LEVEL": "INFO", **env}
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", "workers.cli"], env=e, cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+class Load(threading.Thread):
+    """Heartbeats for `devices` devices at about `rate`/s for `seconds`, with a work order, an
+    alarm and a precompute request mixed in every `every` heartbeats. Event times increase
+    per device, so with min_change=0 and no throttle every record is a trigger."""
+
+    def __init__(self, kafka_settings, topics, *, devices=300, rate=2_000, seconds=6.0, every=50) -> None:
+        super().__init__(daemon=True)
+        self.p = Producer(kafka_settings)
+        self.topics, self.devices, self.rate, self.seconds, self.every = topics, devices, rate, seconds, every
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def _send(self, topic: str, event: dict) -> None:
+        self.p.produce(topic, event["device_id"].encode(), orjson.dumps(event), [("traceparent", traceparent())])
+        self.sent += 1
+
+    def run(self) -> None:
+        try:
+            t0 = int(time.time() * 1000)
+            start, i = time.monotonic(), 0
+            while time.monotonic() - start < self.seconds:
+                for _ in range(max(1, self.rate // 20)):
+                    d, t = f"dev-{i % self.devices:05d}", t0 + i
+                    self._send(self.topics.heartbeats.name, heartbeat(d, t, cpu_pct=float(i % 100)))
+                    if i % self.every == 0:
+                        self._send(self.topics.work_orders.name, work_order(d, t, f"wo-{i}"))
+                        self._send(self.topics.alarms.name, alarm(d, t, f"al-{i}"))
+                        self._send(self.topics.precompute_requests.name, request(f"dev-x{i % 7}", t))
+                    i += 1
+                self.p.poll(0)
+                time.sleep(0.05)
+            self.p.flush()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
+            self.error = exc
+
+
+def input_offsets(kafka_settings, topics, group: str) -> set[tuple[str, int, int]]:
+    """Every (topic, partition, offset) on the worker's input topics right now."""
+    c = Consumer(kafka_settings, group)
+    out = set()
+    for t in (topics.heartbeats, topics.work_orders, topics.alarms, topics.precompute_requests):
+        for p in range(t.partitions):
+            low, high = c.watermarks(t.name, p)
+            out.update((t.name, p, o) for o in range(low, high))
+    c.close()
+    return out
+
+
+def read_predictions(kafka_settings, topic: str, partitions: int, group: str, *, committed_only: bool,
+                     until=lambda preds: False, timeout: float = 60.0, quiet_s: float = 2.0) -> list[dict]:
+    """Every prediction record (plus its partition/offset), reading until `until(preds)` holds
+    and nothing new arrived for `quiet_s`, or `timeout`."""
+    iso = "read_committed" if committed_only else "read_uncommitted"
+    c = Consumer(kafka_settings, group, **{"isolation.level": iso})
+    c.assign([TopicPartitionOffset(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    preds: list[dict] = []
+    deadline, last_new = time.monotonic() + timeout, time.monotonic()
+    while time.monotonic() < deadline:
+        msgs = c.consume(5_000, 0.2)
+        for m in msgs:
+            preds.append({**orjson.loads(m.value()), "_partition": m.partition(), "_offset": m.offset()})
+        if msgs:
+            last_new = time.monotonic()
+        elif time.monotonic() - last_new > quiet_s and until(preds):
+            break
+    c.close()
+    return preds
+
+
+def lineage_refs(preds: list[dict]) -> list[tuple[str, int, int]]:
+    return [(r["topic"], r["partition"], r["offset"]) for p in preds for r in p["lineage"]]
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
+    proc.terminate()
+    return proc.wait(timeout)

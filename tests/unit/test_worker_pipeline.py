@@ -1,0 +1,157 @@
+"""The worker's pure core on plain records with the real model: triggers, coalescing,
+throttling, lineage, precompute requests and which offsets are safe to commit."""
+
+import numpy as np
+import orjson
+import pytest
+
+from schemas.predictions import PredictionSet
+from schemas.topics import catalog
+from tests.worker_events import T0, heartbeat, record, request, work_order
+from workers.features import FEATURE_NAMES
+from workers.inference import ModelSession
+from workers.pipeline import Pipeline, PipelineConfig
+from workers.policy import PolicyConfig, Reason
+from workers.settings import DEFAULT_MODEL_DIR
+from workers.topk import top_k
+
+TOPICS = catalog("u.", 3)
+HB, WO, REQ = TOPICS.heartbeats.name, TOPICS.work_orders.name, TOPICS.precompute_requests.name
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
+
+
+def make(throttle_ms=0, **kw):
+    rejected, decisions = [], []
+    p = Pipeline(TOPICS, PipelineConfig(policy=PolicyConfig(throttle_ms=throttle_ms), **kw),
+                 lambda m, r, d: rejected.append((m.offset(), str(r))))
+    p.decisions = lambda reason, n: decisions.extend([reason] * n)
+    return p, rejected, decisions
+
+
+def flush(p, model, now_ms=T0):
+    out = []
+    while True:
+        items, _ = p.next_batch(0.0, force=True)
+        if not items:
+            return out
+        r = p.compute(items, model, now_ms)
+        p.mark_predicted(r, now_ms)
+        out += [PredictionSet.model_validate_json(v) for v in r.out.values]
+
+
+def test_each_device_gets_one_prediction_with_all_its_triggers_in_lineage(model):
+    p, rejected, decisions = make()
+    recs = [record(HB, heartbeat("d1", T0), 0), record(HB, heartbeat("d2", T0), 1),
+            record(HB, heartbeat("d1", T0 + 1000, cpu_pct=90), 2), record(HB, heartbeat("d1", T0 + 500), 3)]
+    p.ingest(recs, T0, 0.0)
+    preds = {x.device_id: x for x in flush(p, model)}
+    assert set(preds) == {"d1", "d2"} and rejected == []
+    d1 = preds["d1"]
+    assert sorted(ref.offset for ref in d1.lineage) == [0, 2, 3]
+    assert d1.computed_at_ms == T0 + 1000  # newest input by event time, not by offset
+    assert d1.valid_until_ms == T0 + 1000 + 5000
+    assert d1.trigger == "heartbeat" and d1.model_version == model.version
+    assert all(ref.trace_id == "a" * 32 and ref.topic == HB for ref in d1.lineage)
+    scores = [c.score for c in d1.candidates]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert decisions.count(Reason.FIRST_SEEN) == 2
+
+
+def test_unchanged_and_duplicate_heartbeats_are_skipped_but_committed(model):
+    p, _, decisions = make()
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    flush(p, model)
+    p.ingest([record(HB, heartbeat("d1", T0 + 100), 1), record(HB, heartbeat("d1", T0), 2)], T0, 0.0)
+    assert flush(p, model) == []
+    assert decisions[-1] == Reason.UNCHANGED
+    p.ingest([record(HB, heartbeat("d1", T0 + 50), 3)], T0, 0.0)  # older than the newest seen
+    assert decisions[-1] == Reason.STALE
+    assert [(o.topic, o.offset) for o in p.commit_offsets()] == [(HB, 4)]
+    p.ingest([record(HB, heartbeat("d1", T0 + 4_200), 4)], T0, 0.0)  # within 1 s of valid_until
+    assert [x.trigger for x in flush(p, model)] == ["expiry"]
+
+
+def test_throttled_trigger_is_deferred_holds_back_its_offset_and_is_released(model):
+    p, _, decisions = make(throttle_ms=1_000)
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    flush(p, model, now_ms=T0)
+    p.ingest([record(HB, heartbeat("d1", T0 + 10, cpu_pct=95), 1), record(HB, heartbeat("d2", T0), 2)], T0 + 10, 0.0)
+    assert decisions[-2:] in ([Reason.THROTTLED, Reason.FIRST_SEEN], [Reason.FIRST_SEEN, Reason.THROTTLED])
+    assert [x.device_id for x in flush(p, model, T0 + 10)] == ["d2"]
+    assert [o.offset for o in p.commit_offsets()] == [1]        # d1's trigger still waits
+    assert p.release_deferred(T0 + 999, 0.0) == 0
+    assert p.release_deferred(T0 + 1_000, 0.0) == 1
+    (d1,) = flush(p, model, T0 + 1_000)
+    assert [r.offset for r in d1.lineage] == [1]
+    assert [o.offset for o in p.commit_offsets()] == [3]
+
+
+def test_work_order_triggers_with_its_own_context_in_the_features(model):
+    p, _, _ = make()
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    (first,) = flush(p, model)
+    p.ingest([record(WO, work_order("d1", T0 + 5, "w1", priority="critical"), 0)], T0, 0.0)
+    items, _ = p.next_batch(0.0, force=True)
+    r = p.compute(items, model, T0)
+    assert r.features[0, FEATURE_NAMES.index("open_high_priority")] == 1.0
+    pred = PredictionSet.model_validate_json(r.out.values[0])
+    assert pred.trigger == "work_order" and pred.computed_at_ms == T0 + 5
+    assert pred.lineage[0].topic == WO and first.computed_at_ms == T0
+
+
+def test_request_for_a_device_never_seen_is_answered_from_the_default_row(model):
+    p, _, _ = make()
+    p.ingest([record(REQ, request("ghost", T0 + 7, "prefetch"), 0)], T0, 0.0)
+    (pred,) = flush(p, model)
+    assert pred.trigger == "prefetch" and pred.computed_at_ms == T0 + 7
+    assert pred.lineage[0].event_id.startswith("r") and len(pred.candidates) == 3
+    p.ingest([record(REQ, request("ghost", T0 + 8, "backfill"), 1)], T0, 0.0)
+    (again,) = flush(p, model)
+    assert again.backfill is True and again.trigger == "backfill"
+
+
+def test_bad_records_are_rejected_and_still_committed():
+    p, rejected, _ = make()
+    p.ingest([record(HB, heartbeat("d1"), 0, value=b"\xff"), record(REQ, request("d1"), 0, value=b"{}")], T0, 0.0)
+    assert sorted(r for _, r in rejected) == ["invalid", "not_json"]
+    assert {(o.topic, o.offset) for o in p.commit_offsets()} == {(HB, 1), (REQ, 1)}
+
+
+def test_model_failure_leaves_state_untouched_so_a_retry_is_clean(model):
+    class Broken:
+        version, labels = "x", model.labels
+
+        def predict(self, x):
+            raise RuntimeError("boom")
+
+    p, _, _ = make()
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    items, _ = p.next_batch(0.0, force=True)
+    with pytest.raises(RuntimeError):
+        p.compute(items, Broken(), T0)
+    assert p.table.valid_until[p.table.slot["d1"]] == -1
+    r = p.compute(items, model, T0)
+    assert orjson.loads(r.out.values[0])["model_version"] == model.version
+
+
+def test_forgetting_a_partition_drops_its_state_and_waiting_work():
+    p, _, _ = make()
+    p.ingest([record(HB, heartbeat("a", T0), 0, partition=0), record(HB, heartbeat("b", T0), 0, partition=1)],
+             T0, 0.0)
+    p.forget([0])
+    assert "a" not in p.table and "b" in p.table
+    assert [it.device for it in p.batcher] == ["b"]
+    assert [(o.partition, o.offset) for o in p.commit_offsets(include_pending=True)] == [(1, 1)]
+
+
+def test_top_k_is_ordered_stable_on_ties_and_capped_at_the_class_count():
+    p = np.array([[0.2, 0.4, 0.2, 0.2], [0.1, 0.2, 0.3, 0.4]], dtype=np.float32)
+    idx, scores = top_k(p, 3)
+    assert idx.tolist() == [[1, 0, 2], [3, 2, 1]]
+    assert np.allclose(scores, [[0.4, 0.2, 0.2], [0.4, 0.3, 0.2]])
+    idx, _ = top_k(p, 10)
+    assert idx.shape == (2, 4)

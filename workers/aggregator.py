@@ -1,0 +1,160 @@
+"""`precast-context`: per-device context from the work-order and alarm streams, on faust.
+
+A faust table keyed by device holds each device's `DeviceContext` snapshot (changelog-backed,
+so a restarted or rebalanced instance restores it), updated by the same pure reducer the
+worker uses (`workers.context`); every change is published to the compacted device-context
+topic, which is what workers restore from. Both streams are low-rate, which is why faust
+(aiokafka, asyncio) is acceptable here and kept off the worker's hot path. Records that break
+the contract go to the dead-letter topic (faust flushes its producer before it commits).
+
+Why no faust windowed table: the features count alarms in the *sliding* hour before the
+prediction's event time, computed from the bounded per-device alarm list in the snapshot;
+faust windows are tumbling/hopping and would keep a second copy of the same facts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from precast.deadletter import DEAD_LETTERS, dead_letter_record
+from precast.kafka import Admin, Record
+from precast.observability import ProbeServer
+from precast.runtime import run_cli, setup_logging
+from precast.settings import load
+from schemas.topics import catalog
+from workers.context import DeviceContext
+from workers.decode import validate
+from workers.settings import ContextSettings
+
+log = logging.getLogger("precast.context")
+COMPONENT = "context"
+
+EVENTS = Counter("precast_context_events_total", "events folded into device context", ["topic", "result"])
+SNAPSHOTS = Counter("precast_context_snapshots_total", "context snapshots published")
+DEVICES = Gauge("precast_context_devices", "devices with context on this instance")
+
+
+def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
+    """The faust app and its state (for probes). Import faust lazily: the worker never needs it."""
+    import faust
+
+    t = settings.topics
+    topics = catalog(t.prefix, t.partitions, t.replication_factor)
+    c = settings.context
+    app = faust.App(
+        c.app_id, broker=f"kafka://{settings.kafka.bootstrap_servers}", store="memory://",
+        topic_partitions=t.partitions, topic_replication_factor=t.replication_factor,
+        # lz4 like every precast producer; aiokafka reads and writes it through cramjam.
+        producer_compression_type="lz4", producer_acks=-1,
+        consumer_auto_offset_reset="earliest", broker_commit_interval=c.commit_interval_s,
+        datadir=str(c.data_dir), web_enabled=False, processing_guarantee="at_least_once",
+    )
+    raw = {"key_serializer": "raw", "value_serializer": "raw"}
+    sources = {topics.work_orders.name: "work_orders", topics.alarms.name: "alarms"}
+    wo_topic = app.topic(topics.work_orders.name, internal=False, **raw)
+    alarm_topic = app.topic(topics.alarms.name, internal=False, **raw)
+    out = app.topic(topics.device_context.name, internal=False, **raw)
+    dlq = app.topic(topics.dead_letters.name, internal=False, **raw)
+    table = app.Table("device-context", default=None, partitions=t.partitions, schema=faust.Schema(**raw))
+    state: dict[str, Any] = {"last_tick": time.monotonic(), "app": app}
+
+    async def fold(event: Any) -> None:
+        msg = event.message
+        record = Record(msg.topic, msg.partition, msg.offset, event.key, event.value,
+                        [(k, bytes(v)) for k, v in (msg.headers or [])], int(msg.timestamp * 1000))
+        role = sources[msg.topic]
+        e, reason, detail = validate(role, record)
+        if e is None:
+            key, value, headers = dead_letter_record(record, reason, detail, COMPONENT)
+            await dlq.send(key=key, value=value, headers=headers)
+            DEAD_LETTERS.labels(COMPONENT, str(reason)).inc()
+            EVENTS.labels(msg.topic, "dead_letter").inc()
+            return
+        device = e["device_id"]
+        key = device.encode()
+        current = table.get(key)
+        ctx = DeviceContext.from_json(current) if current else DeviceContext(device)
+        changed = ctx.apply_work_order(e) if role == "work_orders" else ctx.apply_alarm(e)
+        if not changed and current is not None:
+            EVENTS.labels(msg.topic, "unchanged").inc()
+            return
+        snapshot = ctx.to_json(int(time.time() * 1000))
+        table[key] = snapshot
+        await out.send(key=key, value=snapshot)
+        SNAPSHOTS.inc()
+        EVENTS.labels(msg.topic, "applied").inc()
+
+    @app.agent(wo_topic, name="work-orders")
+    async def work_orders(stream: Any) -> None:
+        async for event in stream.events():
+            await fold(event)
+
+    @app.agent(alarm_topic, name="alarms")
+    async def alarms(stream: Any) -> None:
+        async for event in stream.events():
+            await fold(event)
+
+    @app.timer(1.0)
+    async def tick() -> None:
+        state["last_tick"] = time.monotonic()
+        DEVICES.set(len(table))
+
+    return app, state
+
+
+def run(settings: ContextSettings) -> int:
+    import faust
+
+    Admin(settings.kafka).wait_reachable()
+    app, state = build_app(settings)
+
+    def health() -> tuple[bool, dict]:
+        stalled = time.monotonic() - state["last_tick"]
+        return stalled < 30, {"seconds_since_tick": round(stalled, 3)}
+
+    def ready() -> tuple[bool, dict]:
+        try:
+            assigned = len(app.consumer.assignment())
+        except Exception:  # noqa: BLE001 - not started yet
+            assigned = 0
+        recovering = not app.tables.recovery.completed.is_set() if app.tables else True
+        return assigned > 0 and not recovering, {"assigned_partitions": assigned, "recovering": recovering}
+
+    probe = ProbeServer(settings.metrics.host, settings.metrics.port, health=health, ready=ready).start() \
+        if settings.metrics.port else None
+    print(f"precast-context: app {settings.context.app_id} on {settings.kafka.bootstrap_servers}",
+          file=sys.stderr, flush=True)
+    try:
+        # faust.Worker installs SIGTERM/SIGINT handlers that stop the app cleanly (commit, leave).
+        worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
+                              override_logging=False, loop=asyncio.new_event_loop())
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        if probe:
+            probe.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="precast-context", description=__doc__.splitlines()[0])
+    p.parse_args(argv)
+
+    def body() -> int:
+        settings = load(ContextSettings)
+        setup_logging(settings.log_level)
+        return run(settings)
+
+    return run_cli("precast-context", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The worker's Prometheus metrics (dead letters are counted by `precast.deadletter`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client import Counter, Gauge, Histogram
+
+EVENTS_IN = Counter("precast_worker_events_total", "records consumed", ["topic"])
+DECISIONS = Counter("precast_worker_decisions_total", "speculation policy decisions", ["reason"])
+COALESCED = Counter("precast_worker_coalesced_total",
+                    "triggers merged into a prediction already due for the same device")
+PREDICTIONS = Counter("precast_worker_predictions_total", "predictions produced", ["model_version"])
+BATCH_SIZE = Histogram("precast_worker_batch_size", "devices per inference batch",
+                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
+QUEUE_DELAY = Histogram("precast_worker_queue_delay_seconds", "wait of a batch's oldest trigger before inference",
+                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+INFER_S = Histogram("precast_worker_inference_seconds", "model time per batch",
+                    buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5))
+LATENCY = Histogram("precast_worker_event_to_prediction_seconds",
+                    "newest input's event time to the prediction being produced",
+                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+LAG = Gauge("precast_worker_consumer_lag", "records behind the partition's end", ["topic", "partition"])
+MODEL_FAILURES = Counter("precast_worker_model_failures_total", "inference calls that raised", ["model_version"])
+MODEL_VERSION = Gauge("precast_worker_model_info", "the model version in use (value 1)", ["model_version"])
+LINEAGE_TRUNCATED = Counter("precast_worker_lineage_truncated_total",
+                            "input references left out of a prediction's lineage (cap reached)")
+TXN = Counter("precast_worker_transactions_total", "exactly-once transactions by outcome", ["outcome"])
+PENDING = Gauge("precast_worker_pending_devices", "devices queued or deferred, waiting for a prediction")
+
+
+def observe_many(hist: Histogram, values: np.ndarray) -> None:
+    """Observe a whole array at once: one bucket count per bucket instead of one Python call
+    per value (prometheus_client has no bulk API; this uses its documented bucket layout)."""
+    if len(values) == 0:
+        return
+    bounds = np.asarray(hist._upper_bounds)  # includes +Inf
+    counts = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds))
+    for i, c in enumerate(counts.tolist()):
+        if c:
+            hist._buckets[i].inc(c)
+    hist._sum.inc(float(np.sum(values)))

@@ -1,0 +1,161 @@
+"""Where a worker's records go and how its input offsets are committed with them.
+
+- `AtLeastOnce`: outputs are produced as batches finish; at a commit point the producer is
+  flushed (every record acknowledged, or `DeliveryFailed` is raised and nothing is committed),
+  then the input offsets are committed.
+- `ExactlyOnce`: consume-transform-produce in Kafka transactions: the outputs and the input
+  offsets (`send_offsets_to_transaction`) commit or abort together. After an abortable error the
+  transaction is aborted and the caller rewinds to the committed offsets; after a fatal or
+  indeterminate one (the commit's outcome is unknown, or the producer was fenced) the
+  transactional producer is rebuilt and re-initialized, which fences its old incarnation and
+  aborts whatever it left open, and the caller rewinds too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from precast.deadletter import DeadLetters
+from precast.kafka import Consumer, KafkaFailure, KafkaMessage, Producer, TopicPartitionOffset
+from precast.settings import KafkaSettings
+from workers import metrics as M
+
+log = logging.getLogger("precast.workers.sink")
+
+COMPONENT = "worker"
+
+
+class Rewind(Exception):
+    """The transaction was aborted: re-read from the committed offsets, forget derived state."""
+
+
+class AtLeastOnce:
+    exactly_once = False
+
+    def __init__(self, kafka: KafkaSettings, dead_letter_topic: str) -> None:
+        self.producer = Producer(kafka)
+        self.dead_letters = DeadLetters(self.producer, dead_letter_topic, COMPONENT)
+        self._committed: dict[tuple[str, int], int] = {}
+
+    def begin(self) -> None:
+        return None
+
+    def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+        self.producer.produce_batch(topic, keys, values)
+
+    def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+        self.dead_letters.send(msg, reason, detail)
+
+    def commit(self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = False) -> bool:
+        changed = [o for o in offsets if self._committed.get((o.topic, o.partition)) != o.offset]
+        self.producer.flush()  # raises unless every output so far is acknowledged
+        if not changed:
+            return False
+        consumer.commit(changed, asynchronous=not sync)
+        self._committed.update({(o.topic, o.partition): o.offset for o in changed})
+        return True
+
+    def forget(self, partitions: Sequence[TopicPartitionOffset]) -> None:
+        for p in partitions:
+            self._committed.pop((p.topic, p.partition), None)
+
+    def abort(self) -> None:
+        return None
+
+
+class ExactlyOnce:
+    exactly_once = True
+
+    def __init__(self, kafka: KafkaSettings, dead_letter_topic: str, transactional_id: str,
+                 transaction_timeout_ms: int) -> None:
+        self._kafka, self._dlq_topic = kafka, dead_letter_topic
+        # librdkafka requires a record's delivery timeout to fit inside its transaction's.
+        self._conf = {"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms,
+                      "delivery.timeout.ms": transaction_timeout_ms}
+        self.transactional_id = transactional_id
+        self._committed: dict[tuple[str, int], int] = {}
+        self._open = False
+        self._dirty = False
+        self._new_producer()
+
+    def _new_producer(self) -> None:
+        self.producer = Producer(self._kafka, **self._conf)
+        self.dead_letters = DeadLetters(self.producer, self._dlq_topic, COMPONENT)
+        self.producer.init_transactions()
+        self._open = False
+
+    def begin(self) -> None:
+        if not self._open:
+            self.producer.begin_transaction()
+            self._open, self._dirty = True, False
+
+    def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+        self.begin()
+        self._dirty = True
+        self.producer.produce_batch(topic, keys, values)
+
+    def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+        self.begin()
+        self._dirty = True
+        self.dead_letters.send(msg, reason, detail)
+
+    def commit(self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = True) -> bool:
+        """Commit the open transaction with these input offsets; raises `Rewind` if it aborted."""
+        offsets = [o for o in offsets if self._committed.get((o.topic, o.partition)) != o.offset]
+        if not self._open or (not self._dirty and not offsets):
+            return False
+        try:
+            if offsets:
+                self.producer.send_offsets_to_transaction(consumer.native_offsets(offsets),
+                                                          consumer.group_metadata())
+            self._commit_transaction()
+        except KafkaFailure as exc:
+            self._recover(exc)
+            raise Rewind(str(exc)) from None
+        self._open = False
+        self._committed.update({(o.topic, o.partition): o.offset for o in offsets})
+        M.TXN.labels("committed").inc()
+        return True
+
+    def _commit_transaction(self) -> None:
+        # A retriable failure leaves the outcome unknown; calling again is how librdkafka
+        # resolves it (it either completes the commit or reports that an abort is needed).
+        for attempt in range(3):
+            try:
+                self.producer.commit_transaction()
+                return
+            except KafkaFailure as exc:
+                if not exc.retriable or exc.txn_requires_abort or exc.fatal or attempt == 2:
+                    raise
+                log.warning("commit_transaction retriable failure, retrying: %s", exc)
+
+    def _recover(self, exc: KafkaFailure) -> None:
+        if exc.txn_requires_abort and not exc.fatal:
+            log.warning("transaction aborted: %s", exc)
+            try:
+                self.producer.abort_transaction()
+                self._open = False
+                M.TXN.labels("aborted").inc()
+                return
+            except KafkaFailure as again:
+                exc = again
+        log.error("transactional producer re-initialized after %s", exc)
+        M.TXN.labels("reinitialized").inc()
+        self._new_producer()
+
+    def abort(self) -> None:
+        """Abort the open transaction (partitions lost, or shutting down after an error)."""
+        if not self._open:
+            return
+        try:
+            self.producer.abort_transaction()
+            M.TXN.labels("aborted").inc()
+        except KafkaFailure as exc:
+            log.error("abort failed, re-initializing the transactional producer: %s", exc)
+            self._new_producer()
+        self._open = False
+
+    def forget(self, partitions: Sequence[TopicPartitionOffset]) -> None:
+        for p in partitions:
+            self._committed.pop((p.topic, p.partition), None)

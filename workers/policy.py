@@ -1,0 +1,125 @@
+"""The speculation policy: which devices to precompute now, and why. Pure and vectorized.
+
+Rules, in priority order:
+- a precompute request (API miss, prefetch hint, backfill, expiry) is always answered;
+- a work order (opened/updated/closed) or an alarm that fires changes what operators will open
+  next: predict;
+- a heartbeat from a device never predicted here (`first_seen`), or one that moves the features
+  materially (`heartbeat_changed`: max_f |x_new - x_last| / CHANGE_SCALE_f >= min_change);
+- a heartbeat that changes nothing much but brings the device within `refresh_lead_ms` of its
+  prediction's `valid_until`: refresh before it expires (`refresh_before_expiry`);
+- otherwise skip (`unchanged`); a heartbeat older than the newest one seen is `stale`.
+Throttle: a device predicted less than `throttle_ms` ago (worker clock) is `throttled`: the
+trigger is deferred, not dropped, and released when its window ends (see `workers.pipeline`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from workers.features import CHANGE_SCALE
+
+_SCALE = np.asarray(CHANGE_SCALE, dtype=np.float32)
+
+
+class Reason(IntEnum):
+    """Decision codes (an int8 array on the hot path); `.label` names them in metrics."""
+
+    UNCHANGED = 0
+    STALE = 1
+    THROTTLED = 2
+    CONTEXT_ONLY = 3            # a cleared/info alarm: context updated, nothing to precompute
+    FIRST_SEEN = 10
+    HEARTBEAT_CHANGED = 11
+    REFRESH = 12
+    WORK_ORDER = 13
+    ALARM = 14
+    API_MISS = 20
+    PREFETCH = 21
+    BACKFILL = 22
+    EXPIRY_REQUEST = 23
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+    @property
+    def predicts(self) -> bool:
+        return self >= Reason.FIRST_SEEN
+
+
+_LABELS = {Reason.UNCHANGED: "unchanged", Reason.STALE: "stale", Reason.THROTTLED: "throttled",
+           Reason.CONTEXT_ONLY: "context_only", Reason.FIRST_SEEN: "first_seen",
+           Reason.HEARTBEAT_CHANGED: "heartbeat_changed", Reason.REFRESH: "refresh_before_expiry",
+           Reason.WORK_ORDER: "work_order", Reason.ALARM: "alarm", Reason.API_MISS: "api_miss",
+           Reason.PREFETCH: "prefetch", Reason.BACKFILL: "backfill", Reason.EXPIRY_REQUEST: "expiry_request"}
+
+# PredictionSet.trigger for each predicting reason (schemas.predictions.Trigger).
+TRIGGER = {Reason.FIRST_SEEN: "heartbeat", Reason.HEARTBEAT_CHANGED: "heartbeat", Reason.REFRESH: "expiry",
+           Reason.WORK_ORDER: "work_order", Reason.ALARM: "alarm", Reason.API_MISS: "api_miss",
+           Reason.PREFETCH: "prefetch", Reason.BACKFILL: "backfill", Reason.EXPIRY_REQUEST: "expiry"}
+REQUEST_REASON = {"api_miss": Reason.API_MISS, "prefetch": Reason.PREFETCH, "backfill": Reason.BACKFILL,
+                  "expiry": Reason.EXPIRY_REQUEST}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    min_change: float = 0.05
+    refresh_lead_ms: int = 1_000
+    throttle_ms: int = 250
+    # Backfill/replay: every device with input gets a prediction (no skip, no throttle).
+    always: bool = False
+
+
+def material_change(last_x: np.ndarray, new_x: np.ndarray) -> np.ndarray:
+    """Per row: the largest feature move in units of CHANGE_SCALE."""
+    if len(new_x) == 0:
+        return np.zeros(0, dtype=np.float32)
+    return (np.abs(new_x - last_x) / _SCALE).max(axis=1)
+
+
+def decide_heartbeats(cfg: PolicyConfig, *, has_prediction: np.ndarray, last_x: np.ndarray, new_x: np.ndarray,
+                      event_time_ms: np.ndarray, newest_seen_ms: np.ndarray,
+                      valid_until_ms: np.ndarray) -> np.ndarray:
+    """One decision per device's newest heartbeat of a batch (before throttling).
+
+    `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
+    (-1 when none), so duplicates and out-of-order deliveries are `stale`."""
+    n = len(new_x)
+    out = np.full(n, Reason.UNCHANGED, dtype=np.int8)
+    if n == 0:
+        return out
+    if cfg.always:
+        out[:] = Reason.BACKFILL
+        return out
+    change = material_change(last_x, new_x)
+    out[event_time_ms >= valid_until_ms - cfg.refresh_lead_ms] = Reason.REFRESH
+    out[change >= cfg.min_change] = Reason.HEARTBEAT_CHANGED
+    out[~has_prediction] = Reason.FIRST_SEEN
+    out[event_time_ms <= newest_seen_ms] = Reason.STALE
+    return out
+
+
+def throttle(cfg: PolicyConfig, decisions: np.ndarray, last_predicted_ms: np.ndarray, now_ms: int) -> np.ndarray:
+    """Turn predicting decisions for devices predicted within `throttle_ms` into THROTTLED."""
+    if cfg.always or cfg.throttle_ms <= 0 or len(decisions) == 0:
+        return decisions
+    hot = (decisions >= Reason.FIRST_SEEN) & (now_ms - last_predicted_ms < cfg.throttle_ms)
+    if hot.any():
+        decisions = decisions.copy()
+        decisions[hot] = Reason.THROTTLED
+    return decisions
+
+
+def throttle_one(cfg: PolicyConfig, reason: Reason, last_predicted_ms: int, now_ms: int) -> Reason:
+    if cfg.always or cfg.throttle_ms <= 0 or not reason.predicts:
+        return reason
+    return Reason.THROTTLED if now_ms - last_predicted_ms < cfg.throttle_ms else reason
+
+
+def release_at(cfg: PolicyConfig, last_predicted_ms: int) -> int:
+    """When a throttled device may be predicted again (worker clock, ms)."""
+    return last_predicted_ms + cfg.throttle_ms

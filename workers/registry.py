@@ -1,0 +1,118 @@
+"""Model registry and hot swap: a folder of model versions; the worker serves the one named in
+`<registry>/ACTIVE` (or, without that file, the highest semantic version), loads a new one in
+the background without a restart, and switches between batches: a batch holds one model
+reference from start to end, so no batch mixes versions."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from precast.errors import PrecastError
+from workers import metrics as M
+
+log = logging.getLogger("precast.workers.registry")
+
+ACTIVE_FILE = "ACTIVE"
+_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?$")
+
+
+def semver_key(version: str) -> tuple[Any, ...] | None:
+    """Sort key for `MAJOR.MINOR.PATCH[-pre]`; a pre-release sorts before its release."""
+    m = _SEMVER.match(version)
+    if not m:
+        return None
+    major, minor, patch, pre = m.groups()
+    pre_key = (1,) if pre is None else (0, *((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")))
+    return (int(major), int(minor), int(patch), pre_key)
+
+
+def wanted_version(registry: Path) -> str | None:
+    """The version the registry says to serve: ACTIVE's content, else the highest semver
+    folder that has a manifest."""
+    active = registry / ACTIVE_FILE
+    try:
+        name = active.read_text().strip()
+        if name:
+            return name
+    except OSError:
+        pass
+    try:
+        versions = [p.name for p in registry.iterdir() if (p / "manifest.json").is_file() and semver_key(p.name)]
+    except OSError:
+        return None
+    return max(versions, key=semver_key) if versions else None  # type: ignore[arg-type,return-value]
+
+
+class ModelRegistry:
+    """`current` is the model to use for the next batch. `poll()` (between batches) starts a
+    background load when the registry names another version and swaps when it is ready."""
+
+    def __init__(self, load: Callable[[Path], Any], *, path: Path | None = None, registry: Path | None = None,
+                 poll_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if path is None and registry is None:
+            raise ValueError("need a model path or a registry folder")
+        self._load, self.registry, self.poll_s, self._clock = load, registry, poll_s, clock
+        if registry is not None:
+            version = wanted_version(registry)
+            if version is None:
+                raise PrecastError(f"model registry {registry} holds no model version (folders with manifest.json)")
+            path = registry / version
+        self.current = load(path)
+        M.MODEL_VERSION.labels(self.current.version).set(1)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-load")
+        self._loading: tuple[str, Future] | None = None
+        self._failed: set[str] = set()
+        self._next_check = clock() + poll_s
+        self._force = threading.Event()
+        self.swaps = 0
+
+    def request_check(self) -> None:
+        """Check the registry at the next poll instead of waiting (SIGHUP)."""
+        self._force.set()
+
+    def poll(self) -> str | None:
+        """Swap in a finished load; maybe start a new one. Returns the new version on a swap."""
+        if self.registry is None:
+            return None
+        if self._loading is not None:
+            version, fut = self._loading
+            if not fut.done():
+                return None
+            self._loading = None
+            try:
+                model = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a bad version must not stop serving
+                self._failed.add(version)
+                log.error("model %s not loaded, still serving %s: %s", version, self.current.version, exc)
+                return None
+            if model.version != version:
+                self._failed.add(version)
+                log.error("registry folder %s holds model version %s; not swapping", version, model.version)
+                return None
+            old = self.current.version
+            self.current = model
+            self.swaps += 1
+            M.MODEL_VERSION.labels(old).set(0)
+            M.MODEL_VERSION.labels(model.version).set(1)
+            log.info("model swapped: %s -> %s", old, model.version)
+            return model.version
+        now = self._clock()
+        if now < self._next_check and not self._force.is_set():
+            return None
+        self._force.clear()
+        self._next_check = now + self.poll_s
+        version = wanted_version(self.registry)
+        if version and version != self.current.version and version not in self._failed:
+            log.info("loading model %s (serving %s)", version, self.current.version)
+            self._loading = (version, self._pool.submit(self._load, self.registry / version))
+        return None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,94 @@
+"""What a worker remembers per device of its assigned partitions: the newest heartbeat, the
+features and validity of its last prediction, and its context. Columnar (numpy rows indexed by
+a slot per device) so the policy runs vectorized over a batch. A cache: safe to lose, rebuilt
+from the topics; the entries of a revoked partition are dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from workers.context import DeviceContext
+from workers.features import DEFAULT_HEARTBEAT, N_FEATURES
+
+_DEFAULT_HB = np.array(list(DEFAULT_HEARTBEAT.values()), dtype=np.float64)
+
+
+class DeviceTable:
+    def __init__(self, capacity: int = 1024) -> None:
+        self.slot: dict[str, int] = {}
+        self._free: list[int] = []
+        self.contexts: dict[str, DeviceContext] = {}
+        self._alloc(max(16, capacity))
+
+    def _alloc(self, cap: int) -> None:
+        old = getattr(self, "hb", None)
+        n = 0 if old is None else len(old)
+        grow = {
+            "hb": np.zeros((cap, len(_DEFAULT_HB))), "hb_time": np.full(cap, -1, dtype=np.int64),
+            "last_x": np.zeros((cap, N_FEATURES), dtype=np.float32),
+            "valid_until": np.full(cap, -1, dtype=np.int64),
+            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
+            "partition": np.full(cap, -1, dtype=np.int32),
+        }
+        for name, arr in grow.items():
+            if n:
+                arr[:n] = getattr(self, name)
+            setattr(self, name, arr)
+        self._free.extend(range(cap - 1, n - 1, -1))
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    def __contains__(self, device: str) -> bool:
+        return device in self.slot
+
+    def slots(self, devices: Sequence[str], partitions: Sequence[int]) -> np.ndarray:
+        """Slot of each device, allocating fresh (empty) ones for devices not seen before."""
+        slot = self.slot
+        missing = [i for i, d in enumerate(devices) if d not in slot]
+        for i in missing:
+            d = devices[i]
+            if d in slot:
+                continue
+            if not self._free:
+                self._alloc(2 * len(self.hb))
+            s = self._free.pop()
+            slot[d] = s
+            self._reset(s)
+            self.partition[s] = partitions[i]
+        return np.fromiter((slot[d] for d in devices), dtype=np.int64, count=len(devices))
+
+    def _reset(self, s: int) -> None:
+        self.hb[s] = 0
+        self.hb_time[s] = -1
+        self.last_x[s] = 0
+        self.valid_until[s] = -1
+        self.predicted_at[s] = -(1 << 62)
+
+    def heartbeat_cols(self, slots: np.ndarray) -> np.ndarray:
+        """Newest heartbeat columns per slot; the documented default row where none was seen."""
+        cols = self.hb[slots]
+        none = self.hb_time[slots] < 0
+        if none.any():
+            cols[none] = _DEFAULT_HB
+        return cols
+
+    def context(self, device: str) -> DeviceContext:
+        c = self.contexts.get(device)
+        if c is None:
+            c = self.contexts[device] = DeviceContext(device)
+        return c
+
+    def forget_partitions(self, partitions: Iterable[int]) -> int:
+        """Drop every device of these partition indexes; returns how many."""
+        parts = set(partitions)
+        gone = [d for d, s in self.slot.items() if int(self.partition[s]) in parts]
+        for d in gone:
+            self._free.append(self.slot.pop(d))
+            self.contexts.pop(d, None)
+        return len(gone)
+
+    def clear(self) -> None:
+        self.__init__(len(self.hb))  # type: ignore[misc]
