@@ -1,5 +1,5 @@
 """The read API as `python -m bench api` runs it: the real app (consumer_api.cli.build, real
-materializer, uvicorn) plus two comparison endpoints on the same server and event loop:
+materializer, the configured server: PRECAST_API__SERVER) plus two comparison endpoints on the same server and event loop:
 
 - /bench/constant — a constant body of the same size as a typical answer, sent by the same kind
   of plain ASGI code as the fast path (the ceiling for "answer from memory");
@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from consumer_api.cli import build
+from consumer_api.serve import serve
 from consumer_api.settings import ApiSettings
 from precast.settings import load
 from producers.simulator import Fleet
@@ -79,16 +80,16 @@ def wrap(app, ondemand: OnDemand):
 
 
 def main() -> int:
-    import uvicorn
-
     port = int(sys.argv[1])
     devices = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
     settings = load(ApiSettings)
     built = build(settings)
     sys.setswitchinterval(0.001)
     built.materializer.start()
-    uvicorn.run(wrap(built.app, OnDemand(devices)), host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    built.materializer.stop()
+    try:
+        serve(wrap(built.app, OnDemand(devices)), "127.0.0.1", port, settings.api.server)
+    finally:
+        built.materializer.stop()
     return 0
 
 

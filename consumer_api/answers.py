@@ -37,6 +37,27 @@ def origin(seg: tuple[int, int, int, int]) -> str:
     return SEGMENTS[best]
 
 
+_TIMING = b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d"
+_ORIGINS = tuple(s.encode() for s in SEGMENTS)
+
+
+def fresh(e: Entry, now_ms: int) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
+    """(body, headers, etag, max_age) of a precomputed answer: the hot path's rendering, kept to
+    a handful of operations (it runs once per read; profile in BENCHMARKS.md)."""
+    model = e.inference_ms if e.inference_ms > 0 else 0
+    queue = e.produced_at_ms - e.computed_at_ms - model
+    kafka = e.received_at_ms - e.produced_at_ms
+    cache = now_ms - e.received_at_ms
+    seg = (queue if queue > 0 else 0, model, kafka if kafka > 0 else 0, cache if cache > 0 else 0)
+    org = _ORIGINS[seg.index(max(seg))]  # the first of equal segments, as `origin`
+    max_age = (e.valid_until_ms - now_ms) // 1000
+    etag = b'W/"%x-%x-%s"' % (e.computed_at_ms, e.produced_at_ms, e.model_version.encode())
+    body = b'%s,"source":"precomputed","age_ms":%d,"delay_origin":"%s"}' % (
+        e.body[:-1], now_ms - e.computed_at_ms, org)
+    return body, [_JSON, (b"cache-control", b"max-age=%d" % max_age), (b"etag", etag),
+                  (b"x-model-version", e.model_version.encode()), (b"server-timing", _TIMING % seg)], etag, max_age
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     source: str
@@ -67,21 +88,16 @@ class Renderer:
         if source == FALLBACK:
             return self.fallback(device_id, reason or "miss")
         assert e is not None
+        if source == PRECOMPUTED:
+            body, headers, etag, max_age = fresh(e, now_ms)
+            return Answer(source, body, headers, etag, None, max_age)
         seg = segments(e, now_ms)
-        org = origin(seg)
-        body = b'%s,"source":"%s","age_ms":%d,"delay_origin":"%s"}' % (
-            e.body[:-1], source.encode(), now_ms - e.computed_at_ms, org.encode())
-        etag = e.etag.encode()
-        if source == STALE:
-            etag = etag[:-1] + b'-stale"'
-            max_age, cache = None, b"no-cache"
-        else:
-            max_age = (e.valid_until_ms - now_ms) // 1000
-            cache = b"max-age=%d" % max_age
-        headers = [_JSON, (b"cache-control", cache), (b"etag", etag),
-                   (b"x-model-version", e.model_version.encode()),
-                   (b"server-timing", b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d" % seg)]
-        return Answer(source, body, headers, etag, "expiry" if reason == "expired" else None, max_age)
+        body = b'%s,"source":"stale","age_ms":%d,"delay_origin":"%s"}' % (
+            e.body[:-1], now_ms - e.computed_at_ms, origin(seg).encode())
+        etag = e.etag.encode()[:-1] + b'-stale"'
+        headers = [_JSON, (b"cache-control", b"no-cache"), (b"etag", etag),
+                   (b"x-model-version", e.model_version.encode()), (b"server-timing", _TIMING % seg)]
+        return Answer(source, body, headers, etag, "expiry" if reason == "expired" else None, None)
 
     def fallback(self, device_id: str, reason: str) -> Answer:
         body = (b'{"device_id":"%s","candidates":%s,"model_version":null,"computed_at_ms":null,'

@@ -10,6 +10,7 @@ from consumer_api.app import create_app
 from consumer_api.backfill import Backfill
 from consumer_api.hub import Hub
 from consumer_api.materializer import Materializer
+from consumer_api.serve import check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
@@ -56,8 +57,7 @@ def build(settings: ApiSettings) -> Built:
 
 
 def run(settings: ApiSettings) -> int:
-    import uvicorn
-
+    check_bind(settings.api.host, settings.api.port)  # before the rebuild, not after it
     Admin(settings.kafka).wait_reachable()
     built = build(settings)
     # The materializer thread holds the GIL in short bursts; a shorter switch interval than
@@ -66,8 +66,7 @@ def run(settings: ApiSettings) -> int:
     built.materializer.start()
     print(f"precast-api: serving on http://{settings.api.host}:{settings.api.port}", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(built.app, host=settings.api.host, port=settings.api.port, log_level="warning",
-                    access_log=False)
+        serve(built.app, settings.api.host, settings.api.port, settings.api.server)
     finally:
         built.materializer.stop()
     return 0

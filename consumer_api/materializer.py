@@ -35,7 +35,7 @@ from precast.serving import (
     InvalidPrediction,
     MemoryStore,
     RedisStore,
-    entry_from_prediction,
+    prediction_item,
 )
 from precast.settings import KafkaSettings
 
@@ -47,7 +47,8 @@ LAG = Gauge("precast_api_materializer_lag", "records behind the end offsets seen
 REDIS_OK = Gauge("precast_api_redis_up", "1 while the shared store accepts writes")
 REPLAYS = Counter("precast_api_replays_total", "replays of the predictions topic into Redis", ["why"])
 
-_TRANSIENT = {"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT"}
+_TRANSIENT = {"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT",
+              "_UNKNOWN_PARTITION"}  # a fresh consumer whose metadata lacks the topic yet
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 
@@ -128,27 +129,40 @@ class Materializer:
         msgs = self._consumer.consume(self._batch, timeout)
         now = int(time.time() * 1000)
         items: list[tuple[str, Entry]] = []
-        rejected = 0
-        positions = self._positions
+        append = items.append  # the loop runs once per record: a rebuild is 1M of them
+        rejected = tombstones = 0
         for m in msgs:
-            p, off = m.partition(), m.offset()
-            positions[p] = off + 1
-            key, value = m.key(), m.value()
+            value = m.value()
             if not value:
-                APPLIED.labels("tombstone").inc()  # no timestamps: cannot take part in newest-wins
+                tombstones += 1  # no timestamps: cannot take part in newest-wins
                 continue
             try:
-                e = entry_from_prediction(value, now, key)
+                append(prediction_item(value, now, m.key()))
             except InvalidPrediction as bad:
-                rejected += self._reject(m, bad, off >= self._live_from.get(p, 0))
-                continue
-            items.append((key.decode(), e))
+                rejected += self._reject(m, bad, m.offset() >= self._live_from.get(m.partition(), 0))
+        if msgs:
+            self._advance(msgs)
+        if tombstones:
+            APPLIED.labels("tombstone").inc(tombstones)
         if items:
             self._apply(items, now)
         if rejected and self._producer is not None:
             self._producer.flush()  # dead letters are durable before we move on
         self._housekeeping(now)
         return len(msgs)
+
+    def _advance(self, msgs: list[KafkaMessage]) -> None:
+        """Positions after a batch: the last record of each partition in it, found from the end
+        (offsets only grow within a partition) instead of once per record."""
+        left = set(range(self.partitions))
+        positions = self._positions
+        for m in reversed(msgs):
+            p = m.partition()
+            if p in left:
+                positions[p] = m.offset() + 1
+                left.discard(p)
+                if not left:
+                    return
 
     def _reject(self, m: KafkaMessage, bad: InvalidPrediction, live: bool) -> int:
         APPLIED.labels("invalid").inc()
@@ -162,11 +176,11 @@ class Materializer:
     def _apply(self, items: list[tuple[str, Entry]], now: int) -> None:
         stored: list[tuple[str, Entry]] = []
         if self.view is not None:
-            results = self.view.put_many_if_newer(items, now)
+            results = self.view.put_many_if_newer(items, now, ids_checked=True)
             stored = [it for it, r in zip(items, results, strict=True) if r == STORED]
         if self.shared is not None and not self._redis_dirty:
             try:
-                results = self.shared.put_many_if_newer(items, now)
+                results = self.shared.put_many_if_newer(items, now, ids_checked=True)
                 if self.view is None:
                     stored = [it for it, r in zip(items, results, strict=True) if r == STORED]
             except redis.RedisError as exc:

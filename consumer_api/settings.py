@@ -13,6 +13,7 @@ from schemas.fleet import DEFAULT_STRATEGY, STRATEGIES
 class ApiOptions(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    server: Literal["granian", "uvicorn"] = Field(default="granian", description="HTTP server running the app in this process (docs/dependencies.md)")
     group_id: str = Field(default="precast-api", description="prefix of each replica's own consumer group")
     ready_max_lag: int = Field(default=0, ge=0, description="ready once the predictions topic is read up to this many records of the end seen at start")
     grace_s: float = Field(default=30.0, ge=0, le=86_400, description="entries stay this long after valid_until (served per `expired`), then expire")

@@ -16,6 +16,7 @@ from precast.serving.entry import (
            decode,
            encode,
            entry_from_prediction,
+           prediction_item,
            valid_device_id,
 )
 from precast.serving.memory import MemoryStore
@@ -23,4 +24,4 @@ from precast.serving.redis_store import AsyncRedisReader, RedisStore
 from precast.serving.result import EXPIRED, OLDER, STORED
 
 __all__ = ["EXPIRED", "OLDER", "STORED", "AsyncRedisReader", "Entry", "InvalidPrediction", "MemoryStore",
-           "RedisStore", "decode", "encode", "entry_from_prediction", "valid_device_id"]
+           "RedisStore", "decode", "encode", "entry_from_prediction", "prediction_item", "valid_device_id"]

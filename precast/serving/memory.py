@@ -24,6 +24,10 @@ class MemoryStore:
         self.grace_ms = grace_ms
         self._data: dict[str, Entry] = {}
         self._lock = threading.Lock()
+        # peek(device_id): the stored entry without the expiry check (the caller compares
+        # valid_until_ms): the read path's one dict lookup, bound here to skip a Python frame.
+        # Any ID is safe to look up; only IDs matching the pattern are ever stored.
+        self.peek: Callable[[str], Entry | None] = self._data.get
         # Expiry buckets (second -> device IDs) so sweeping never walks the whole dict while
         # holding the GIL for long: each sweep call checks a bounded number of candidates.
         self._buckets: dict[int, list[str]] = {}
@@ -53,15 +57,17 @@ class MemoryStore:
     def put_if_newer(self, device_id: str, entry: Entry, now_ms: int | None = None) -> int:
         return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
 
-    def put_many_if_newer(self, items: Iterable[tuple[str, Entry]], now_ms: int | None = None) -> list[int]:
+    def put_many_if_newer(self, items: Iterable[tuple[str, Entry]], now_ms: int | None = None, *,
+                          ids_checked: bool = False) -> list[int]:
         """One result per item: STORED, OLDER (not strictly newer: kept the current one) or
-        EXPIRED (already past valid_until + grace: not stored)."""
+        EXPIRED (already past valid_until + grace: not stored). `ids_checked=True` skips the
+        device-ID pattern check for items from `prediction_item`, which did it already."""
         now = now_ms or _now_ms()
         grace, data, buckets = self.grace_ms, self._data, self._buckets
         out = []
         with self._lock:
             for device_id, e in items:
-                if not valid_device_id(device_id):
+                if not ids_checked and not valid_device_id(device_id):
                     raise ValueError(f"invalid device ID {device_id[:64]!r}")
                 expires = e.valid_until_ms + grace
                 if expires <= now:

@@ -132,14 +132,16 @@ class RedisStore:
         return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
 
     def put_many_if_newer(self, items: Iterable[tuple[str, Entry]], now_ms: int | None = None,
-                          chunk: int = 500) -> list[int]:
-        """Atomic per key; one script call per `chunk` entries (one round trip each)."""
+                          chunk: int = 500, *, ids_checked: bool = False) -> list[int]:
+        """Atomic per key; one script call per `chunk` entries (one round trip each).
+        `ids_checked=True`: the IDs come from `prediction_item`, which matched the pattern."""
         items = list(items)
         now = str(now_ms or _now_ms())
         out: list[int] = []
+        key, p = self.key, self._p
         for i in range(0, len(items), chunk):
             part = items[i:i + chunk]
-            keys = [self.key(d) for d, _ in part]
+            keys = [p + d for d, _ in part] if ids_checked else [key(d) for d, _ in part]
             out.extend(self._put(keys=keys, args=[now, self.grace_ms, *(encode(e) for _, e in part)]))
         return out
 

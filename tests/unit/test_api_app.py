@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from consumer_api.answers import origin, segments
+from consumer_api.answers import fresh, origin, segments
 from consumer_api.beacon import Beacon, DelayShares, split
 from consumer_api.openapi import SPEC
 from tests.api_fixtures import make_app, make_service, now_ms, prediction
@@ -246,3 +248,37 @@ def test_body_is_the_stored_bytes_plus_serving_fields(svc, client):
     served = client.get(ONE.format(d="dev-1")).content
     assert served.startswith(e.body[:-1])
     assert set(orjson.loads(served)) - set(orjson.loads(e.body)) == {"source", "age_ms", "delay_origin"}
+
+
+@given(st.integers(0, 5_000), st.integers(-50, 5_000), st.integers(-50, 5_000), st.integers(0, 100_000),
+       st.one_of(st.none(), st.integers(0, 3_000)))
+def test_hot_path_rendering_matches_the_documented_segments(queue, kafka, horizon_extra, cache, inference):
+    # answers.fresh (the hot path) against segments/origin (the reference used everywhere else)
+    computed = 1_800_000_000_000
+    produced = computed + queue + (inference or 0)
+    received = produced + kafka
+    now = received + cache
+    e = prediction("dev-1", computed, produced=produced, received=received, inference_ms=inference,
+                   horizon_ms=200_000 + horizon_extra)
+    body, headers, etag, max_age = fresh(e, now)
+    seg = segments(e, now)
+    doc = orjson.loads(body)
+    assert doc["source"] == "precomputed" and doc["age_ms"] == now - computed
+    assert doc["delay_origin"] == origin(seg)
+    h = dict(headers)
+    assert h[b"server-timing"] == b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d" % seg
+    assert h[b"etag"] == etag == e.etag.encode() and h[b"x-model-version"] == b"1.0.0"
+    assert h[b"cache-control"] == b"max-age=%d" % max_age and max_age == (e.valid_until_ms - now) // 1000
+
+
+def test_every_read_is_counted_by_source(svc, client):
+    def count(source: str) -> float:
+        line = f'precast_api_reads_total{{source="{source}"}} '
+        return float(next(x for x in client.get("/metrics").text.splitlines() if x.startswith(line)).split()[-1])
+
+    svc.view.put_if_newer("dev-1", prediction("dev-1", now_ms() - 100))
+    before = count("precomputed"), count("fallback")
+    client.get(ONE.format(d="dev-1"))
+    client.get(ONE.format(d="dev-404"))
+    client.get("/v1/predictions", params={"ids": "dev-1,dev-404"})
+    assert (count("precomputed"), count("fallback")) == (before[0] + 2, before[1] + 2)

@@ -142,3 +142,13 @@ def test_store_refuses_keys_outside_the_pattern():
     for bad in ("", "a b", "x*", "a\r\nFLUSHALL", "é"):
         with pytest.raises(ValueError):
             MemoryStore().put_if_newer(bad, e, BASE_MS)
+
+
+def test_entries_are_not_tracked_by_the_garbage_collector():
+    # A view holds one per device; tracked entries made every collection walk all of them
+    # (measured: +4 us per record in a rebuild of 1M, and full-collection pauses on reads).
+    import gc
+
+    e = prediction("dev-1", BASE_MS, BASE_MS, "1")
+    assert not gc.is_tracked(e)
+    assert not gc.is_tracked(decode(encode(e)))
