@@ -9,7 +9,7 @@ the queue is bounded by the number of distinct devices, never by the event rate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Generic, TypeVar
 
@@ -53,6 +53,19 @@ class MicroBatcher(Generic[T]):
             return True
         self._items[key] = merge(old, item) if merge else item
         return False
+
+    def isdisjoint(self, keys: Iterable[Hashable]) -> bool:
+        """True when none of `keys` is waiting."""
+        return self._items.keys().isdisjoint(keys)
+
+    def add_new(self, keys: Sequence[Hashable], items: Sequence[T], now: float) -> None:
+        """Queue items for keys none of which is waiting (see `isdisjoint`): the bulk form of
+        `add`, one dict update per batch instead of a call per item."""
+        since = dict.fromkeys(keys, now)
+        if len(since) != len(keys) or not self._items.keys().isdisjoint(since):
+            raise ValueError("add_new: a key is already waiting (or repeated); use add() to merge")
+        self._items.update(zip(keys, items, strict=True))
+        self._since.update(since)
 
     def oldest_wait(self, now: float) -> float:
         if not self._since:

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import methodcaller
+from operator import attrgetter, methodcaller
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class BatchResult:
     version: str
     features: np.ndarray
     computed_at: np.ndarray
+    slots: np.ndarray  # device table slots of `items` (nothing changes them before mark_predicted)
 
 
 class Pipeline:
@@ -74,14 +75,17 @@ class Pipeline:
     # -- ingest -------------------------------------------------------------------------------------
     def ingest(self, msgs: Sequence[KafkaMessage], now_ms: int, mono: float) -> None:
         topics = list(map(_TOPIC, msgs))
+        one_topic = len(set(topics)) == 1  # the common case: no per-record grouping
         # Offsets only grow within a partition of one consume() call: the last one is the max.
-        last = {(t, p): o for t, p, o in zip(topics, map(_PARTITION, msgs), map(_OFFSET, msgs), strict=True)}
+        parts, offsets = map(_PARTITION, msgs), map(_OFFSET, msgs)
+        last = dict(zip(zip(topics, parts, strict=True), offsets, strict=True)) if not one_topic else \
+            {(topics[0], p): o for p, o in dict(zip(parts, offsets, strict=True)).items()}
         pos = self.positions
         for tp, o in last.items():
             if o + 1 > pos.get(tp, -1):
                 pos[tp] = o + 1
         by_role: dict[str, list[KafkaMessage]] = defaultdict(list)
-        if len(set(topics)) == 1:  # the common case: one topic, no per-record grouping
+        if one_topic:
             by_role[self.roles.get(topics[0], "unknown")] = list(msgs)
         else:
             for t, m in zip(topics, msgs, strict=True):
@@ -168,7 +172,7 @@ class Pipeline:
 
     def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         t0 = time.perf_counter()
-        hb = decode_heartbeats(msgs, self.reject, self.table.slot)
+        hb = decode_heartbeats(msgs, self.reject)
         t1 = time.perf_counter()
         M.STAGE["decode"].inc(t1 - t0)
         if len(hb):
@@ -176,53 +180,71 @@ class Pipeline:
         M.STAGE["policy"].inc(time.perf_counter() - t1)
 
     def _decide_heartbeats(self, hb: Heartbeats, now_ms: int, mono: float) -> None:
-        ids, t = hb.device_ids, hb.event_time_ms
-        # Newest heartbeat per device (event time, then consumption order) stands for the batch.
-        order = np.argsort(t, kind="stable").tolist()
-        newest = {ids[i]: i for i in order}
-        devices = list(newest)
-        ui = np.fromiter(newest.values(), dtype=np.int64, count=len(newest))
-        parts = [hb.msgs[i].partition() for i in ui.tolist()]
+        ids, t, n = hb.device_ids, hb.event_time_ms, len(hb)
+        if len(set(ids)) == n:  # one heartbeat per device (the common case): no coalescing
+            order, devices, parts, ui = None, ids, hb.partitions, np.arange(n)
+            new_t, hb_cols = t, hb.cols
+        else:  # the newest heartbeat per device (event time, then consumption order) stands for it
+            order = np.argsort(t, kind="stable").tolist()
+            newest = {ids[i]: i for i in order}
+            devices = list(newest)
+            ui = np.fromiter(newest.values(), dtype=np.int64, count=len(newest))
+            parts = [hb.partitions[i] for i in ui.tolist()]
+            new_t, hb_cols = t[ui], hb.cols[ui]
         tab = self.table
         slots = tab.slots(devices, parts)
-        new_t = t[ui]
-        cols = {k: hb.cols[ui, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
-        ctxs = [tab.contexts.get(d) for d in devices] if tab.contexts else [None] * len(devices)
+        cols = {k: hb_cols[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
+        ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
         cols.update(context_columns(ctxs, new_t))
         new_x = build_features(cols)
-        has_pred = tab.valid_until[slots] >= 0
-        decisions = P.decide_heartbeats(self.cfg.policy, has_prediction=has_pred, last_x=tab.last_x[slots],
-                                        new_x=new_x, event_time_ms=new_t, newest_seen_ms=tab.hb_time[slots],
-                                        valid_until_ms=tab.valid_until[slots])
+        decisions = P.decide_heartbeats(self.cfg.policy, has_prediction=tab.valid_until[slots] >= 0,
+                                        last_x=tab.last_x[slots], new_x=new_x, event_time_ms=new_t,
+                                        newest_seen_ms=tab.hb_time[slots], valid_until_ms=tab.valid_until[slots],
+                                        horizon_ms=self.cfg.horizon_ms)
         wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
-        decisions = P.throttle(self.cfg.policy, decisions, tab.predicted_at[slots], now_ms)
+        predicted_at = tab.predicted_at[slots]
+        decisions = P.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
         fresh = decisions != P.Reason.STALE
-        tab.hb[slots[fresh]] = hb.cols[ui[fresh]]
-        tab.hb_time[slots[fresh]] = new_t[fresh]
-        for code, n in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):
-            if n:
-                self.decisions(_REASON[code], n)
-        if len(devices) < len(hb):
-            M.COALESCED.inc(len(hb) - len(devices))
-            groups: dict[str, list[int]] = defaultdict(list)
+        if fresh.all():
+            tab.hb[slots] = hb_cols
+            tab.hb_time[slots] = new_t
+        else:
+            tab.hb[slots[fresh]] = hb_cols[fresh]
+            tab.hb_time[slots[fresh]] = new_t[fresh]
+        for code, k in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):
+            if k:
+                self.decisions(_REASON[code], k)
+        groups: dict[str, list[int]] = defaultdict(list)
+        if order is not None:
+            M.COALESCED.inc(n - len(devices))
             for i in order:
                 groups[ids[i]].append(i)
+        self._route_heartbeats(hb, devices, parts, ui, decisions, wanted, predicted_at, groups, mono)
+
+    def _route_heartbeats(self, hb: Heartbeats, devices: list[str], parts: list[int], ui: np.ndarray,
+                          decisions: np.ndarray, wanted: np.ndarray, predicted_at: np.ndarray,
+                          groups: dict[str, list[int]], mono: float) -> None:
+        msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, self.batcher
+
+        def refs(j: int, i: int) -> list[tuple[KafkaMessage, str]]:
+            return [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
+
+        go = decisions >= _FIRST_PREDICTING
+        if not self.deferred and batcher.isdisjoint(devices):
+            # hot path: nobody waits for these devices; the predicting ones get fresh entries
+            sel = np.flatnonzero(go).tolist()
+            ui_, want = ui.tolist(), wanted.tolist()
+            batcher.add_new([devices[j] for j in sel], [
+                Pending(devices[j], parts[j], reason[want[j]], refs(j, ui_[j])) for j in sel], mono)
+            rest = np.flatnonzero(decisions == P.Reason.THROTTLED).tolist()
         else:
-            groups = {}
-        msgs_, eids = hb.msgs, hb.event_ids
-        predicted_at = tab.predicted_at[slots].tolist()
-        batcher, deferred, reason = self.batcher, self.deferred, _REASON
-        for j, (code, want, i) in enumerate(zip(decisions.tolist(), wanted.tolist(), ui.tolist(), strict=True)):
-            d = devices[j]
-            if code >= _FIRST_PREDICTING and d not in batcher and d not in deferred:
-                # hot path: a device with nothing waiting gets a fresh batch entry
-                refs = [(msgs_[k], eids[k]) for k in groups[d]] if groups else [(msgs_[i], eids[i])]
-                batcher.add(d, Pending(d, parts[j], reason[want], refs), mono)
-                continue
-            if code <= _LAST_SKIP and d not in batcher and d not in deferred:
-                continue  # unchanged/stale and nothing waiting for the device: done with it
-            refs = [(msgs_[k], eids[k]) for k in groups[d]] if groups else [(msgs_[i], eids[i])]
-            self._route(Pending(d, parts[j], reason[want], refs), reason[code], predicted_at[j], mono)
+            rest = np.flatnonzero(go | (decisions == P.Reason.THROTTLED)).tolist()
+            rest += [j for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()
+                     if devices[j] in batcher or devices[j] in self.deferred]
+        for j in rest:
+            i = int(ui[j])
+            self._route(Pending(devices[j], parts[j], reason[int(wanted[j])], refs(j, i)),
+                        reason[int(decisions[j])], int(predicted_at[j]), mono)
 
     # -- batches ------------------------------------------------------------------------------------
     def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
@@ -248,16 +270,17 @@ class Pipeline:
         raises; state changes only in `mark_predicted`, so a failed batch can be retried."""
         t0 = time.perf_counter()
         tab = self.table
-        devices = [it.device for it in items]
-        slots = np.fromiter((tab.slot[d] for d in devices), dtype=np.int64, count=len(devices))
+        devices = list(map(_DEVICE, items))
+        slots = np.fromiter(map(tab.slot.__getitem__, devices), dtype=np.int64, count=len(devices))
         hb = tab.heartbeat_cols(slots)
         computed = tab.hb_time[slots].copy()
-        ctxs = [tab.contexts.get(d) for d in devices]
-        for j, c in enumerate(ctxs):
-            if c is not None and c.as_of_ms > computed[j]:
-                computed[j] = c.as_of_ms
-            if computed[j] < 0:  # no data at all: a request for a silent device
-                computed[j] = items[j].requested_at_ms or produced_at_ms
+        ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
+        if tab.contexts:
+            for j, c in enumerate(ctxs):
+                if c is not None and c.as_of_ms > computed[j]:
+                    computed[j] = c.as_of_ms
+        for j in np.flatnonzero(computed < 0).tolist():  # no data at all: a request for a silent device
+            computed[j] = items[j].requested_at_ms or produced_at_ms
         cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         cols.update(context_columns(ctxs, computed))
         x = build_features(cols)
@@ -271,15 +294,14 @@ class Pipeline:
         t4 = time.perf_counter()
         for stage, dt in (("features", t1 - t0), ("inference", t2 - t1), ("topk", t3 - t2), ("encode", t4 - t3)):
             M.STAGE[stage].inc(dt)
-        return BatchResult(items, out, model.version, x, computed)
+        return BatchResult(items, out, model.version, x, computed, slots)
 
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
-        tab = self.table
-        slots = np.fromiter((tab.slot[it.device] for it in r.items), dtype=np.int64, count=len(r.items))
+        tab, slots = self.table, r.slots
         tab.last_x[slots] = r.features
         tab.valid_until[slots] = r.computed_at + self.cfg.horizon_ms
         tab.predicted_at[slots] = now_ms
-        truncated = sum(it.truncated for it in r.items)
+        truncated = sum(map(_TRUNCATED, r.items))
         if truncated:
             M.LINEAGE_TRUNCATED.inc(truncated)
 
@@ -319,6 +341,7 @@ class Pipeline:
 
 
 _TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
+_DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
 _FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
 

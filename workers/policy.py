@@ -6,8 +6,10 @@ Rules, in priority order:
   next: predict;
 - a heartbeat from a device never predicted here (`first_seen`), or one that moves the features
   materially (`heartbeat_changed`: max_f |x_new - x_last| / CHANGE_SCALE_f >= min_change);
-- a heartbeat that changes nothing much but brings the device within `refresh_lead_ms` of its
-  prediction's `valid_until`: refresh before it expires (`refresh_before_expiry`);
+- a heartbeat that changes nothing much, but after which the device's *next* heartbeat would
+  come too late: refresh before it expires (`refresh_before_expiry`) when
+  `event_time + expected_gap >= valid_until - refresh_lead_ms`, `expected_gap` being the
+  device's last heartbeat interval (0 when unknown, clipped to the horizon);
 - otherwise skip (`unchanged`); a heartbeat older than the newest one seen is `stale`.
 Throttle: a device predicted less than `throttle_ms` ago (worker clock) is `throttled`: the
 trigger is deferred, not dropped, and released when its window ends (see `workers.pipeline`).
@@ -83,11 +85,12 @@ def material_change(last_x: np.ndarray, new_x: np.ndarray) -> np.ndarray:
 
 def decide_heartbeats(cfg: PolicyConfig, *, has_prediction: np.ndarray, last_x: np.ndarray, new_x: np.ndarray,
                       event_time_ms: np.ndarray, newest_seen_ms: np.ndarray,
-                      valid_until_ms: np.ndarray) -> np.ndarray:
+                      valid_until_ms: np.ndarray, horizon_ms: int) -> np.ndarray:
     """One decision per device's newest heartbeat of a batch (before throttling).
 
     `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
-    (-1 when none), so duplicates and out-of-order deliveries are `stale`."""
+    (-1 when none), so duplicates and out-of-order deliveries are `stale`; the gap to it is the
+    interval expected until the device's next heartbeat (see `expected_gap`)."""
     n = len(new_x)
     out = np.full(n, Reason.UNCHANGED, dtype=np.int8)
     if n == 0:
@@ -96,11 +99,21 @@ def decide_heartbeats(cfg: PolicyConfig, *, has_prediction: np.ndarray, last_x: 
         out[:] = Reason.BACKFILL
         return out
     change = material_change(last_x, new_x)
-    out[event_time_ms >= valid_until_ms - cfg.refresh_lead_ms] = Reason.REFRESH
+    gap = expected_gap(event_time_ms, newest_seen_ms, horizon_ms)
+    out[event_time_ms + gap >= valid_until_ms - cfg.refresh_lead_ms] = Reason.REFRESH
     out[change >= cfg.min_change] = Reason.HEARTBEAT_CHANGED
     out[~has_prediction] = Reason.FIRST_SEEN
     out[event_time_ms <= newest_seen_ms] = Reason.STALE
     return out
+
+
+def expected_gap(event_time_ms: np.ndarray, newest_seen_ms: np.ndarray, horizon_ms: int) -> np.ndarray:
+    """How long until each device's next heartbeat, going by its last interval: event time
+    minus the previous heartbeat's (0 when there was none), clipped to 0..horizon. A device
+    whose next heartbeat would land after its prediction expired is refreshed now instead, so
+    the read API does not serve an expired entry (a miss) in between."""
+    gap = np.where(newest_seen_ms >= 0, event_time_ms - newest_seen_ms, 0)
+    return np.clip(gap, 0, horizon_ms)
 
 
 def throttle(cfg: PolicyConfig, decisions: np.ndarray, last_predicted_ms: np.ndarray, now_ms: int) -> np.ndarray:

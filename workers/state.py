@@ -47,20 +47,22 @@ class DeviceTable:
     def slots(self, devices: Sequence[str], partitions: Sequence[int]) -> np.ndarray:
         """Slot of each device, allocating fresh (empty) ones for devices not seen before."""
         slot = self.slot
-        missing = [i for i, d in enumerate(devices) if d not in slot]
-        for i in missing:
-            d = devices[i]
-            if d in slot:
-                continue
-            if not self._free:
+        if not slot.keys() >= set(devices):
+            fresh: dict[str, int] = {}  # new device -> its partition (first occurrence)
+            for d, p in zip(devices, partitions, strict=True):
+                if d not in slot and d not in fresh:
+                    fresh[d] = p
+            while len(self._free) < len(fresh):
                 self._alloc(2 * len(self.hb))
-            s = self._free.pop()
-            slot[d] = s
+            taken = self._free[len(self._free) - len(fresh):][::-1]  # the same order pop() gives
+            del self._free[len(self._free) - len(fresh):]
+            s = np.array(taken, dtype=np.int64)
             self._reset(s)
-            self.partition[s] = partitions[i]
-        return np.fromiter((slot[d] for d in devices), dtype=np.int64, count=len(devices))
+            self.partition[s] = list(fresh.values())
+            slot.update(zip(fresh, taken, strict=True))
+        return np.fromiter(map(slot.__getitem__, devices), dtype=np.int64, count=len(devices))
 
-    def _reset(self, s: int) -> None:
+    def _reset(self, s: np.ndarray | int) -> None:
         self.hb[s] = 0
         self.hb_time[s] = -1
         self.last_x[s] = 0

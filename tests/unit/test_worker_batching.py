@@ -72,3 +72,16 @@ def test_forced_take_drains_regardless_of_delay_and_empty_is_inf_wait():
 def test_bad_configuration_is_refused(args):
     with pytest.raises(ValueError):
         MicroBatcher(*args)
+
+
+def test_add_new_queues_in_bulk_and_refuses_keys_already_waiting():
+    b = filled(2, max_batch=10)
+    assert b.isdisjoint(["x", "y"]) and not b.isdisjoint(["x", "d1"])
+    b.add_new(["x", "y"], ["X", "Y"], 0.0)
+    assert list(b) == [0, 1, "X", "Y"]
+    with pytest.raises(ValueError):
+        b.add_new(["z", "d0"], ["Z", "D"], 0.0)
+    with pytest.raises(ValueError):
+        b.add_new(["z", "z"], ["Z", "Z"], 0.0)
+    assert list(b) == [0, 1, "X", "Y"]  # a refused call changes nothing
+    assert b.take(1.0)[0] == [0, 1, "X", "Y"]

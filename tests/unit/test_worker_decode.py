@@ -106,7 +106,8 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     ({"info": {"v2": {"site": 5}}}, False),
 ])
 def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
-    from workers.decode import _meta_ok, validate
+    from workers.decode import validate
+    from workers.wire import meta_ok as _meta_ok
 
     e = {**heartbeat("d1"), "meta": meta}
     assert _meta_ok(meta) is ok

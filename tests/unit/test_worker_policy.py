@@ -8,6 +8,7 @@ from workers.policy import (
     PolicyConfig,
     Reason,
     decide_heartbeats,
+    expected_gap,
     release_at,
     throttle,
     throttle_one,
@@ -22,7 +23,7 @@ def decide(cfg=CFG, *, has=True, dx=0.0, col=0, t=10_000, seen=9_000, until=20_0
     new[0, col] = dx
     return Reason(decide_heartbeats(cfg, has_prediction=np.array([has]), last_x=last, new_x=new,
                                     event_time_ms=np.array([t]), newest_seen_ms=np.array([seen]),
-                                    valid_until_ms=np.array([until]))[0])
+                                    valid_until_ms=np.array([until]), horizon_ms=5_000)[0])
 
 
 def test_first_heartbeat_of_a_device_predicts():
@@ -37,9 +38,27 @@ def test_material_change_is_relative_to_the_feature_scale():
 
 
 def test_refresh_ahead_of_expiry_only_when_close():
-    assert decide(t=18_999, until=20_000) == Reason.UNCHANGED
-    assert decide(t=19_000, until=20_000) == Reason.REFRESH
+    # no earlier heartbeat known (expected gap 0): within refresh_lead_ms of valid_until
+    assert decide(t=18_999, seen=-1, until=20_000) == Reason.UNCHANGED
+    assert decide(t=19_000, seen=-1, until=20_000) == Reason.REFRESH
     assert decide(t=25_000, until=20_000) == Reason.REFRESH  # already expired
+
+
+def test_refresh_when_the_next_heartbeat_would_arrive_after_expiry():
+    # heartbeats every 2 s, prediction valid until 20 s, lead 1 s: neither heartbeat below lies
+    # in the lead window (19..20 s), but after the second one the next comes only at 19.5 s
+    assert decide(t=16_500, seen=14_500, until=20_000) == Reason.UNCHANGED  # next at 18.5 s: in time
+    assert decide(t=17_500, seen=15_500, until=20_000) == Reason.REFRESH  # next at 19.5 s: too late
+    # the same heartbeat from a device that beats every 0.5 s: its next one comes in time
+    assert decide(t=17_500, seen=17_000, until=20_000) == Reason.UNCHANGED
+    # the gap is clipped to the horizon (5 s): a device silent for a minute is not refreshed early
+    assert decide(t=10_000, seen=1, until=20_000) == Reason.UNCHANGED
+    assert decide(t=14_000, seen=1, until=20_000) == Reason.REFRESH
+
+
+def test_expected_gap_is_the_last_interval_clipped_to_the_horizon():
+    gap = expected_gap(np.array([10_000, 10_000, 10_000, 10_000]), np.array([-1, 8_000, 10_000, 1_000]), 5_000)
+    assert gap.tolist() == [0, 2_000, 0, 5_000]
 
 
 def test_stale_and_duplicate_heartbeats_are_skipped_whatever_else_holds():
@@ -58,7 +77,7 @@ def test_vectorized_over_a_batch():
     new[1, 1] = 50
     out = decide_heartbeats(CFG, has_prediction=np.array([False, True, True, True]), last_x=last, new_x=new,
                             event_time_ms=np.array([5, 5, 5, 19_500]), newest_seen_ms=np.array([-1, 1, 9, 1]),
-                            valid_until_ms=np.array([-1, 20_000, 20_000, 20_000]))
+                            valid_until_ms=np.array([-1, 20_000, 20_000, 20_000]), horizon_ms=5_000)
     assert [Reason(c) for c in out] == [Reason.FIRST_SEEN, Reason.HEARTBEAT_CHANGED, Reason.STALE, Reason.REFRESH]
 
 
