@@ -6,7 +6,7 @@ alarms and precompute requests are low-rate and always take the validator."""
 
 from __future__ import annotations
 
-import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import methodcaller
@@ -78,8 +78,8 @@ def _parse(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> tuple[list
                 raise TypeError
             rows.append(strict(v))
             ok_msgs.append(m)
-        except (wire.DecodeError, TypeError):
-            row = wire.decode_variant(v) if v is not None and len(v) <= MAX_EVENT_BYTES else None
+        except (wire.DecodeError, TypeError) as exc:
+            row = wire.decode_variant(v, exc) if v is not None and len(v) <= MAX_EVENT_BYTES else None
             if row is None:
                 slow.append(m)
             else:
@@ -89,26 +89,23 @@ def _parse(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> tuple[list
     return ok_msgs, rows, odd
 
 
-def _number(v: Any) -> float | None:
-    """A metric sent as JSON-number text (tolerated by the contract) as a float, else None."""
-    if type(v) is str and _NUMBER_TEXT.fullmatch(v):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    return None
+# Many numbers as text, checked in one regex pass: joined by newlines, which none may contain.
+_NUMBERS_TEXT = re.compile(rf"(?:(?:{_NUMBER_TEXT.pattern})\n)*(?:{_NUMBER_TEXT.pattern})")
 
 
 def _coerce(metrics: list[tuple], odd: list[int], bad: set[int]) -> None:
-    """Metrics sent as JSON-number text become floats (in place, only the variant rows can hold
-    any); a row with text outside the contract's number grammar is bad."""
+    """Metrics sent as JSON-number text (only the variant rows can hold any) must be in the
+    contract's number grammar; a row with other text is bad. Valid text stays as it is: numpy
+    parses it like float() when the columns are built, and a non-finite result (`"1e999"`)
+    fails the range check there."""
+    texts = [v for i in odd for v in metrics[i] if type(v) is str]
+    joined = "\n".join(texts)
+    if not texts or (joined.count("\n") == len(texts) - 1 and _NUMBERS_TEXT.fullmatch(joined)):
+        return
     for i in odd:
-        row = metrics[i]
-        if str in set(map(type, row)):
-            fixed = tuple(map(_number, row))
-            if None in fixed:
-                bad.add(i)
-                metrics[i] = (0.0,) * len(row)
-            else:
-                metrics[i] = fixed
+        if any(type(v) is str and not _NUMBER_TEXT.fullmatch(v) for v in metrics[i]):
+            bad.add(i)
+            metrics[i] = (0.0,) * len(metrics[i])
 
 
 def _check_rows(msgs: list[KafkaMessage], cols: list[tuple]) -> set[int]:
@@ -140,7 +137,7 @@ def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject) -> Heartbeat
             _coerce(metrics, odd, bad)
         did, eid, t, pt, dt, fw, _meta, _m = cols
         values = np.empty((len(rows), 8), dtype=np.float64)
-        values[:, :6] = metrics
+        values[:, :6] = np.array(metrics, dtype=np.float64)  # (parses number text, see _coerce)
         values[:, 6] = list(map(wire.LATEST.__contains__, zip(dt, fw, strict=True)))
         get = wire.TYPE_INDEX.get
         values[:, 7] = [get(x, -1) for x in dt]

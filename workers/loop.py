@@ -77,6 +77,7 @@ class Worker:
         self.consumer = Consumer(kafka, cfg.group_id, **overrides)
         self.pipeline = Pipeline(topics, pipeline or PipelineConfig(), self._reject)
         self.assignment, self.stop_at = assignment, dict(stop_at or {})
+        self._first_end = min(self.stop_at.values(), default=0)
         self.sources = [topics.heartbeats.name, topics.work_orders.name, topics.alarms.name,
                         topics.precompute_requests.name, topics.device_context.name]
         self.running = True
@@ -297,6 +298,8 @@ class Worker:
 
     def _within_range(self, msgs: list) -> list:
         """Drop records at or past a partition's end offset (bounded runs), and pause it."""
+        if max(map(_OFFSET, msgs)) < self._first_end:
+            return msgs  # every record lies before every end offset
         # Offsets grow within a partition of one consume(): its last record is its largest.
         last = dict(zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs), strict=True), map(_OFFSET, msgs), strict=True))
         if not any(o >= self.stop_at.get(tp, o + 1) for tp, o in last.items()):

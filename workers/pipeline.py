@@ -233,14 +233,18 @@ class Pipeline:
         if not self.deferred and batcher.isdisjoint(devices):
             # hot path: nobody waits for these devices; the predicting ones get fresh entries
             sel = np.flatnonzero(go).tolist()
-            ui_, want = ui.tolist(), wanted.tolist()
-            batcher.add_new([devices[j] for j in sel], [
-                Pending(devices[j], parts[j], reason[want[j]], refs(j, ui_[j])) for j in sel], mono)
+            want = wanted.tolist()
+            if groups:
+                new = [Pending(devices[j], parts[j], reason[want[j]], refs(j, 0)) for j in sel]
+            else:  # one heartbeat per device: ui is the identity
+                new = [Pending(devices[j], parts[j], reason[want[j]], [(msgs[j], eids[j])]) for j in sel]
+            batcher.add_new([devices[j] for j in sel], new, mono)
             rest = np.flatnonzero(decisions == P.Reason.THROTTLED).tolist()
         else:
             rest = np.flatnonzero(go | (decisions == P.Reason.THROTTLED)).tolist()
             rest += [j for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()
                      if devices[j] in batcher or devices[j] in self.deferred]
+            rest.sort()  # in device order, as the batch came
         for j in rest:
             i = int(ui[j])
             self._route(Pending(devices[j], parts[j], reason[int(wanted[j])], refs(j, i)),

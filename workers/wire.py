@@ -58,13 +58,16 @@ _as_text = msgspec.json.Decoder(_struct("AsText", _Num, True)).decode
 _extra = msgspec.json.Decoder(_struct("Extra", _Num, False)).decode
 
 
-def decode_variant(value: bytes) -> Any:
+def decode_variant(value: bytes, error: Exception | None = None) -> Any:
     """A record in a tolerated variant (metrics as text, unknown fields), or None when the
-    structs refuse it or, with unknown fields, orjson (the validator's JSON judge) does."""
-    try:
-        return _as_text(value)
-    except DecodeError:
-        pass
+    structs refuse it or, with unknown fields, orjson (the validator's JSON judge) does.
+    `error` is the canonical decoder's: when it names an unknown field, skip to that struct
+    (an optimisation only: any other error tries both)."""
+    if error is None or "unknown field" not in str(error):
+        try:
+            return _as_text(value)
+        except DecodeError:
+            pass
     try:
         row = _extra(value)
         orjson.loads(value)
@@ -179,9 +182,9 @@ _HEX = np.zeros(256, dtype=bool)
 _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = True
 
 
-def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[str]:
-    """The trace id of each record's first `traceparent` header as JSON text (`"<32 hex>"`), or
-    `null` where it has none or an invalid one: version(2) - trace id(32 hex, not all zero) -
+def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
+    """The trace id of each record's first `traceparent` header as JSON (`b'"<32 hex>"'`), or
+    `b"null"` where it has none or an invalid one: version(2) - trace id(32 hex, not all zero) -
     parent id(16) - flags(2). Checked for the whole batch at once with numpy."""
     values: list[bytes | None] = [None] * len(msgs)
     for i, h in enumerate(map(_HEADERS, msgs)):
@@ -190,23 +193,24 @@ def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[str]:
                 if k == "traceparent":
                     values[i] = v
                     break
-    out = ["null"] * len(values)
     rows = [i for i, v in enumerate(values) if v is not None and len(v) == 55]
     if not rows:
-        return out
+        return [b"null"] * len(values)
     a = np.frombuffer(b"".join([values[i] for i in rows]), dtype=np.uint8).reshape(len(rows), 55)
     tid = a[:, 3:35]
     ok = (a[:, 2] == 45) & (a[:, 35] == 45) & (a[:, 52] == 45) & _HEX[tid].all(axis=1) & (tid != 48).any(axis=1)
     quoted = np.full((len(rows), 34), 34, dtype=np.uint8)  # '"' + trace id + '"'
     quoted[:, 1:33] = tid
-    text = quoted.tobytes().decode("latin-1")  # only the hex rows are used
-    for j, (i, good) in enumerate(zip(rows, ok.tolist(), strict=True)):
-        if good:
-            out[i] = text[34 * j:34 * j + 34]
+    found = quoted.view("S34").ravel().tolist()
+    if len(rows) == len(values) and ok.all():
+        return found  # every record has a valid one (the common case)
+    out = [b"null"] * len(values)
+    for j in np.flatnonzero(ok).tolist():
+        out[rows[j]] = found[j]
     return out
 
 
 def trace_id(msg: KafkaMessage) -> str | None:
     """The trace id from one record's `traceparent` header, if it has a valid one."""
     q = trace_ids_json([msg])[0]
-    return None if q == "null" else q[1:-1]
+    return None if q == b"null" else q[1:-1].decode()

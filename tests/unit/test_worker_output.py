@@ -85,7 +85,7 @@ def test_score_text_parses_to_exactly_the_rounded_score():
     for scores in (edges, rand):
         text = score_text(scores)
         assert [float(t) for t in text] == np.round(scores.astype(np.float64), 6).tolist()
-    assert score_text(np.array([0.5, 1.0], dtype=np.float32)) == ["0.500000", "1.000000"]
+    assert score_text(np.array([0.5, 1.0], dtype=np.float32)) == [b"0.500000", b"1.000000"]
 
 
 def test_non_finite_or_out_of_range_scores_are_a_model_failure():

@@ -194,7 +194,7 @@ def test_trace_ids_are_parsed_for_a_batch_like_one_by_one():
         r.headers_ = headers
     expected = [None if want is None else want for _, want in cases]
     assert [wire.trace_id(r) for r in records] == expected
-    assert wire.trace_ids_json(records) == ["null" if t is None else f'"{t}"' for t in expected]
+    assert wire.trace_ids_json(records) == [b"null" if t is None else b'"%s"' % t.encode() for t in expected]
 
 
 def test_unchanged_metadata_of_a_known_device_is_not_parsed_again(monkeypatch):
