@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import pkgutil
 import sys
 from pathlib import Path
 
 from bench.harness import Context, progress, record, render_table
+from precast.runtime import OneLineParser
 
 
 def available() -> dict[str, object]:
@@ -22,7 +22,7 @@ def available() -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     mods = available()
-    p = argparse.ArgumentParser(prog="python -m bench", description="precast benchmarks")
+    p = OneLineParser(prog="python -m bench", description="precast benchmarks")
     p.add_argument("name", help=f"one of: {', '.join(mods)}, all, list")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     args = p.parse_args(argv)

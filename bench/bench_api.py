@@ -150,7 +150,7 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
     try:
         progress(f"http: {SERVERS[0]} ready after {server.wait_ready():.1f}s")
         lat: dict[tuple[str, int], dict] = {}
-        for name, rates in ((NEWEST, (1_000, 5_000, 10_000)), (ONDEMAND, (1_000,))):
+        for name, rates in ((NEWEST, (1_000, 5_000, 10_000)), (ONDEMAND, (1_000, 10_000))):
             for rate in rates:
                 r = fixed_rate(server.url, paths[name], rate, seconds, cpus=load_cpus)
                 lat[(name, rate)] = r
@@ -277,6 +277,7 @@ def run(ctx: Context) -> Report:
     p99_10k = lat[(NEWEST, 10_000)]["p99"]
     p99_1k = lat[(NEWEST, 1_000)]["p99"]
     od_1k = lat[(ONDEMAND, 1_000)]["p99"]
+    od_10k = lat[(ONDEMAND, 10_000)]
     server_cpus, load_cpus = _pins()
     fresh = live["fresh"]
     n_rebuild = "100k" if q else "1M"
@@ -293,7 +294,12 @@ def run(ctx: Context) -> Report:
         Figure("api_server_cpu_vs_uvicorn", round(cpu_us[("uvicorn", NEWEST)] / cpu_us[(SERVERS[0], NEWEST)], 2), "ratio",
                "the same app on uvicorn", "uvicorn CPU per GET one device / this server's"),
         Figure("api_p99_ms_at_10k", round(p99_10k, 3), "ms", "-", "h2load --rps, fixed 10,000 req/s, arrivals spread"),
-        Figure("api_p99_vs_on_demand", round(od_1k / p99_1k, 1), "ratio (on-demand p99 / precomputed p99)",
+        # At the product's rate (10k req/s) on-demand inference saturates the process, so its
+        # p99 is queueing; at 1k req/s both are far from saturation and noise dominates both.
+        Figure("api_p99_vs_on_demand", round(od_10k["p99"] / p99_10k, 1), "ratio (on-demand p99 / precomputed p99)",
+               "on-demand features + ONNX per request, same server",
+               f"offered 10,000 req/s each (on-demand achieved {od_10k['achieved']:,.0f}/s)"),
+        Figure("api_p99_vs_on_demand_at_1k", round(od_1k / p99_1k, 1), "ratio (on-demand p99 / precomputed p99)",
                "on-demand features + ONNX per request, same server", "fixed 1,000 req/s each"),
         Figure("api_cpu_vs_on_demand", round(cpu_us[(SERVERS[0], ONDEMAND)] / cpu_us[(SERVERS[0], NEWEST)], 2), "ratio",
                "on-demand features + ONNX per request", "server CPU per on-demand request / per GET one device, wrk, same run"),

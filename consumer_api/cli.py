@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin, Producer
-from precast.runtime import run_cli, setup_logging
+from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
 from precast.settings import load
 from schemas.topics import catalog
@@ -73,7 +72,7 @@ def run(settings: ApiSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="precast-api", description=__doc__)
+    p = OneLineParser(prog="precast-api", description=__doc__)
     p.add_argument("--port", type=int)
     p.add_argument("--host")
     args = p.parse_args(argv)

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from precast.runtime import run_cli, setup_logging
+from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import StackCliSettings, load
 
 
@@ -83,7 +83,7 @@ def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="precast", description="precast operations CLI")
+    p = OneLineParser(prog="precast", description="precast operations CLI")
     sub = p.add_subparsers(dest="command", required=True)
     st = sub.add_parser("stack", help="local Kafka 4 + Redis for demos, tests and CI")
     st.add_argument("action", choices=["up", "down", "status"])

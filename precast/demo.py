@@ -98,7 +98,9 @@ def run_demo(settings: StackCliSettings, *, devices: int, rate: float, api_port:
     reports = admin.ensure_topics(list(catalog(t.prefix, t.partitions, t.replication_factor)))
     print(f"topics: {sum(r.action == 'created' for r in reports)} created, contract checked", flush=True)
 
-    sim_port, worker_port = free_port(), free_port()
+    sim_port, worker_port, context_port = free_port(), free_port(), free_port()
+    # Children log warnings only, so the live line stays readable (PRECAST_LOG_LEVEL overrides).
+    env.setdefault("PRECAST_LOG_LEVEL", "WARNING")
     children: list[Child] = []
     interrupted = False
 
@@ -109,6 +111,9 @@ def run_demo(settings: StackCliSettings, *, devices: int, rate: float, api_port:
     old = signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        children.append(Child("context", _spawn("context", "workers.aggregator",
+                                                {**env, "PRECAST_METRICS__PORT": str(context_port)}, []),
+                              f"http://127.0.0.1:{context_port}/metrics"))
         children.append(Child("worker", _spawn("worker", "workers.cli", {**env, "PRECAST_METRICS__PORT": str(worker_port)}, []),
                               f"http://127.0.0.1:{worker_port}/metrics"))
         children.append(Child("api", _spawn("api", "consumer_api.cli", env, ["--port", str(api_port)]),
@@ -151,7 +156,8 @@ def _wait_serving(base: str, children: list[Child], interrupted, timeout: float 
 
 def _live(children: list[Child], base: str, duration: float, interrupted) -> None:
     names = {"precast_simulator_events_total", "precast_worker_predictions_total",
-             "precast_api_materialized_total", "precast_api_devices"}
+             "precast_api_materialized_total", "precast_api_devices", "precast_context_devices",
+             "precast_dead_letters_total", "precast_worker_consumer_lag"}
     started = last_t = time.monotonic()
     last: dict[str, float] = {}
     while not interrupted() and (not duration or time.monotonic() - started < duration):
@@ -169,7 +175,10 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
         rtt = (time.perf_counter() - t0) * 1000
         print(f"[{now - started:6.0f}s] events {rates['precast_simulator_events_total']:8,.0f}/s | "
               f"predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
-              f"served devices {cur.get('precast_api_devices', 0):7,.0f} | GET {status} in {rtt:5.1f} ms",
+              f"worker lag {cur.get('precast_worker_consumer_lag', 0):6,.0f} | "
+              f"devices served {cur.get('precast_api_devices', 0):6,.0f}, with context "
+              f"{cur.get('precast_context_devices', 0):5,.0f} | dead letters {cur.get('precast_dead_letters_total', 0):4,.0f} | "
+              f"GET {status} in {rtt:4.1f} ms",
               flush=True)
         for c in children:
             if c.proc.poll() is not None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from precast.errors import PrecastError
 
@@ -27,3 +29,11 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line (plus exit 2) instead of the usage
+    block; `--help` still prints everything. Subcommand parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 
 from precast.kafka import Admin, Producer
 from precast.observability import ProbeServer
-from precast.runtime import run_cli, setup_logging
+from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from producers.badrecords import BadRecord
 from producers.pacing import Pacer
@@ -103,7 +103,7 @@ def run(settings: SimulatorSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="precast-simulator", description=__doc__,
+    p = OneLineParser(prog="precast-simulator", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--devices", type=int, help="devices in the fleet (default 10000)")
     p.add_argument("--rate", type=float, help="global limit, records/s over all topics (0 = unlimited)")

@@ -14,7 +14,6 @@ faust windows are tumbling/hopping and would keep a second copy of the same fact
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
@@ -26,7 +25,7 @@ from prometheus_client import Counter, Gauge
 from precast.deadletter import DEAD_LETTERS, dead_letter_record
 from precast.kafka import Admin, Record
 from precast.observability import ProbeServer
-from precast.runtime import run_cli, setup_logging
+from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from workers.context import DeviceContext
@@ -150,7 +149,7 @@ def run(settings: ContextSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="precast-context", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="precast-context", description=__doc__.splitlines()[0])
     p.parse_args(argv)
 
     def body() -> int:

@@ -11,7 +11,6 @@ prediction (no skip, no throttle); the model is fixed (no registry hot swap mid-
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -23,7 +22,7 @@ from prometheus_client import REGISTRY
 from precast.errors import ConfigError
 from precast.kafka import Admin, TopicPartitionOffset
 from precast.ops.progress import bar
-from precast.runtime import run_cli, setup_logging
+from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from workers.cli import build
 from workers.loop import Worker
@@ -82,7 +81,7 @@ def run(settings: WorkerSettings, assignment: list[TopicPartitionOffset], stop_a
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.backfill", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m workers.backfill", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="model folder (model.onnx + manifest.json) to run")
     p.add_argument("--ranges", required=True, help='{"topic": [[partition, start, end], ...]} (ends exclusive)')
     p.add_argument("--no-progress", action="store_true")

@@ -7,7 +7,6 @@ SIGUSR1: print every thread's stack (diagnosing a stall).
 
 from __future__ import annotations
 
-import argparse
 import faulthandler
 import os
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from precast.kafka import Admin
 from precast.observability import ProbeServer
-from precast.runtime import run_cli, setup_logging
+from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from workers.inference import ModelSession
@@ -94,7 +93,7 @@ def run(settings: WorkerSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="precast-worker", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="precast-worker", description=__doc__.splitlines()[0])
     p.add_argument("--model", dest="path", help="model folder (model.onnx + manifest.json)")
     p.add_argument("--registry", help="folder of model versions to serve and hot-swap from")
     p.add_argument("--provider", help="auto | cpu | cuda | tensorrt")

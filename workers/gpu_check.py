@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from precast.runtime import OneLineParser
+
 DEFAULT_MODEL = Path(__file__).parent / "models" / "fleet-strategy" / "1.0.0"
 GPU_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 CPU = "CPUExecutionProvider"
@@ -119,7 +121,7 @@ def table(results: list[dict], sizes: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.gpu_check", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m workers.gpu_check", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 512, 4096, 32768])
     p.add_argument("--seconds", type=float, default=1.0, help="measuring time per batch size")

@@ -1,0 +1,26 @@
+"""A bad command line is one line on stderr and exit 2, for every entry point."""
+
+import subprocess
+import sys
+
+import pytest
+
+ENTRY_POINTS = ["precast.cli", "producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator",
+                "workers.backfill", "workers.gpu_check"]
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_unknown_flag_is_one_line(module):
+    run = subprocess.run([sys.executable, "-m", module, "--no-such-flag"], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert "error:" in lines[0] and "--help" in lines[0]
+
+
+def test_subcommand_errors_are_one_line_too():
+    run = subprocess.run([sys.executable, "-m", "precast.cli", "purge", "--what"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+    assert run.stderr.startswith("precast purge: error:")
