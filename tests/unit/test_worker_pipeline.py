@@ -75,6 +75,18 @@ def test_unchanged_and_duplicate_heartbeats_are_skipped_but_committed(model):
     assert [x.trigger for x in flush(p, model)] == ["expiry"]
 
 
+def test_a_heartbeat_refreshes_when_the_next_one_would_come_after_expiry(model):
+    p, _, decisions = make()
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    flush(p, model)  # valid until T0 + 5 s; the lead window starts at T0 + 4 s
+    p.ingest([record(HB, heartbeat("d1", T0 + 1_500), 1)], T0, 0.0)  # next expected at +3 s: in time
+    assert flush(p, model) == [] and decisions[-1] == Reason.UNCHANGED
+    p.ingest([record(HB, heartbeat("d1", T0 + 3_000), 2)], T0, 0.0)  # next at +4.5 s: refresh now
+    assert decisions[-1] == Reason.REFRESH
+    (pred,) = flush(p, model)
+    assert pred.trigger == "expiry" and pred.computed_at_ms == T0 + 3_000
+
+
 def test_throttled_trigger_is_deferred_holds_back_its_offset_and_is_released(model):
     p, _, decisions = make(throttle_ms=1_000)
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
