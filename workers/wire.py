@@ -182,6 +182,18 @@ _HEX = np.zeros(256, dtype=bool)
 _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = True
 
 
+_SMALL = 32
+_HEX_CHARS = b"0123456789abcdef"
+
+
+def _trace_id_json(v: bytes | None) -> bytes:
+    """One traceparent value checked like the batch path of `trace_ids_json`."""
+    if v is None or len(v) != 55 or not v[2] == v[35] == v[52] == 45:
+        return b"null"
+    tid = v[3:35]
+    return b"null" if tid.translate(None, _HEX_CHARS) or tid == b"0" * 32 else b'"' + tid + b'"'
+
+
 def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
     """The trace id of each record's first `traceparent` header as JSON (`b'"<32 hex>"'`), or
     `b"null"` where it has none or an invalid one: version(2) - trace id(32 hex, not all zero) -
@@ -193,6 +205,8 @@ def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
                 if k == "traceparent":
                     values[i] = v
                     break
+    if len(values) < _SMALL:  # numpy's fixed cost per call is more than a few records' checks
+        return list(map(_trace_id_json, values))
     rows = [i for i, v in enumerate(values) if v is not None and len(v) == 55]
     if not rows:
         return [b"null"] * len(values)

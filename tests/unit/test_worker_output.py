@@ -95,3 +95,9 @@ def test_non_finite_or_out_of_range_scores_are_a_model_failure():
         s[1, 0] = bad
         with pytest.raises(ValueError):
             encode(items, idx, s, LABELS, "1", np.full(2, T0), 5_000, T0, False)
+
+
+def test_small_and_large_batches_format_scores_the_same():
+    scores = np.random.default_rng(2).random(300).astype(np.float32)
+    scores[:4] = [0.0, 1.0, 5e-7, 0.9999995]
+    assert score_text(scores) == [t for i in range(0, 300, 10) for t in score_text(scores[i:i + 10])]
