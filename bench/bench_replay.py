@@ -20,7 +20,7 @@ KCAT_PRODUCER = ["-X", "partitioner=murmur2_random", "-X", "enable.idempotence=t
                  "-X", "compression.type=lz4", "-X", "linger.ms=5", "-X", "batch.size=262144"]
 
 
-def _fill(settings, topic: str, n: int) -> None:
+def _fill(settings, topic: str, n: int, headers: bool = True) -> None:
     import orjson
 
     from precast.kafka import Producer
@@ -35,10 +35,36 @@ def _fill(settings, topic: str, n: int) -> None:
             "metrics": {"cpu_pct": 12.5, "mem_pct": 40.1, "temperature_c": 45.2, "error_rate": 0.01,
                         "signal_quality": 0.93, "uptime_s": 86_400.0 + i}, "meta": {}})
         p.produce(topic, dev.encode(), value, [("event_id", f"{i:032x}".encode()),
-                                              ("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")])
+                                              ("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")]
+                  if headers else None)
         if i % 5000 == 0:
             p.poll(0)
     p.flush(120)
+
+
+def _bare_copy(settings, src: str, dst: str, partitions: int, n: int) -> float:
+    """The floor of any Python copier: consume batches, produce each record (key, value,
+    headers, same partition) with the bare client, flush. No ranges, checkpoints or filters."""
+    from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
+
+    c = Consumer(settings, f"bench-bare-{dst}")
+    raw = Producer(settings).raw
+    c.assign([TopicPartitionOffset(src, q, OFFSET_BEGINNING) for q in range(partitions)])
+    t0, done = time.perf_counter(), 0
+    while done < n:
+        msgs = c.consume(10_000, 1.0)
+        for m in msgs:
+            while True:
+                try:
+                    raw.produce(dst, m.value(), m.key(), m.partition(), headers=m.headers())
+                    break
+                except BufferError:
+                    raw.poll(0.01)
+        raw.poll(0)
+        done += len(msgs)
+    raw.flush(60)
+    c.close()
+    return time.perf_counter() - t0
 
 
 def _count(admin, topic: str, partitions: int) -> int:
@@ -77,35 +103,47 @@ def run(ctx: Context) -> Report:
     partitions = 6
     settings = ctx.kafka_settings()
     admin = Admin(settings)
-    src = ctx.unique("replay-src")
-    admin.create_topic(src, partitions)
-    made: list[str] = [src]
+    src, bare_src = ctx.unique("replay-src"), ctx.unique("replay-src-noheaders")
+    for t in (src, bare_src):
+        admin.create_topic(t, partitions)
+    made: list[str] = [src, bare_src]
     best: dict[str, float] = {}
     state = tempfile.mkdtemp(prefix="bench-replay-")
     try:
-        progress(f"fill {src}: {n:,} heartbeats with 2 headers, {partitions} partitions")
+        progress(f"fill {src}: {n:,} heartbeats with 2 headers, and {bare_src} without headers, {partitions} partitions")
         _fill(settings, src, n)
-        for rnd in range(3):  # alternate A/B and keep the best of each: a noisy, shared 2-core box
-            dk, dr = ctx.unique("replay-kcat"), ctx.unique("replay-precast")
-            for t in (dk, dr):
-                admin.create_topic(t, partitions)
-                made.append(t)
-            progress(f"round {rnd + 1}: kcat copy")
-            tk = _kcat(ctx.bootstrap_servers, src, dk)
-            progress(f"round {rnd + 1}: precast replay")
-            wall, own = _replay(ctx.bootstrap_servers, src, dr, state)
-            got_k, got_r = _count(admin, dk, partitions), _count(admin, dr, partitions)
-            if got_k != n or got_r != n:
-                raise SystemExit(f"copies incomplete: kcat {got_k}, replay {got_r}, expected {n}")
-            for k, v in (("kcat", n / tk), ("replay_wall", n / wall), ("replay", n / own)):
-                best[k] = max(best.get(k, 0.0), v)
+        _fill(settings, bare_src, n, headers=False)
+        for rnd in range(3):  # alternate and keep the best of each: a noisy, shared 2-core box
+            for label, source in (("", src), ("_noh", bare_src)):
+                dk, dr = ctx.unique("replay-kcat"), ctx.unique("replay-precast")
+                for t in (dk, dr):
+                    admin.create_topic(t, partitions)
+                    made.append(t)
+                progress(f"round {rnd + 1}{label}: kcat copy")
+                tk = _kcat(ctx.bootstrap_servers, source, dk)
+                progress(f"round {rnd + 1}{label}: precast replay")
+                wall, own = _replay(ctx.bootstrap_servers, source, dr, state)
+                got_k, got_r = _count(admin, dk, partitions), _count(admin, dr, partitions)
+                if got_k != n or got_r != n:
+                    raise SystemExit(f"copies incomplete: kcat {got_k}, replay {got_r}, expected {n}")
+                for k, v in (("kcat", n / tk), ("replay_wall", n / wall), ("replay", n / own)):
+                    best[k + label] = max(best.get(k + label, 0.0), v)
+            db = ctx.unique("replay-bare")
+            admin.create_topic(db, partitions)
+            made.append(db)
+            progress(f"round {rnd + 1}: bare Python consume/produce loop")
+            best["bare"] = max(best.get("bare", 0.0), n / _bare_copy(settings, src, db, partitions, n))
     finally:
         admin.delete_topics(made)
         shutil.rmtree(state, ignore_errors=True)
     ratio, ratio_wall = best["replay"] / best["kcat"], best["replay_wall"] / best["kcat"]
+    ratio_noh = best["replay_noh"] / best["kcat_noh"]
     rows = [["kcat -C | kcat -P (key + value only)", best["kcat"], 1.0],
             ["precast replay, copy time (key, value, headers, partition)", best["replay"], ratio],
-            ["precast replay, whole command incl. Python start-up", best["replay_wall"], ratio_wall]]
+            ["precast replay, whole command incl. Python start-up", best["replay_wall"], ratio_wall],
+            ["bare Python loop: consume(10k) + produce each (headers, partition)", best["bare"], best["bare"] / best["kcat"]],
+            ["records without headers: kcat -C | kcat -P", best["kcat_noh"], 1.0],
+            ["records without headers: precast replay, copy time", best["replay_noh"], ratio_noh]]
     return Report(
         title="Replay vs kcat (same range, same run)",
         columns=["copier", "msgs/s", "ratio to kcat"],
@@ -115,6 +153,11 @@ def run(ctx: Context) -> Report:
                    f"{n} heartbeats (~350 B, 2 headers), {partitions} partitions, whole topic"),
             Figure("replay_vs_kcat", round(ratio, 3), "ratio", "kcat consume|produce pipe, same producer settings",
                    "copy time; whole-command ratio in the table"),
+            Figure("replay_vs_kcat_no_headers", round(ratio_noh, 3), "ratio", "kcat on the same records without headers",
+                   "like for like: kcat's pipe cannot carry headers, so both copy key + value"),
+            Figure("replay_vs_bare_python_loop", round(best["replay"] / best["bare"], 3), "ratio",
+                   "bare confluent-kafka consume/produce loop in Python, same records",
+                   "what the replay engine (ranges, filters, checkpoints, pacing) costs over the client itself"),
         ],
         notes=[
             "Both copy the same topic range (all of it) into a fresh topic; kcat gets precast's producer "
