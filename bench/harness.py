@@ -65,8 +65,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def render_table(columns: list[str], rows: list[list[Any]]) -> str:
+def render_table(columns: list[str], rows: list[list[Any]], markdown: bool = False) -> str:
     cells = [columns] + [[_fmt(c) for c in r] for r in rows]
+    if markdown:  # a literal | inside a cell would split it
+        cells = [[c.replace("|", "\\|") for c in r] for r in cells]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
@@ -79,10 +81,11 @@ def machine() -> str:
 def record(name: str, command: str, report: Report) -> None:
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = [f"### {report.title}", "",
-            f"`{command}` — {today}, {machine()}", "", render_table(report.columns, report.rows), ""]
+            f"`{command}` — {today}, {machine()}", "", render_table(report.columns, report.rows, markdown=True), ""]
     if report.figures:
         body += ["| figure | value | unit | baseline |", "|---|---|---|---|"]
-        body += [f"| `{f.name}` | {_fmt(f.value)} | {f.unit} | {f.baseline} |" for f in report.figures]
+        body += [f"| `{f.name}` | {_fmt(f.value)} | {f.unit} | {f.baseline.replace('|', chr(92) + '|')} |"
+                 for f in report.figures]
         body.append("")
     body += [f"- {n}" for n in report.notes]
     section = f"<!-- bench:{name}:start -->\n" + "\n".join(body).rstrip() + f"\n<!-- bench:{name}:end -->"
