@@ -60,6 +60,11 @@ class Endpoints:
         ids = device_list(request.query_params.get("ids"), self.opts.sse_max_devices)
         if isinstance(ids, Response):
             return ids
+        # Each stream holds a connection and a subscription: bound them so a reconnect storm
+        # sheds load with a clear answer instead of exhausting the replica.
+        if self.svc.hub.streams >= self.opts.sse_max_streams:
+            return error(503, "too_many_streams", f"this replica already serves {self.opts.sse_max_streams} event "
+                         "streams; retry later or use another replica", headers={"Retry-After": "5"})
         return StreamingResponse(self._events(ids), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 

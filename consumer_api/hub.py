@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
+from prometheus_client import Gauge
+
 from precast.serving import Entry
+
+STREAMS = Gauge("precast_api_event_streams", "open event streams (/v1/stream) in this replica")
 
 
 class Subscription:
@@ -27,21 +31,26 @@ class Hub:
     def __init__(self) -> None:
         self._subs: dict[str, set[Subscription]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._open = 0
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
     @property
     def streams(self) -> int:
-        return len({s for subs in self._subs.values() for s in subs})
+        return self._open
 
     def subscribe(self, devices: list[str]) -> Subscription:
         sub = Subscription(devices)
+        self._open += 1
+        STREAMS.set(self._open)
         for d in devices:
             self._subs.setdefault(d, set()).add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
+        self._open -= 1
+        STREAMS.set(self._open)
         for d in sub.devices:
             subs = self._subs.get(d)
             if subs is not None:

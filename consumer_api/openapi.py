@@ -51,7 +51,8 @@ SPEC: dict = {
             "summary": "Server-Sent Events: the current answer for each device, then every newer one (event: prediction, id: device ID, data: Answer)",
             "parameters": [{**_IDS, "description": "comma-separated device IDs (at most PRECAST_API__SSE_MAX_DEVICES)"}],
             "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                          "400": _ERROR, "401": _AUTH}}},
+                          "400": _ERROR, "401": _AUTH,
+                          "503": {**_ERROR, "description": "too many open streams on this replica (PRECAST_API__SSE_MAX_STREAMS); see Retry-After"}}}},
         "/v1/prefetch": {"post": {
             "summary": "The UI names devices it is about to show; those without a fresh answer get one deduplicated precompute request each",
             "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Prefetch"}}}},

@@ -22,6 +22,7 @@ class ApiOptions(Section):
     local_view: bool = Field(default=True, description="serve reads from an in-process view (fed by this replica's materializer); false = one Redis GET per read")
     batch_max: int = Field(default=100, ge=1, le=10_000, description="most devices in one batch GET or prefetch hint")
     sse_max_devices: int = Field(default=200, ge=1, le=10_000, description="most devices one event stream may watch")
+    sse_max_streams: int = Field(default=1_000, ge=1, le=100_000, description="most open event streams per replica; past it a new stream gets 503 and Retry-After")
     sse_keepalive_s: float = Field(default=15.0, gt=0, le=300, description="comment line sent on idle event streams")
     request_window_s: float = Field(default=5.0, gt=0, le=3600, description="at most one precompute request per device per window (miss, expiry, prefetch)")
     auth_token: SecretStr | None = Field(default=None, description="when set, /v1/* needs `Authorization: Bearer <token>`")

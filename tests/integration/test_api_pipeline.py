@@ -125,6 +125,26 @@ def test_event_stream_sends_current_then_newer_answers(kafka_settings, topics):
         built.materializer.stop()
 
 
+def test_event_streams_are_capped_per_replica(kafka_settings, topics):
+    built = build(api_settings(kafka_settings, topics, sse_keepalive_s=0.5, sse_max_streams=1))
+    built.materializer.start()
+    try:
+        with Served(built.app) as srv, httpx2.Client(timeout=20) as http:
+            wait_for(lambda: http.get(srv.url + "/readyz").status_code == 200, what="ready")
+            with http.stream("GET", srv.url + "/v1/stream", params={"ids": "dev-c1"}) as first:
+                assert next(_events(first.iter_lines()))["device_id"] == "dev-c1"
+                refused = http.get(srv.url + "/v1/stream", params={"ids": "dev-c2"})
+                assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+                assert refused.json()["error"] == "too_many_streams"
+            # the closed stream gives its place back (the server notices on its next write)
+            def accepted():
+                with http.stream("GET", srv.url + "/v1/stream", params={"ids": "dev-c2"}) as again:
+                    return again.status_code == 200 and next(_events(again.iter_lines()))["device_id"] == "dev-c2"
+            wait_for(accepted, what="a new stream accepted after the first closed")
+    finally:
+        built.materializer.stop()
+
+
 def _events(lines):
     """Parsed `data:` payloads; keepalive comments are skipped."""
     for line in lines:
