@@ -28,3 +28,9 @@ class EmptyKeyError(PrecastError, ValueError):
 
 class DeliveryFailed(KafkaFailure):
     """At least one produced record was not acknowledged by the broker."""
+
+
+def reason(exc: BaseException) -> str:
+    """The message of a client exception: librdkafka's KafkaError text when it carries one."""
+    err = exc.args[0] if exc.args else None
+    return err.str() if hasattr(err, "str") else str(exc)

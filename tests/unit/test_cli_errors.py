@@ -1,5 +1,6 @@
 """A bad command line is one line on stderr and exit 2, for every entry point."""
 
+import os
 import subprocess
 import sys
 
@@ -24,3 +25,14 @@ def test_subcommand_errors_are_one_line_too():
                          text=True, timeout=60)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
     assert run.stderr.startswith("precast purge: error:")
+
+
+@pytest.mark.parametrize("module", ["producers.cli", "workers.cli", "consumer_api.cli", "precast.cli topics ensure"])
+def test_kafka_configuration_librdkafka_refuses_is_one_line(module):
+    # librdkafka validates pass-through properties when a client is built, before any connection
+    run = subprocess.run([sys.executable, "-m", *module.split()], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PRECAST_KAFKA__EXTRA": '{"no.such.prop": "1"}'})
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and 'configuration refused: No such configuration property: "no.such.prop"' in lines[0]
