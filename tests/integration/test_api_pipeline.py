@@ -132,7 +132,8 @@ def test_event_streams_are_capped_per_replica(kafka_settings, topics):
         with Served(built.app) as srv, httpx2.Client(timeout=20) as http:
             wait_for(lambda: http.get(srv.url + "/readyz").status_code == 200, what="ready")
             with http.stream("GET", srv.url + "/v1/stream", params={"ids": "dev-c1"}) as first:
-                assert next(_events(first.iter_lines()))["device_id"] == "dev-c1"
+                events = _events(first.iter_lines())  # held: a collected generator closes the stream
+                assert next(events)["device_id"] == "dev-c1"
                 refused = http.get(srv.url + "/v1/stream", params={"ids": "dev-c2"})
                 assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
                 assert refused.json()["error"] == "too_many_streams"
