@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 import subprocess
@@ -42,6 +43,16 @@ def java_major() -> int:
     m = re.search(r'version "(\d+)', out)
     return int(m.group(1)) if m else 0
 
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster ID: 16 random bytes in URL-safe base64 without padding. Like Kafka's own
+    Uuid.randomUuid, never one starting with "-": StorageTool's argument parser would take
+    `-t -abc...` for an option (1 start in 64 failed that way)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 class KafkaNode:
     def __init__(self, settings: StackSettings) -> None:
@@ -128,10 +139,8 @@ class KafkaNode:
         if (self.data / "meta.properties").exists():
             return
         cluster_file = self.dir / "cluster.id"
-        if not cluster_file.exists():
-            # Kafka cluster IDs are 16 random bytes in URL-safe base64 without padding.
-            import base64
-            cluster_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+        if not cluster_file.exists() or cluster_file.read_text().startswith("-"):
+            cluster_file.write_text(new_cluster_id() + "\n")
         run = subprocess.run(
             self._java("-Dlog4j2.configurationFile=" + str(self.dir / "log4j2.yaml"),
                        "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
