@@ -10,8 +10,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# No per-example deadline: CI shares 2 cores with Kafka and Redis, and a GC pause or a busy
+# broker must not fail a property that holds (the properties, not the timing, are under test).
+settings.register_profile("precast", deadline=None)
+settings.load_profile("precast")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
