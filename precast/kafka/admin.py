@@ -11,9 +11,9 @@ import confluent_kafka
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
-from precast.errors import ConfigError, TopicContractError, Unreachable
+from precast.errors import TopicContractError, Unreachable
 from precast.kafka.config import admin_config
-from precast.kafka.errors import KafkaFailure, reason
+from precast.kafka.errors import KafkaFailure, build_client
 from precast.kafka.types import TopicPartitionOffset
 from schemas.topics import TopicSpec
 
@@ -48,10 +48,8 @@ class GroupInfo:
 class Admin:
     def __init__(self, settings: Any, *, quiet: bool = True) -> None:
         self._settings = settings
-        try:
-            self._a = AdminClient(admin_config(settings), logger=_quiet if quiet else logging.getLogger("precast.kafka.librdkafka"))
-        except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
-            raise ConfigError(f"Kafka admin client configuration refused: {reason(exc)}") from None
+        self._a = build_client(AdminClient, "admin client", admin_config(settings),
+                               logger=_quiet if quiet else logging.getLogger("precast.kafka.librdkafka"))
 
     def wait_reachable(self, timeout: float | None = None) -> int:
         """Block until the cluster answers a metadata request; return the broker count."""

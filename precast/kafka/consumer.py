@@ -9,9 +9,8 @@ from typing import Any
 
 import confluent_kafka
 
-from precast.errors import ConfigError
 from precast.kafka.config import consumer_config
-from precast.kafka.errors import KafkaFailure, reason
+from precast.kafka.errors import KafkaFailure, build_client
 from precast.kafka.types import KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
 
@@ -59,12 +58,7 @@ class Consumer:
         self._fatal: KafkaFailure | None = None
         self._hooks = (on_assign, on_revoke, on_lost)
         self.group_id = group_id
-        try:
-            self._c = confluent_kafka.Consumer(conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
-        except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
-            # librdkafka checks the whole configuration here (e.g. idempotence vs acks,
-            # transactional.id, pass-through properties): one line naming it, not a traceback.
-            raise ConfigError(f"Kafka consumer configuration refused: {reason(exc)}") from None
+        self._c = build_client(confluent_kafka.Consumer, "consumer", conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
         if err.fatal():

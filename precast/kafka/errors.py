@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from precast.errors import PrecastError
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import confluent_kafka
+
+from precast.errors import ConfigError, PrecastError
+
+T = TypeVar("T")
 
 
 class KafkaFailure(PrecastError):
@@ -30,7 +37,14 @@ class DeliveryFailed(KafkaFailure):
     """At least one produced record was not acknowledged by the broker."""
 
 
-def reason(exc: BaseException) -> str:
-    """The message of a client exception: librdkafka's KafkaError text when it carries one."""
-    err = exc.args[0] if exc.args else None
-    return err.str() if hasattr(err, "str") else str(exc)
+
+def build_client(factory: Callable[..., T], kind: str, *args: Any, **kwargs: Any) -> T:
+    """`factory(*args, **kwargs)` for a confluent_kafka client class. librdkafka checks the whole
+    configuration here (acks vs idempotence, transactional.id, pass-through properties): a
+    refusal becomes one ConfigError line naming it, not a traceback."""
+    try:
+        return factory(*args, **kwargs)
+    except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
+        err = exc.args[0] if exc.args else None
+        detail = err.str() if isinstance(err, confluent_kafka.KafkaError) else str(exc)
+        raise ConfigError(f"Kafka {kind} configuration refused: {detail}") from None

@@ -10,9 +10,8 @@ from typing import Any
 import confluent_kafka
 from prometheus_client import Counter
 
-from precast.errors import ConfigError
 from precast.kafka.config import producer_config
-from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure, reason
+from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure, build_client
 from precast.kafka.types import Headers, KafkaMessage
 from precast.settings import KafkaSettings
 
@@ -64,12 +63,7 @@ class Producer:
         self._on_backpressure = on_backpressure
         self._on_delivery_error = on_delivery_error
         self._fatal: KafkaFailure | None = None
-        try:
-            self._p = confluent_kafka.Producer(conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
-        except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
-            # librdkafka checks the whole configuration here (e.g. idempotence vs acks,
-            # transactional.id, pass-through properties): one line naming it, not a traceback.
-            raise ConfigError(f"Kafka producer configuration refused: {reason(exc)}") from None
+        self._p = build_client(confluent_kafka.Producer, "producer", conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
 
     # -- callbacks (run inside poll/flush on the caller's thread) ---------------------------
     def _on_delivery(self, err: confluent_kafka.KafkaError | None, msg: Any) -> None:
