@@ -27,7 +27,7 @@ def fresh(redis_settings) -> RedisStore:
     return RedisStore(connect(redis_settings), f"{redis_settings.key_prefix}{uuid.uuid4().hex[:8]}:")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), items=deliveries)
 def test_redis_keeps_newest_under_any_interleaving(redis_settings, data, items):
     store = fresh(redis_settings)
@@ -42,7 +42,7 @@ def test_redis_keeps_newest_under_any_interleaving(redis_settings, data, items):
     assert got == expected_newest(items)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=deliveries, writers=st.integers(2, 5), rnd=st.randoms())
 def test_redis_concurrent_writers(redis_settings, items, writers, rnd):
     prefix = f"{redis_settings.key_prefix}{uuid.uuid4().hex[:8]}:"

@@ -40,7 +40,7 @@ def test_rule_compares_data_time_then_production_then_version():
     assert supersedes((1, 1, "1.9.0"), (1, 1, "1.10.0"))  # string order, documented
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.data(), deliveries)
 def test_memory_store_keeps_newest_under_any_interleaving(data, items):
     order = data.draw(interleavings(items))
@@ -51,7 +51,7 @@ def test_memory_store_keeps_newest_under_any_interleaving(data, items):
     assert got == expected_newest(items)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(deliveries, st.integers(2, 6), st.randoms())
 def test_memory_store_concurrent_writers(items, writers, rnd):
     store = MemoryStore()

@@ -64,7 +64,7 @@ def check(event, wire: dict) -> Accepted:
     return r
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(heartbeats, work_orders, alarms))
 def test_any_valid_event_survives_encode_decode_unchanged(event):
     r = check(event, canonical_dict(event))
@@ -83,7 +83,7 @@ def _strings(obj, paths: list[str], prefix: str = ""):
     return obj
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(heartbeats, st.sampled_from(["flat", "nested", "versioned"]), st.booleans(), st.booleans(),
        st.integers(2, 9))
 def test_every_metadata_variant_normalizes_to_the_same_model(hb, layout, as_strings, extra, version):
@@ -170,7 +170,7 @@ def test_unknown_role_is_a_rejection_not_an_exception():
     assert isinstance(r, Rejected) and r.reason == Reason.UNKNOWN
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500)
 @given(st.one_of(st.none(), st.binary(max_size=300)), st.one_of(st.none(), st.binary(max_size=40)),
        st.sampled_from(["heartbeats", "work_orders", "alarms", "predictions", "precompute_requests"]))
 def test_never_raises_on_arbitrary_bytes(value, key, role):
@@ -180,7 +180,7 @@ def test_never_raises_on_arbitrary_bytes(value, key, role):
         assert r.reason in set(Reason)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
                     max_leaves=20))
