@@ -87,7 +87,7 @@ def _replay(bootstrap: str, src: str, dst: str, state: str) -> tuple[float, floa
     """(command wall time, the replay's own time from its summary line)."""
     env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": bootstrap, "PRECAST_OPS__STATE_DIR": state}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "precast.cli", "replay", src, dst, "--offsets", "*:0-",
+    out = subprocess.run([sys.executable, "-m", "opsctl.cli", "replay", src, dst, "--offsets", "*:0-",
                           "--no-progress", "--fresh"], capture_output=True, text=True, env=env, check=True)
     wall = time.perf_counter() - t0
     m = re.search(r"in ([\d.]+)s", out.stdout)

@@ -151,7 +151,7 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
     from precast.kafka import OFFSET_END, Consumer, TopicPartitionOffset
 
     topics = _catalog(ctx, admin)
-    from precast.stack.process import free_port
+    from opsctl.stack.process import free_port
 
     port = free_port()
     env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,

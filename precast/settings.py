@@ -7,7 +7,6 @@ it down; nothing reads the environment anywhere else. Environment variables use 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -102,37 +101,6 @@ class MetricsSettings(Section):
     port: int = Field(default=0, ge=0, le=65535)
 
 
-class StackSettings(Section):
-    """The local development stack (a Kafka broker and Redis started from this machine)."""
-
-    home: Path = Path(".precast")
-    kafka_version: str = "4.1.1"
-    kafka_port: int = Field(default=9092, ge=1, le=65535)
-    controller_port: int = Field(default=9093, ge=1, le=65535)
-    redis_port: int = Field(default=6379, ge=1, le=65535)
-    kafka_heap: str = "768m"
-    start_timeout_s: float = Field(default=90.0, gt=0)
-    # Where resolved Kafka jars are kept, shared by every clone on this machine.
-    jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"
-
-
-class OpsSettings(Section):
-    """The SRE tools (`precast replay | deadletters | purge | lag | rebuild | backfill`)."""
-
-    state_dir: Path = Field(default=Path(".precast/ops"),
-                            description="where replay and redrive checkpoints are kept")
-    target_kafka: KafkaSettings | None = Field(
-        default=None, description="cluster a replay writes to (JSON object of KAFKA fields, or "
-        "PRECAST_OPS__TARGET_KAFKA__BOOTSTRAP_SERVERS etc.); unset = the source cluster")
-    chunk_records: int = Field(default=200_000, ge=100, le=10_000_000,
-                               description="most source records read between two checkpoints")
-    chunk_seconds: float = Field(default=2.0, gt=0, le=600,
-                                 description="longest time between two checkpoints of a replay")
-    store_grace_s: float = Field(default=30.0, ge=0, le=86_400,
-                                 description="grace after valid_until for entries the tools write to the "
-                                             "serving store (keep equal to PRECAST_API__GRACE_S)")
-
-
 class CommonSettings(BaseSettings):
     """Base for each process's settings object; subclasses add their own section."""
 
@@ -152,11 +120,6 @@ class CommonSettings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """A loggable view with secrets hidden."""
         return self.model_dump(mode="json")
-
-
-class StackCliSettings(CommonSettings):
-    stack: StackSettings = StackSettings()
-    ops: OpsSettings = OpsSettings()
 
 
 def load(cls: type[S], **overrides: Any) -> S:

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 
 from precast.errors import ConfigError
 from precast.kafka import Admin, TopicPartitionOffset
-from precast.ops.progress import bar
+from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from workers.cli import build

@@ -11,7 +11,7 @@ import orjson
 from consumer_api.settings import ApiOptions, ApiSettings
 from precast.kafka import Producer
 from precast.settings import KafkaSettings, RedisSettings, TopicSettings
-from precast.stack.process import free_port
+from opsctl.stack.process import free_port
 
 
 def api_settings(kafka: KafkaSettings, topics, redis_url: str = "", key_prefix: str = "t:", **api) -> ApiSettings:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from precast.kafka import Admin, Consumer, Producer
-from precast.ops.ranges import OffsetRange
-from precast.ops.reader import RangeReader, range_consumer
+from opsctl.ranges import OffsetRange
+from opsctl.reader import RangeReader, range_consumer
 from precast.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,12 +21,12 @@ def cli_env(kafka: KafkaSettings, state_dir: Path, **extra: str) -> dict[str, st
 
 
 def precast(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "precast.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "opsctl.cli", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=ROOT)
 
 
 def spawn(env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "precast.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "opsctl.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 

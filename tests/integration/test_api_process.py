@@ -14,7 +14,7 @@ import time
 import httpx2
 import pytest
 
-from precast.stack.process import free_port
+from opsctl.stack.process import free_port
 from tests.integration.api_helpers import prediction_value, publish, wait_for
 
 

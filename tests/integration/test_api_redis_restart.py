@@ -11,9 +11,9 @@ from starlette.testclient import TestClient
 
 from consumer_api.cli import build
 from precast.serving import RedisStore
-from precast.settings import StackSettings
-from precast.stack.process import free_port
-from precast.stack.redis_node import RedisNode
+from opsctl.settings import StackSettings
+from opsctl.stack.process import free_port
+from opsctl.stack.redis_node import RedisNode
 from tests.integration.api_helpers import api_settings, prediction_value, publish, wait_for
 
 DEVICES = [f"dev-r{i:03d}" for i in range(200)]

@@ -14,7 +14,7 @@ import pytest
 
 from precast.deadletter import dead_letter_info
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from precast.stack.process import free_port
+from opsctl.stack.process import free_port
 from tests.integration.worker_support import ROOT, wait_ready
 from tests.worker_events import alarm, work_order
 from workers.context import DeviceContext

@@ -8,7 +8,7 @@ import time
 
 from precast.deadletter import DeadLetters, dead_letter_info, original_headers, original_key
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from precast.validating import ValidatingConsumer
+from tests.integration.validating_consumer import ValidatingConsumer
 from producers.badrecords import BAD_KINDS, H_BAD_KIND, BadRecord
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet

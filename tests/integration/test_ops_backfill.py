@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from precast.kafka import Admin, Producer
-from precast.ops.ranges import format_time
+from opsctl.ranges import format_time
 from producers.simulator import Fleet
 from tests.integration.ops_support import cli_env, precast, read_all
 from workers.settings import DEFAULT_MODEL_DIR

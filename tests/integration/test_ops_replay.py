@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 
 from precast.kafka import Consumer
-from precast.ops.ranges import format_time
+from opsctl.ranges import format_time
 from tests.integration.ops_support import (
     cli_env,
     content,

@@ -11,9 +11,10 @@ import orjson
 from prometheus_client import REGISTRY
 
 from precast.kafka import Admin, Consumer, Producer
-from precast.settings import KafkaSettings, StackSettings
-from precast.stack import LocalStack
-from precast.stack.process import free_port
+from precast.settings import KafkaSettings
+from opsctl.settings import StackSettings
+from opsctl.stack import LocalStack
+from opsctl.stack.process import free_port
 from producers.pacing import Pacer
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet

@@ -39,7 +39,7 @@ def test_simulator_bad_flag_is_one_line_error():
 
 
 def test_schemas_export_writes_every_contract(tmp_path):
-    out = run("precast.cli", "schemas", "export", str(tmp_path / "s"))
+    out = run("opsctl.cli", "schemas", "export", str(tmp_path / "s"))
     assert out.returncode == 0, out.stderr
     files = sorted(p.name for p in (tmp_path / "s").iterdir())
     assert "heartbeats.v1.schema.json" in files and len(files) == 5

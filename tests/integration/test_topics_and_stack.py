@@ -6,14 +6,14 @@ import sys
 import pytest
 
 from precast.errors import StackError, TopicContractError
-from precast.settings import StackSettings
-from precast.stack import LocalStack
-from precast.stack.process import free_port
+from opsctl.settings import StackSettings
+from opsctl.stack import LocalStack
+from opsctl.stack.process import free_port
 from schemas.topics import catalog
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "precast.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "opsctl.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from precast.stack.process import free_port
+from opsctl.stack.process import free_port
 
 SERVICES = ["producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator"]
 
@@ -30,7 +30,7 @@ def test_service_exits_with_one_line_when_broker_unreachable(module):
 def test_demo_exits_with_one_line_when_redis_unreachable(stack):
     env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap_servers,
            "PRECAST_REDIS__URL": f"redis://127.0.0.1:{free_port()}/0", "PRECAST_REDIS__CONNECT_TIMEOUT_S": "2"}
-    run = subprocess.run([sys.executable, "-m", "precast.cli", "demo", "--no-stack"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "opsctl.cli", "demo", "--no-stack"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert run.returncode == 3
     assert run.stderr.strip().count("\n") == 0 and "Redis unreachable at redis://127.0.0.1:" in run.stderr
@@ -39,7 +39,7 @@ def test_demo_exits_with_one_line_when_redis_unreachable(stack):
 def test_demo_exits_with_one_line_when_broker_unreachable():
     env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
            "PRECAST_KAFKA__CONNECT_TIMEOUT_S": "2"}
-    run = subprocess.run([sys.executable, "-m", "precast.cli", "demo", "--no-stack"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "opsctl.cli", "demo", "--no-stack"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert run.returncode == 3
     assert run.stderr.strip().count("\n") == 0 and "Kafka broker unreachable" in run.stderr

@@ -6,7 +6,7 @@ import signal
 import time
 from collections import Counter
 
-from precast.stack.process import free_port
+from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
     input_offsets,

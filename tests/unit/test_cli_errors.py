@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-ENTRY_POINTS = ["precast.cli", "producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator",
+ENTRY_POINTS = ["opsctl.cli", "producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator",
                 "workers.backfill", "workers.gpu_check"]
 
 
@@ -21,13 +21,13 @@ def test_unknown_flag_is_one_line(module):
 
 
 def test_subcommand_errors_are_one_line_too():
-    run = subprocess.run([sys.executable, "-m", "precast.cli", "purge", "--what"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "opsctl.cli", "purge", "--what"], capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
     assert run.stderr.startswith("precast purge: error:")
 
 
-@pytest.mark.parametrize("module", ["producers.cli", "workers.cli", "consumer_api.cli", "precast.cli topics ensure"])
+@pytest.mark.parametrize("module", ["producers.cli", "workers.cli", "consumer_api.cli", "opsctl.cli topics ensure"])
 def test_kafka_configuration_librdkafka_refuses_is_one_line(module):
     # librdkafka validates pass-through properties when a client is built, before any connection
     run = subprocess.run([sys.executable, "-m", *module.split()], capture_output=True, text=True, timeout=60,

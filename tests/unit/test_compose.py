@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel
 
 from consumer_api.settings import ApiSettings
-from precast.settings import StackCliSettings
+from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
 from workers.settings import ContextSettings, WorkerSettings
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from precast.errors import ConfigError
-from precast.ops.checkpoint import Checkpoint, fingerprint
-from precast.ops.filters import RecordFilter
-from precast.ops.pacing import Pacer
-from precast.ops.ranges import TimeRange, parse_offsets, parse_time, parse_time_range
-from precast.ops.resume import Matcher, decode_skips, digest, encode_skips
+from opsctl.checkpoint import Checkpoint, fingerprint
+from opsctl.filters import RecordFilter
+from opsctl.pacing import Pacer
+from opsctl.ranges import TimeRange, parse_offsets, parse_time, parse_time_range
+from opsctl.resume import Matcher, decode_skips, digest, encode_skips
 
 
 def test_times_are_utc_iso8601():

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from precast.errors import ConfigError
-from precast.ops.schedule import next_run, parse_schedule, run_forever
+from opsctl.schedule import next_run, parse_schedule, run_forever
 
 
 def ts(*a: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from precast.errors import ConfigError
-from precast.ops.versions import parse_selector, parse_version
+from opsctl.versions import parse_selector, parse_version
 
 STORED = ["1.3.0", "1.3.7", "v1.3.7-hotfix", "1.3.7-rc.1", "1.3.7+build.5", "1.3.10", "1.30.0", "1.30.1-rc.1",
           "1.2.9", "1.4.0-rc.1", "1.4.0", "13.0.0", "2.0.0", "v1.3", "1.3.0-alpha", "not-a-version", ""]

@@ -3,7 +3,7 @@
 import base64
 import uuid
 
-from precast.stack import kafka_node
+from opsctl.stack import kafka_node
 
 
 def test_cluster_id_never_starts_with_a_dash(monkeypatch):

@@ -7,9 +7,9 @@ import shutil
 import subprocess
 import time
 
+from opsctl.settings import StackSettings
+from opsctl.stack.process import ManagedProcess, port_in_use, tail
 from precast.errors import StackError
-from precast.settings import StackSettings
-from precast.stack.process import ManagedProcess, port_in_use, tail
 
 
 def ensure_redis_server(progress=print) -> str:

@@ -12,12 +12,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from opsctl.filters import split_list
+from opsctl.freshness import add_freshness_args, freshness
+from opsctl.reader import range_consumer
+from opsctl.settings import StackCliSettings
 from precast.kafka import Admin, TopicPartitionOffset
-from precast.ops.filters import split_list
-from precast.ops.freshness import add_freshness_args, freshness
-from precast.ops.progress import table
-from precast.ops.reader import range_consumer
-from precast.settings import StackCliSettings
+from precast.progress import table
 
 
 @dataclass

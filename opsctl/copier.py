@@ -1,6 +1,6 @@
 """The engine under replay and redrive: copy bounded offset ranges of one topic into target
 partitions, in chunks, with a checkpoint after each acknowledged chunk, and resume a crashed
-job without writing anything twice (see `precast.ops.resume`)."""
+job without writing anything twice (see `opsctl.resume`)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opsctl.checkpoint import Checkpoint, parse_target_key, target_key
+from opsctl.pacing import Pacer
+from opsctl.ranges import OffsetRange
+from opsctl.reader import BATCH, RangeReader, range_consumer
+from opsctl.resume import Matcher, decode_skips, digest, encode_skips
 from precast.kafka import Admin, Headers, KafkaMessage, Producer
-from precast.ops.checkpoint import Checkpoint, parse_target_key, target_key
-from precast.ops.pacing import Pacer
-from precast.ops.progress import bar
-from precast.ops.ranges import OffsetRange
-from precast.ops.reader import BATCH, RangeReader, range_consumer
-from precast.ops.resume import Matcher, decode_skips, digest, encode_skips
+from precast.progress import bar
 from precast.settings import KafkaSettings
 
-log = logging.getLogger("precast.ops.copier")
+log = logging.getLogger("opsctl.copier")
 
 # (topic, partition, key, value, headers, source timestamp ms: written only when kept)
 Out = tuple[str, int, bytes | None, bytes | None, Headers | None, int]

@@ -6,14 +6,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from opsctl.guard import partitions_of
+from opsctl.ranges import OffsetRange
+from opsctl.reader import RangeReader, range_consumer
+from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin
-from precast.ops.guard import partitions_of
-from precast.ops.progress import bar
-from precast.ops.ranges import OffsetRange
-from precast.ops.reader import RangeReader, range_consumer
+from precast.progress import bar
 from precast.serving import Entry, InvalidPrediction, MemoryStore, RedisStore, entry_from_prediction
-from precast.settings import StackCliSettings
 from schemas.topics import catalog
 
 

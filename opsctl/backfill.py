@@ -15,13 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from opsctl.filters import split_list
+from opsctl.guard import partitions_of
+from opsctl.ranges import add_range_args, range_inputs
+from opsctl.reader import resolve
+from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin
-from precast.ops.filters import split_list
-from precast.ops.guard import partitions_of
-from precast.ops.progress import table
-from precast.ops.ranges import add_range_args, range_inputs, resolve
-from precast.settings import StackCliSettings
+from precast.progress import table
 from schemas.topics import EVENT_ROLES, catalog
 
 

@@ -1,4 +1,4 @@
-"""Registers the SRE subcommands on the `precast` CLI (one call from `precast.cli`)."""
+"""Registers the SRE subcommands on the `precast` CLI (one call from `opsctl.cli`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from precast.ops import backfill, deadletters, lag, purge, rebuild, replay
+    from opsctl import backfill, deadletters, lag, purge, rebuild, replay
 
     for module in (replay, backfill, deadletters, purge, rebuild, lag):
         module.add_parser(sub)

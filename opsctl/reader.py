@@ -7,9 +7,9 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 
+from opsctl.ranges import OffsetRange, OffsetSpec, TimeRange, resolve_offsets, resolve_times
 from precast.errors import PrecastError
 from precast.kafka import Consumer, KafkaMessage, TopicPartitionOffset
-from precast.ops.ranges import OffsetRange
 from precast.settings import KafkaSettings
 
 BATCH = 10_000
@@ -93,3 +93,12 @@ class RangeReader:
             self.positions[p] = m.offset() + 1
             out.append(m)
         return out
+
+
+def resolve(settings: KafkaSettings, topic: str, partitions: int, tr: TimeRange | None, spec: OffsetSpec | None) -> list[OffsetRange]:
+    """Offsets of a time range or offset spec, asked of the cluster in `settings` (KafkaSettings)."""
+    c = range_consumer(settings, "resolve")
+    try:
+        return resolve_times(c, topic, partitions, tr) if tr else resolve_offsets(c, topic, partitions, spec)
+    finally:
+        c.close()

@@ -12,8 +12,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from precast.ops.progress import table
-from precast.settings import StackCliSettings
+from opsctl.settings import StackCliSettings
+from precast.progress import table
 
 
 def add_parser(sub: Any) -> None:
@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 
 def rebuild(settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True) -> dict[str, Any]:
-    from precast.ops.store import PredictionReader, shared_store  # the Redis client loads only here
+    from opsctl.store import PredictionReader, shared_store  # the Redis client loads only here
     from precast.serving import EXPIRED, OLDER, STORED
 
     store = shared_store(settings, "rebuild")

@@ -1,7 +1,7 @@
 """`precast purge SELECTOR`: invalidate served predictions of some model versions.
 
 It finds the newest entry per device whose model version the selector matches (semver-aware,
-`precast.ops.versions`), writes a purge marker for each to the predictions topic (so the
+`opsctl.versions`), writes a purge marker for each to the predictions topic (so the
 compacted topic, every replica's view and any rebuild keep them purged), waits until the
 markers are acknowledged, and then deletes the entries from the shared store (compare-and-
 delete: an entry a newer prediction replaced meanwhile is kept). A newer real prediction
@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
 
+from opsctl.ranges import format_time
+from opsctl.schedule import parse_schedule, run_forever
+from opsctl.settings import StackCliSettings
+from opsctl.versions import Selector, parse_selector, parse_version
 from precast.kafka import Producer
-from precast.ops.progress import bar, table
-from precast.ops.ranges import format_time
-from precast.ops.schedule import parse_schedule, run_forever
-from precast.ops.versions import Selector, parse_selector, parse_version
-from precast.settings import StackCliSettings
+from precast.progress import bar, table
 from schemas.predictions import PredictionSet
 
 if TYPE_CHECKING:  # the store (Redis client) loads only when a purge runs
     from precast.serving import Entry
 
-log = logging.getLogger("precast.ops.purge")
+log = logging.getLogger("opsctl.purge")
 
 PURGED = MetricCounter("precast_purge_entries_total", "served predictions purged", ["selector"])
 RUNS = MetricCounter("precast_purge_runs_total", "purge runs", ["selector", "result"])
@@ -91,7 +91,7 @@ def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
 
 def purge(settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None,
           progress: bool) -> PurgeResult:
-    from precast.ops.store import predictions_topic, shared_store, topic_view
+    from opsctl.store import predictions_topic, shared_store, topic_view
 
     t0 = time.monotonic()
     source = source or ("store" if settings.redis.url else "topic")

@@ -13,12 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from opsctl.settings import StackCliSettings
 from precast.runtime import OneLineParser, run_cli, setup_logging
-from precast.settings import StackCliSettings, load
+from precast.settings import load
 
 
 def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
-    from precast.stack import LocalStack
+    from opsctl.stack import LocalStack
 
     stack = LocalStack(settings.stack)
     if args.action == "up":
@@ -59,7 +60,7 @@ def _topics(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
 
 def _demo(args: argparse.Namespace, settings: StackCliSettings) -> int:
-    from precast.demo import run_demo
+    from opsctl.demo import run_demo
 
     return run_demo(settings, devices=args.devices, rate=args.rate, api_port=args.port,
                     duration=args.duration, use_stack=not args.no_stack)
@@ -104,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("action", choices=["export"])
     sc.add_argument("dir", help="folder to write <role>.v<version>.schema.json files into")
     sc.set_defaults(fn=_schemas)
-    from precast.ops.cli import register as register_ops
+    from opsctl.commands import register as register_ops
 
     register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild
     return p

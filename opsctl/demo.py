@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from opsctl.settings import StackCliSettings
+from opsctl.stack import LocalStack
+from opsctl.stack.process import free_port
 from precast.errors import PrecastError, StackError
 from precast.kafka import Admin
 from precast.redis_client import wait_reachable
-from precast.settings import StackCliSettings
-from precast.stack import LocalStack
-from precast.stack.process import free_port
 from schemas.topics import catalog
 
 SAMPLE_DEVICE = "dev-000001"

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from opsctl.ranges import TimeRange
 from precast.errors import ConfigError
-from precast.ops.ranges import TimeRange
 from schemas.events import DEVICE_ID_PATTERN, Alarm, Heartbeat, WorkOrderEvent
 
 EVENT_TYPES = tuple(m.model_fields["kind"].default for m in (Heartbeat, WorkOrderEvent, Alarm))

@@ -152,14 +152,3 @@ def range_inputs(args: Any, *, default_all: bool = False) -> tuple[TimeRange | N
     now = int(time.time() * 1000)
     tr = parse_time_range(args.time_from, args.time_to, now) if args.time_from else None
     return tr, (parse_offsets(args.offsets) if args.offsets else None)
-
-
-def resolve(settings: Any, topic: str, partitions: int, tr: TimeRange | None, spec: OffsetSpec | None) -> list[OffsetRange]:
-    """Offsets of a time range or offset spec, asked of the cluster in `settings` (KafkaSettings)."""
-    from precast.ops.reader import range_consumer
-
-    c = range_consumer(settings, "resolve")
-    try:
-        return resolve_times(c, topic, partitions, tr) if tr else resolve_offsets(c, topic, partitions, spec)
-    finally:
-        c.close()

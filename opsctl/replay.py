@@ -9,17 +9,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from opsctl import copier
+from opsctl.checkpoint import Checkpoint, fingerprint, load_for
+from opsctl.filters import RecordFilter
+from opsctl.guard import partitions_of, refuse_live_target
+from opsctl.pacing import Pacer
+from opsctl.ranges import TimeRange, add_range_args, format_time, range_inputs
+from opsctl.reader import RangeReader, range_consumer, resolve
+from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
-from precast.ops import copier
-from precast.ops.checkpoint import Checkpoint, fingerprint, load_for
-from precast.ops.filters import RecordFilter
-from precast.ops.guard import partitions_of, refuse_live_target
-from precast.ops.pacing import Pacer
-from precast.ops.progress import bar, table
-from precast.ops.ranges import TimeRange, add_range_args, format_time, range_inputs, resolve
-from precast.ops.reader import RangeReader, range_consumer
-from precast.settings import KafkaSettings, StackCliSettings
+from precast.progress import bar, table
+from precast.settings import KafkaSettings
 from schemas.partitioning import partition_for
 
 

@@ -7,11 +7,11 @@ import argparse
 import time
 from typing import Any
 
+from opsctl.ranges import OffsetRange
+from opsctl.reader import RangeReader, range_consumer
+from opsctl.settings import StackCliSettings
 from precast.kafka import Admin
-from precast.ops.progress import table
-from precast.ops.ranges import OffsetRange
-from precast.ops.reader import RangeReader, range_consumer
-from precast.settings import StackCliSettings
+from precast.progress import table
 
 
 def add_freshness_args(ap: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def _pct(sorted_vals: list[float], q: float) -> float:
 
 def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
     """Seconds since each partition of the predictions topic was last written."""
-    from precast.ops.store import predictions_topic  # loads the store only when used
+    from opsctl.store import predictions_topic  # loads the store only when used
 
     topic, parts = predictions_topic(settings)
     ends = Admin(settings.kafka).end_offsets([(topic, p) for p in range(parts)])
@@ -47,7 +47,7 @@ def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
 
 def store_freshness(settings: StackCliSettings, sample: int) -> dict[str, Any]:
     """Over the served entries: how old their data is, how many are past valid_until or purged."""
-    from precast.ops.store import shared_store
+    from opsctl.store import shared_store
 
     store = shared_store(settings, "freshness")
     now = int(time.time() * 1000)

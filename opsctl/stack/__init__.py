@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsctl.settings import StackSettings
+from opsctl.stack.kafka_node import KafkaNode
+from opsctl.stack.redis_node import RedisNode
 from precast.errors import StackError
-from precast.settings import StackSettings
-from precast.stack.kafka_node import KafkaNode
-from precast.stack.redis_node import RedisNode
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,17 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+from opsctl import copier
+from opsctl.checkpoint import Checkpoint, fingerprint, load_for
+from opsctl.deadletter_select import DeadLetterFilter, dead_letter_topic, read_matching
+from opsctl.pacing import Pacer
+from opsctl.ranges import OffsetRange, range_inputs
+from opsctl.reader import resolve
+from opsctl.settings import StackCliSettings
 from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
-from precast.ops import copier
-from precast.ops.checkpoint import Checkpoint, fingerprint, load_for
-from precast.ops.deadletters import DeadLetterFilter, dead_letter_topic, read_matching
-from precast.ops.pacing import Pacer
-from precast.ops.progress import table
-from precast.ops.ranges import OffsetRange, range_inputs, resolve
-from precast.settings import StackCliSettings
+from precast.progress import table
 from schemas.partitioning import partition_for
 
 

@@ -11,9 +11,10 @@ import uuid
 from importlib import resources
 from pathlib import Path
 
+from opsctl.settings import StackSettings
+from opsctl.stack.process import ManagedProcess, port_in_use, tail
 from precast.errors import StackError, Unreachable
-from precast.settings import KafkaSettings, StackSettings
-from precast.stack.process import ManagedProcess, port_in_use, tail
+from precast.settings import KafkaSettings
 
 _LOG4J2 = """\
 Configuration:
@@ -77,7 +78,7 @@ class KafkaNode:
         if mvn is None:
             raise StackError("mvn not found on PATH: needed once to fetch the Kafka jars (apt-get install maven)")
         progress(f"resolving org.apache.kafka:kafka_2.13:{self.s.kafka_version} from Maven Central ...")
-        pom = resources.files("precast.stack").joinpath("kafka-pom.xml")
+        pom = resources.files("opsctl.stack").joinpath("kafka-pom.xml")
         tmp = self.libs.parent / "libs.partial"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
