@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"bench: unknown benchmark {unknown[0]!r} (have: {', '.join(mods)})", file=sys.stderr)
         return 2
-    from precast.settings import load
     from opsctl.settings import StackCliSettings
     from opsctl.stack import LocalStack
+    from precast.settings import load
 
     # PRECAST_STACK__* apply (home, ports): a checkout reuses the shared running stack.
     stack = LocalStack(load(StackCliSettings).stack)

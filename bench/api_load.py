@@ -28,13 +28,20 @@ def need(binary: str, package: str) -> str:
 class ApiServer:
     """`python -m bench.api_server` with the given PRECAST_* environment."""
 
-    def __init__(self, port: int, env: dict[str, str], devices: int, cpus: str | None = None) -> None:
+    def __init__(
+        self, port: int, env: dict[str, str], devices: int, cpus: str | None = None
+    ) -> None:
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.log = Path(tempfile.mkdtemp(prefix="bench-api-")) / "server.log"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([*_pin(cpus), sys.executable, "-m", "bench.api_server", str(port), str(devices)],
-                                         env={**os.environ, **env}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*_pin(cpus), sys.executable, "-m", "bench.api_server", str(port), str(devices)],
+                env={**os.environ, **env},
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def wait_ready(self, timeout: float = 120.0) -> float:
         t0 = time.monotonic()
@@ -76,24 +83,40 @@ def _pin(cpus: str | None) -> list[str]:
     return [] if not cpus else [need("taskset", "util-linux"), "-c", cpus]
 
 
-def wrk(url: str, paths: list[str], seconds: float, connections: int = 32, cpus: str | None = None) -> tuple[float, int]:
+def wrk(
+    url: str, paths: list[str], seconds: float, connections: int = 32, cpus: str | None = None
+) -> tuple[float, int]:
     """Saturation throughput: (req/s, requests), requests spread over `paths`."""
     need("wrk", "wrk")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write("local paths = {" + ",".join(f'"{p}"' for p in paths) + "}\n"
-                "local i = 0\nrequest = function()\n  i = i % #paths + 1\n"
-                "  return wrk.format(nil, paths[i])\nend\n")
-    out = subprocess.run([*_pin(cpus), "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name, url],
-                         capture_output=True, text=True, check=True).stdout
+        f.write(
+            "local paths = {" + ",".join(f'"{p}"' for p in paths) + "}\n"
+            "local i = 0\nrequest = function()\n  i = i % #paths + 1\n"
+            "  return wrk.format(nil, paths[i])\nend\n"
+        )
+    out = subprocess.run(
+        [*_pin(cpus), "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name, url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     os.unlink(f.name)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non2xx:
         raise SystemExit(f"bench api: wrk saw {non2xx.group(1)} errors on {url}{paths[0]}")
-    return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1)), int(re.search(r"(\d+) requests in", out).group(1))
+    return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1)), int(
+        re.search(r"(\d+) requests in", out).group(1)
+    )
 
 
-def fixed_rate(url: str, paths: list[str], rate: int, seconds: float, cpus: str | None = None,
-               connections: int | None = None) -> dict[str, float]:
+def fixed_rate(
+    url: str,
+    paths: list[str],
+    rate: int,
+    seconds: float,
+    cpus: str | None = None,
+    connections: int | None = None,
+) -> dict[str, float]:
     """Latency at a fixed request rate, from every request (h2load's per-request log).
 
     h2load paces each connection with its own timer from the moment it connects; connections
@@ -118,26 +141,54 @@ def fixed_rate(url: str, paths: list[str], rate: int, seconds: float, cpus: str 
     with tempfile.TemporaryDirectory() as d:
         uris, log = Path(d, "uris"), Path(d, "log")
         uris.write_text("".join(f"{url}{p}\n" for p in paths))
-        subprocess.run([*_pin(cpus), "h2load", "--h1", "-c", str(clients), "-t", "1", "--rps", f"{rate / clients:.6f}",
-                        "-n", str(per_client * clients), "-r", "1", "--rate-period", "1ms",
-                        "-i", str(uris), "--log-file", str(log)],
-                       capture_output=True, text=True, check=True)
+        subprocess.run(
+            [
+                *_pin(cpus),
+                "h2load",
+                "--h1",
+                "-c",
+                str(clients),
+                "-t",
+                "1",
+                "--rps",
+                f"{rate / clients:.6f}",
+                "-n",
+                str(per_client * clients),
+                "-r",
+                "1",
+                "--rate-period",
+                "1ms",
+                "-i",
+                str(uris),
+                "--log-file",
+                str(log),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows = np.loadtxt(log, dtype=np.int64, ndmin=2)
     ok = rows[rows[:, 1] < 400]
     lat_ms = ok[:, 2] / 1000.0
     starts = np.sort(rows[:, 0])
     span_s = (starts[-1] - starts[0]) / 1e6 if len(rows) > 1 else seconds
-    return {"rate": rate, "achieved": len(rows) / max(span_s, 1e-9), "errors": int(len(rows) - len(ok)),
-            "p50": float(np.percentile(lat_ms, 50)), "p99": float(np.percentile(lat_ms, 99)),
-            "p999": float(np.percentile(lat_ms, 99.9)), "n": int(len(rows)),
-            "bunched": float((np.diff(starts) < 20).mean()) if len(rows) > 1 else 0.0}
+    return {
+        "rate": rate,
+        "achieved": len(rows) / max(span_s, 1e-9),
+        "errors": int(len(rows) - len(ok)),
+        "p50": float(np.percentile(lat_ms, 50)),
+        "p99": float(np.percentile(lat_ms, 99)),
+        "p999": float(np.percentile(lat_ms, 99.9)),
+        "n": int(len(rows)),
+        "bunched": float((np.diff(starts) < 20).mean()) if len(rows) > 1 else 0.0,
+    }
 
 
 def zipf_paths(devices: list[str], n: int, s: float = 1.1, seed: int = 7) -> list[str]:
     """A UI read pattern: a few devices are looked at constantly, most rarely."""
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, len(devices) + 1, dtype=np.float64)
-    p = ranks ** -s
+    p = ranks**-s
     picks = rng.choice(len(devices), size=n, p=p / p.sum())
     order = rng.permutation(len(devices))  # popularity unrelated to the ID
     return [f"/v1/devices/{devices[order[i]]}/prediction" for i in picks]

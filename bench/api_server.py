@@ -1,5 +1,6 @@
 """The read API as `python -m bench api` runs it: the real app (consumer_api.cli.build, real
-materializer, the configured server: PRECAST_API__SERVER) plus two comparison endpoints on the same server and event loop:
+materializer, the configured server: PRECAST_API__SERVER)
+plus two comparison endpoints on the same server and event loop:
 
 - /bench/constant — a constant body of the same size as a typical answer, sent by the same kind
   of plain ASGI code as the fast path (the ceiling for "answer from memory");
@@ -26,11 +27,13 @@ from workers.inference import ModelSession
 from workers.settings import DEFAULT_MODEL_DIR
 from workers.topk import top_k
 
-CONSTANT = b'{"device_id":"dev-000001","candidates":[{"strategy":"remote_restart","score":0.71},' \
-           b'{"strategy":"monitor_only","score":0.2},{"strategy":"firmware_rollback","score":0.05}],' \
-           b'"model_version":"1.0.0","computed_at_ms":1800000000000,"valid_until_ms":1800003600000,' \
-           b'"produced_at_ms":1800000000020,"trigger":"heartbeat","lineage":[],"source":"precomputed",' \
-           b'"age_ms":25,"delay_origin":"cache"}'
+CONSTANT = (
+    b'{"device_id":"dev-000001","candidates":[{"strategy":"remote_restart","score":0.71},'
+    b'{"strategy":"monitor_only","score":0.2},{"strategy":"firmware_rollback","score":0.05}],'
+    b'"model_version":"1.0.0","computed_at_ms":1800000000000,"valid_until_ms":1800003600000,'
+    b'"produced_at_ms":1800000000020,"trigger":"heartbeat","lineage":[],"source":"precomputed",'
+    b'"age_ms":25,"delay_origin":"cache"}'
+)
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(CONSTANT))]
 
 
@@ -47,18 +50,37 @@ class OnDemand:
         if e is None:
             return None
         m = e["metrics"]
-        cols = {k: np.array([m[k]], dtype=np.float64) for k in
-                ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")}
-        cols["firmware_is_latest"] = np.array([1.0 if LATEST_FIRMWARE.get(e["device_type"]) == e["firmware"] else 0.0])
+        cols = {
+            k: np.array([m[k]], dtype=np.float64)
+            for k in (
+                "cpu_pct",
+                "mem_pct",
+                "temperature_c",
+                "error_rate",
+                "signal_quality",
+                "uptime_s",
+            )
+        }
+        cols["firmware_is_latest"] = np.array(
+            [1.0 if LATEST_FIRMWARE.get(e["device_type"]) == e["firmware"] else 0.0]
+        )
         cols["device_type_idx"] = np.array([device_type_index(e["device_type"])], dtype=np.int64)
         for k, v in EMPTY_CONTEXT.items():
             cols[k] = np.array([v])
         probs = self.model.predict(build_features(cols))
         idx, scores = top_k(probs, 3)
         labels = self.model.labels
-        return orjson.dumps({"device_id": device_id, "candidates": [
-            {"strategy": labels[c], "score": round(float(s), 6)} for c, s in zip(idx[0], scores[0], strict=True)],
-            "model_version": self.model.version, "source": "on_demand"})
+        return orjson.dumps(
+            {
+                "device_id": device_id,
+                "candidates": [
+                    {"strategy": labels[c], "score": round(float(s), 6)}
+                    for c, s in zip(idx[0], scores[0], strict=True)
+                ],
+                "model_version": self.model.version,
+                "source": "on_demand",
+            }
+        )
 
 
 def wrap(app, ondemand: OnDemand):
@@ -71,11 +93,20 @@ def wrap(app, ondemand: OnDemand):
                 return
             if path.startswith("/bench/ondemand/"):
                 body = ondemand.answer(path[16:]) or b'{"error":"unknown device"}'
-                await send({"type": "http.response.start", "status": 200, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", b"%d" % len(body)),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await app(scope, receive, send)
+
     return bench_app
 
 

@@ -23,12 +23,23 @@ DESCRIPTION = "read API: req/s vs constant body and on-demand, fixed-rate p99, r
 
 
 def _value(device: str, computed: int, produced: int, horizon_ms: int) -> bytes:
-    return orjson.dumps({"schema_version": 1, "device_id": device,
-                         "candidates": [{"strategy": "remote_restart", "score": 0.71}, {"strategy": "monitor_only", "score": 0.2},
-                                        {"strategy": "firmware_rollback", "score": 0.05}],
-                         "model_version": "1.0.0", "computed_at_ms": computed, "valid_until_ms": computed + horizon_ms,
-                         "produced_at_ms": produced, "trigger": "heartbeat",
-                         "lineage": [{"topic": "precast.heartbeats", "partition": 0, "offset": 1}]})
+    return orjson.dumps(
+        {
+            "schema_version": 1,
+            "device_id": device,
+            "candidates": [
+                {"strategy": "remote_restart", "score": 0.71},
+                {"strategy": "monitor_only", "score": 0.2},
+                {"strategy": "firmware_rollback", "score": 0.05},
+            ],
+            "model_version": "1.0.0",
+            "computed_at_ms": computed,
+            "valid_until_ms": computed + horizon_ms,
+            "produced_at_ms": produced,
+            "trigger": "heartbeat",
+            "lineage": [{"topic": "precast.heartbeats", "partition": 0, "offset": 1}],
+        }
+    )
 
 
 def _publish(ctx: Context, topic: str, devices: list[str], horizon_ms: int) -> None:
@@ -62,8 +73,14 @@ def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]
     rows, figs = [], {}
     rss0 = _rss_mb()
     view = MemoryStore(30_000)
-    mat = Materializer(ctx.kafka_settings(), topics.predictions.name, topics.predictions.partitions, view=view,
-                       group_prefix=ctx.unique("rebuild"), batch=10_000)
+    mat = Materializer(
+        ctx.kafka_settings(),
+        topics.predictions.name,
+        topics.predictions.partitions,
+        view=view,
+        group_prefix=ctx.unique("rebuild"),
+        batch=10_000,
+    )
     t0 = time.perf_counter()
     mat.start()
     while not mat.ready:
@@ -72,15 +89,30 @@ def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]
     mat.stop()
     mb = _rss_mb() - rss0
     progress(f"rebuild: view {len(view):,} devices in {s:.2f}s, +{mb:,.0f} MB RSS")
-    rows.append(["rebuild: in-process view", f"{len(view):,} devices", f"{s:.2f} s", f"{len(view) / s:,.0f}/s", f"+{mb:,.0f} MB RSS"])
+    rows.append(
+        [
+            "rebuild: in-process view",
+            f"{len(view):,} devices",
+            f"{s:.2f} s",
+            f"{len(view) / s:,.0f}/s",
+            f"+{mb:,.0f} MB RSS",
+        ]
+    )
     figs["view"], figs["view_mb"] = s, mb
     del view
 
     client = redis_lib.Redis.from_url(ctx.redis_url)
     used0 = client.info("memory")["used_memory"]
     store = RedisStore(client, ctx.unique("rebuild") + ":", grace_ms=30_000)
-    mat = Materializer(ctx.kafka_settings(), topics.predictions.name, topics.predictions.partitions, view=None,
-                       shared=store, group_prefix=ctx.unique("rebuild"), batch=10_000)
+    mat = Materializer(
+        ctx.kafka_settings(),
+        topics.predictions.name,
+        topics.predictions.partitions,
+        view=None,
+        shared=store,
+        group_prefix=ctx.unique("rebuild"),
+        batch=10_000,
+    )
     t0 = time.perf_counter()
     mat.start()
     while not store.loaded():
@@ -94,7 +126,15 @@ def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]
             progress(f"rebuild: cleaning Redis ({i * 10_000:,} keys)")
     client.delete(store._loaded)
     progress(f"rebuild: Redis {n:,} devices in {s:.2f}s, +{used:,.0f} MB used_memory")
-    rows.append(["rebuild: Redis (Lua CAS, 500/call)", f"{n:,} devices", f"{s:.2f} s", f"{n / s:,.0f}/s", f"+{used:,.0f} MB Redis"])
+    rows.append(
+        [
+            "rebuild: Redis (Lua CAS, 500/call)",
+            f"{n:,} devices",
+            f"{s:.2f} s",
+            f"{n / s:,.0f}/s",
+            f"+{used:,.0f} MB Redis",
+        ]
+    )
     figs["redis"], figs["redis_mb"] = s, used
     return rows, figs
 
@@ -114,22 +154,33 @@ def _pins() -> tuple[str | None, str | None]:
 
 
 def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[list[list], dict]:
-    env = {"PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
-           "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
-           "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers, "PRECAST_REDIS__URL": "",
-           "PRECAST_API__GROUP_ID": ctx.unique("api"), "PRECAST_LOG_LEVEL": "WARNING"}
+    env = {
+        "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
+        "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
+        "PRECAST_REDIS__URL": "",
+        "PRECAST_API__GROUP_ID": ctx.unique("api"),
+        "PRECAST_LOG_LEVEL": "WARNING",
+    }
     devices = [f"dev-{i:06d}" for i in range(n_devices)]
     _publish(ctx, topics.predictions.name, devices, horizon_ms=3_600_000)
     server_cpus, load_cpus = _pins()
     sample = devices[:: max(1, n_devices // 500)]
-    paths = {NEWEST: [f"/v1/devices/{d}/prediction" for d in sample], CONSTANT: ["/bench/constant"],
-             ONDEMAND: [f"/bench/ondemand/{d}" for d in sample]}
+    paths = {
+        NEWEST: [f"/v1/devices/{d}/prediction" for d in sample],
+        CONSTANT: ["/bench/constant"],
+        ONDEMAND: [f"/bench/ondemand/{d}" for d in sample],
+    }
     rows, res = [], {}
     best: dict[tuple[str, str], float] = {}
     cpu_us: dict[tuple[str, str], float] = {}  # server CPU per request: robust to a busy machine
-    for rnd in range(2):  # alternate servers and endpoints, keep the best of each (noisy shared machine)
+    for rnd in range(
+        2
+    ):  # alternate servers and endpoints, keep the best of each (noisy shared machine)
         for srv in SERVERS:
-            server = ApiServer(8790, {**env, "PRECAST_API__SERVER": srv}, n_devices, cpus=server_cpus)
+            server = ApiServer(
+                8790, {**env, "PRECAST_API__SERVER": srv}, n_devices, cpus=server_cpus
+            )
             try:
                 server.wait_ready()
                 for name, p in paths.items():
@@ -140,15 +191,26 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
                     us = (server.cpu_s() - cpu0) / max(n, 1) * 1e6
                     best[(srv, name)] = max(best.get((srv, name), 0.0), rps)
                     cpu_us[(srv, name)] = min(cpu_us.get((srv, name), float("inf")), us)
-                    progress(f"wrk round {rnd + 1}: {srv}: {name}: {rps:,.0f} req/s, server CPU {us:.1f} us/request")
+                    progress(
+                        f"wrk round {rnd + 1}: {srv}: {name}: {rps:,.0f} req/s, server CPU {us:.1f} us/request"
+                    )
             finally:
                 server.stop()
     for (srv, name), rps in best.items():
-        rows.append([f"saturation ({srv}): {name}", "wrk -t1 -c32", f"{rps:,.0f} req/s",
-                     f"{rps / best[(srv, CONSTANT)]:.2f} of constant", f"server CPU {cpu_us[(srv, name)]:.1f} us/req"])
+        rows.append(
+            [
+                f"saturation ({srv}): {name}",
+                "wrk -t1 -c32",
+                f"{rps:,.0f} req/s",
+                f"{rps / best[(srv, CONSTANT)]:.2f} of constant",
+                f"server CPU {cpu_us[(srv, name)]:.1f} us/req",
+            ]
+        )
     res["saturation"] = {name: rps for (srv, name), rps in best.items() if srv == SERVERS[0]}
     res["servers"], res["cpu_us"] = best, cpu_us
-    server = ApiServer(8790, {**env, "PRECAST_API__SERVER": SERVERS[0]}, n_devices, cpus=server_cpus)
+    server = ApiServer(
+        8790, {**env, "PRECAST_API__SERVER": SERVERS[0]}, n_devices, cpus=server_cpus
+    )
     try:
         progress(f"http: {SERVERS[0]} ready after {server.wait_ready():.1f}s")
         lat: dict[tuple[str, int], dict] = {}
@@ -156,25 +218,49 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
             for rate in rates:
                 r = fixed_rate(server.url, paths[name], rate, seconds, cpus=load_cpus)
                 lat[(name, rate)] = r
-                progress(f"fixed rate {rate}/s {name}: p50 {r['p50']:.2f} p99 {r['p99']:.2f} p99.9 {r['p999']:.2f} ms "
-                         f"(achieved {r['achieved']:,.0f}/s, {r['errors']} errors, {r['bunched']:.0%} of gaps < 20 us)")
-                rows.append([f"fixed {rate:,}/s ({SERVERS[0]}): {name}", f"achieved {r['achieved']:,.0f}/s",
-                             f"p50 {r['p50']:.2f} ms", f"p99 {r['p99']:.2f} ms", f"p99.9 {r['p999']:.2f} ms"])
+                progress(
+                    f"fixed rate {rate}/s {name}: p50 {r['p50']:.2f} p99 {r['p99']:.2f} p99.9 {r['p999']:.2f} ms "
+                    f"(achieved {r['achieved']:,.0f}/s, {r['errors']} errors, {r['bunched']:.0%} of gaps < 20 us)"
+                )
+                rows.append(
+                    [
+                        f"fixed {rate:,}/s ({SERVERS[0]}): {name}",
+                        f"achieved {r['achieved']:,.0f}/s",
+                        f"p50 {r['p50']:.2f} ms",
+                        f"p99 {r['p99']:.2f} ms",
+                        f"p99.9 {r['p999']:.2f} ms",
+                    ]
+                )
         # The same 10k/s through a proxy-sized pool of 20 keep-alive connections (2 ms apart each).
         r = fixed_rate(server.url, paths[NEWEST], 10_000, seconds, cpus=load_cpus, connections=POOL)
         lat[(NEWEST, "pool")] = r
-        progress(f"fixed rate 10000/s over {POOL} connections {NEWEST}: p50 {r['p50']:.2f} p99 {r['p99']:.2f} "
-                 f"p99.9 {r['p999']:.2f} ms (achieved {r['achieved']:,.0f}/s)")
-        rows.append([f"fixed 10,000/s over {POOL} connections ({SERVERS[0]}): {NEWEST}", f"achieved {r['achieved']:,.0f}/s",
-                     f"p50 {r['p50']:.2f} ms", f"p99 {r['p99']:.2f} ms", f"p99.9 {r['p999']:.2f} ms"])
+        progress(
+            f"fixed rate 10000/s over {POOL} connections {NEWEST}: p50 {r['p50']:.2f} p99 {r['p99']:.2f} "
+            f"p99.9 {r['p999']:.2f} ms (achieved {r['achieved']:,.0f}/s)"
+        )
+        rows.append(
+            [
+                f"fixed 10,000/s over {POOL} connections ({SERVERS[0]}): {NEWEST}",
+                f"achieved {r['achieved']:,.0f}/s",
+                f"p50 {r['p50']:.2f} ms",
+                f"p99 {r['p99']:.2f} ms",
+                f"p99.9 {r['p999']:.2f} ms",
+            ]
+        )
         res["lat"] = lat
     finally:
         server.stop()
     return rows, res
 
 
-def _probe_freshness(url: str, publisher, fleet_event: dict, probes: int, stop: threading.Event,
-                     sources: collections.Counter) -> list[float]:
+def _probe_freshness(
+    url: str,
+    publisher,
+    fleet_event: dict,
+    probes: int,
+    stop: threading.Event,
+    sources: collections.Counter,
+) -> list[float]:
     """Publish a heartbeat for a probe device, poll until an answer computed from it is served.
     `sources` counts the probe's own reads by answer source, so the hit ratio can leave them out:
     a probe device gets a heartbeat only when probed (every few seconds), so its polls often
@@ -187,8 +273,15 @@ def _probe_freshness(url: str, publisher, fleet_event: dict, probes: int, stop: 
             break
         device = f"probe-{i % 50:03d}"
         now = int(time.time() * 1000)
-        publisher.publish({**fleet_event, "device_id": device, "event_id": f"probe-{now}-{i}",
-                           "event_time_ms": now, "produced_at_ms": now})
+        publisher.publish(
+            {
+                **fleet_event,
+                "device_id": device,
+                "event_id": f"probe-{now}-{i}",
+                "event_time_ms": now,
+                "produced_at_ms": now,
+            }
+        )
         publisher.flush(5)
         t_pub = time.time()
         deadline = t_pub + 10
@@ -205,42 +298,71 @@ def _probe_freshness(url: str, publisher, fleet_event: dict, probes: int, stop: 
     return out
 
 
-def live_phase(ctx: Context, topics, devices: int, rate: int, seconds: float) -> tuple[list[list], dict]:
+def live_phase(
+    ctx: Context, topics, devices: int, rate: int, seconds: float
+) -> tuple[list[list], dict]:
     """Simulator + worker + API; Zipf reads at a fixed rate; hit ratio from the API's counters."""
     from precast.kafka import Producer
     from producers.publisher import EventPublisher
     from producers.simulator import Fleet
 
-    env = {**os.environ, "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
-           "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
-           "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers, "PRECAST_REDIS__URL": "",
-           "PRECAST_API__GROUP_ID": ctx.unique("api"), "PRECAST_WORKER__GROUP_ID": ctx.unique("workers"),
-           "PRECAST_SIMULATOR__DEVICES": str(devices), "PRECAST_SIMULATOR__RATE": str(rate),
-           "PRECAST_MODEL__PROVIDER": "cpu", "PRECAST_LOG_LEVEL": "WARNING"}
-    procs = [subprocess.Popen([sys.executable, "-m", m], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-             for m in ("producers.cli", "workers.cli")]
+    env = {
+        **os.environ,
+        "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
+        "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
+        "PRECAST_REDIS__URL": "",
+        "PRECAST_API__GROUP_ID": ctx.unique("api"),
+        "PRECAST_WORKER__GROUP_ID": ctx.unique("workers"),
+        "PRECAST_SIMULATOR__DEVICES": str(devices),
+        "PRECAST_SIMULATOR__RATE": str(rate),
+        "PRECAST_MODEL__PROVIDER": "cpu",
+        "PRECAST_LOG_LEVEL": "WARNING",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", m],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for m in ("producers.cli", "workers.cli")
+    ]
     server = ApiServer(8791, {k: env[k] for k in env if k.startswith("PRECAST_")}, devices)
     rows, res = [], {}
     try:
         server.wait_ready()
         warm = 2 * devices / rate + 10
-        progress(f"live: simulator {devices:,} devices at {rate:,}/s + worker + API; warming up {warm:.0f}s")
+        progress(
+            f"live: simulator {devices:,} devices at {rate:,}/s + worker + API; warming up {warm:.0f}s"
+        )
         time.sleep(warm)
         fleet_event = Fleet(1, seed=3).heartbeats(1, int(time.time() * 1000))[0]
         publisher = EventPublisher(Producer(ctx.kafka_settings()), topics)
         stop = threading.Event()
         fresh: list[float] = []
         for i in range(50):  # probe devices get a first answer before the measured window
-            publisher.publish({**fleet_event, "device_id": f"probe-{i:03d}", "event_id": f"warm-{i}"})
+            publisher.publish(
+                {**fleet_event, "device_id": f"probe-{i:03d}", "event_id": f"warm-{i}"}
+            )
         publisher.flush(5)
         time.sleep(2)
         probe_reads: collections.Counter = collections.Counter()
-        prober = threading.Thread(target=lambda: fresh.extend(
-            _probe_freshness(server.url, publisher, fleet_event, 10_000, stop, probe_reads)))
-        reads = {s: server.metric("precast_api_reads_total", f'{{source="{s}"}}') for s in ("precomputed", "stale", "fallback")}
+        prober = threading.Thread(
+            target=lambda: fresh.extend(
+                _probe_freshness(server.url, publisher, fleet_event, 10_000, stop, probe_reads)
+            )
+        )
+        reads = {
+            s: server.metric("precast_api_reads_total", f'{{source="{s}"}}')
+            for s in ("precomputed", "stale", "fallback")
+        }
         prober.start()
-        r = fixed_rate(server.url, zipf_paths([f"dev-{i:06d}" for i in range(devices)], 50_000), 1_000, seconds)
+        r = fixed_rate(
+            server.url, zipf_paths([f"dev-{i:06d}" for i in range(devices)], 50_000), 1_000, seconds
+        )
         stop.set()
         prober.join()
         after = {s: server.metric("precast_api_reads_total", f'{{source="{s}"}}') for s in reads}
@@ -250,11 +372,28 @@ def live_phase(ctx: Context, topics, devices: int, rate: int, seconds: float) ->
         hit = delta["precomputed"] / total if total else 0.0
         res.update(hit=hit, delta=delta, fresh=fresh, zipf=r, probe_reads=probe_reads)
         fp = np.percentile(fresh, [50, 99]) if fresh else [float("nan")] * 2
-        progress(f"live: hit ratio {hit:.5f} ({delta}), freshness p50 {fp[0]:.0f} ms p99 {fp[1]:.0f} ms over {len(fresh)} probes")
-        rows.append(["live: Zipf reads 1,000/s, simulator + worker", f"{int(total):,} reads",
-                     f"hit {hit * 100:.3f} %", f"p99 {r['p99']:.2f} ms", f"stale {int(delta['stale'])}, fallback {int(delta['fallback'])}"])
-        rows.append(["live: event produced -> newest answer served", f"{len(fresh)} probes",
-                     f"p50 {fp[0]:.0f} ms", f"p99 {fp[1]:.0f} ms", ""])
+        progress(
+            f"live: hit ratio {hit:.5f} ({delta}), freshness p50 {fp[0]:.0f} ms p99 "
+            f"{fp[1]:.0f} ms over {len(fresh)} probes"
+        )
+        rows.append(
+            [
+                "live: Zipf reads 1,000/s, simulator + worker",
+                f"{int(total):,} reads",
+                f"hit {hit * 100:.3f} %",
+                f"p99 {r['p99']:.2f} ms",
+                f"stale {int(delta['stale'])}, fallback {int(delta['fallback'])}",
+            ]
+        )
+        rows.append(
+            [
+                "live: event produced -> newest answer served",
+                f"{len(fresh)} probes",
+                f"p50 {fp[0]:.0f} ms",
+                f"p99 {fp[1]:.0f} ms",
+                "",
+            ]
+        )
     finally:
         server.stop()
         for p in procs:
@@ -298,47 +437,140 @@ def run(ctx: Context) -> Report:
     fresh = live["fresh"]
     n_rebuild = "100k" if q else "1M"
     figures = [
-        Figure("api_req_per_s", round(sat[NEWEST]), "req/s", "-", f"GET one device, 10k devices in view, wrk -t1 -c32, 1 {SERVERS[0]} process"),
-        Figure("api_vs_constant_body", round(sat[NEWEST] / sat[CONSTANT], 3), "ratio",
-               "constant body on the same server", "same run, alternating, best of 2"),
-        Figure("api_server_vs_uvicorn", round(servers[(SERVERS[0], NEWEST)] / servers[("uvicorn", NEWEST)], 2), "ratio",
-               "the same app on uvicorn", f"{SERVERS[0]} / uvicorn req/s, GET one device, same run, alternating"),
-        Figure("api_cpu_us_per_request", round(cpu_us[(SERVERS[0], NEWEST)], 1), "us", "-",
-               f"server process CPU (all threads) per GET one device under wrk, {SERVERS[0]}; best of 2"),
-        Figure("api_cpu_vs_constant_body", round(cpu_us[(SERVERS[0], CONSTANT)] / cpu_us[(SERVERS[0], NEWEST)], 3), "ratio",
-               "constant body on the same server", "CPU per constant-body request / CPU per GET one device (1 = same cost)"),
-        Figure("api_server_cpu_vs_uvicorn", round(cpu_us[("uvicorn", NEWEST)] / cpu_us[(SERVERS[0], NEWEST)], 2), "ratio",
-               "the same app on uvicorn", "uvicorn CPU per GET one device / this server's"),
-        Figure("api_p99_ms_at_10k", round(lat[(NEWEST, "pool")]["p99"], 3), "ms", "-",
-               f"h2load --rps, fixed 10,000 req/s over {POOL} keep-alive connections (a proxy's upstream pool), arrivals spread"),
-        Figure("api_p99_ms_at_10k_101_connections", round(p99_10k, 3), "ms", "-",
-               "h2load --rps, fixed 10,000 req/s over 101 connections (~100 req/s each), arrivals spread"),
+        Figure(
+            "api_req_per_s",
+            round(sat[NEWEST]),
+            "req/s",
+            "-",
+            f"GET one device, 10k devices in view, wrk -t1 -c32, 1 {SERVERS[0]} process",
+        ),
+        Figure(
+            "api_vs_constant_body",
+            round(sat[NEWEST] / sat[CONSTANT], 3),
+            "ratio",
+            "constant body on the same server",
+            "same run, alternating, best of 2",
+        ),
+        Figure(
+            "api_server_vs_uvicorn",
+            round(servers[(SERVERS[0], NEWEST)] / servers[("uvicorn", NEWEST)], 2),
+            "ratio",
+            "the same app on uvicorn",
+            f"{SERVERS[0]} / uvicorn req/s, GET one device, same run, alternating",
+        ),
+        Figure(
+            "api_cpu_us_per_request",
+            round(cpu_us[(SERVERS[0], NEWEST)], 1),
+            "us",
+            "-",
+            f"server process CPU (all threads) per GET one device under wrk, {SERVERS[0]}; best of 2",
+        ),
+        Figure(
+            "api_cpu_vs_constant_body",
+            round(cpu_us[(SERVERS[0], CONSTANT)] / cpu_us[(SERVERS[0], NEWEST)], 3),
+            "ratio",
+            "constant body on the same server",
+            "CPU per constant-body request / CPU per GET one device (1 = same cost)",
+        ),
+        Figure(
+            "api_server_cpu_vs_uvicorn",
+            round(cpu_us[("uvicorn", NEWEST)] / cpu_us[(SERVERS[0], NEWEST)], 2),
+            "ratio",
+            "the same app on uvicorn",
+            "uvicorn CPU per GET one device / this server's",
+        ),
+        Figure(
+            "api_p99_ms_at_10k",
+            round(lat[(NEWEST, "pool")]["p99"], 3),
+            "ms",
+            "-",
+            f"h2load --rps, fixed 10,000 req/s over {POOL} keep-alive connections (a "
+            f"proxy's upstream pool), arrivals spread",
+        ),
+        Figure(
+            "api_p99_ms_at_10k_101_connections",
+            round(p99_10k, 3),
+            "ms",
+            "-",
+            "h2load --rps, fixed 10,000 req/s over 101 connections (~100 req/s each), arrivals spread",
+        ),
         # At the product's rate (10k req/s) on-demand inference saturates the process, so its
         # p99 is queueing; at 1k req/s both are far from saturation and noise dominates both.
-        Figure("api_p99_vs_on_demand", round(od_10k["p99"] / p99_10k, 1), "ratio (on-demand p99 / precomputed p99)",
-               "on-demand features + ONNX per request, same server",
-               f"offered 10,000 req/s each (on-demand achieved {od_10k['achieved']:,.0f}/s)"),
-        Figure("api_p99_vs_on_demand_at_1k", round(od_1k / p99_1k, 1), "ratio (on-demand p99 / precomputed p99)",
-               "on-demand features + ONNX per request, same server", "fixed 1,000 req/s each"),
-        Figure("api_cpu_vs_on_demand", round(cpu_us[(SERVERS[0], ONDEMAND)] / cpu_us[(SERVERS[0], NEWEST)], 2), "ratio",
-               "on-demand features + ONNX per request", "server CPU per on-demand request / per GET one device, wrk, same run"),
-        Figure("api_throughput_vs_on_demand", round(sat[NEWEST] / sat[ONDEMAND], 2), "ratio",
-               "on-demand features + ONNX per request", "wrk saturation, same run"),
-        Figure("rebuild_1m_devices_s", round(figs["view"], 2), "s", "-", f"{n_rebuild} predictions, 6 partitions, in-process view"),
-        Figure("rebuild_1m_devices_redis_s", round(figs["redis"], 2), "s", "-", f"{n_rebuild} predictions into Redis by Lua CAS"),
-        Figure("hit_ratio", round(live["hit"], 5), "ratio", "-", "Zipf(1.1) reads at 1,000/s over 5,000 devices, simulator 2,500 ev/s + worker"),
-        Figure("served_freshness_p99_ms", round(float(np.percentile(fresh, 99)), 1) if fresh else -1, "ms", "-",
-               "probe heartbeat produced -> answer computed from it served (polled every 2 ms)"),
+        Figure(
+            "api_p99_vs_on_demand",
+            round(od_10k["p99"] / p99_10k, 1),
+            "ratio (on-demand p99 / precomputed p99)",
+            "on-demand features + ONNX per request, same server",
+            f"offered 10,000 req/s each (on-demand achieved {od_10k['achieved']:,.0f}/s)",
+        ),
+        Figure(
+            "api_p99_vs_on_demand_at_1k",
+            round(od_1k / p99_1k, 1),
+            "ratio (on-demand p99 / precomputed p99)",
+            "on-demand features + ONNX per request, same server",
+            "fixed 1,000 req/s each",
+        ),
+        Figure(
+            "api_cpu_vs_on_demand",
+            round(cpu_us[(SERVERS[0], ONDEMAND)] / cpu_us[(SERVERS[0], NEWEST)], 2),
+            "ratio",
+            "on-demand features + ONNX per request",
+            "server CPU per on-demand request / per GET one device, wrk, same run",
+        ),
+        Figure(
+            "api_throughput_vs_on_demand",
+            round(sat[NEWEST] / sat[ONDEMAND], 2),
+            "ratio",
+            "on-demand features + ONNX per request",
+            "wrk saturation, same run",
+        ),
+        Figure(
+            "rebuild_1m_devices_s",
+            round(figs["view"], 2),
+            "s",
+            "-",
+            f"{n_rebuild} predictions, 6 partitions, in-process view",
+        ),
+        Figure(
+            "rebuild_1m_devices_redis_s",
+            round(figs["redis"], 2),
+            "s",
+            "-",
+            f"{n_rebuild} predictions into Redis by Lua CAS",
+        ),
+        Figure(
+            "hit_ratio",
+            round(live["hit"], 5),
+            "ratio",
+            "-",
+            "Zipf(1.1) reads at 1,000/s over 5,000 devices, simulator 2,500 ev/s + worker",
+        ),
+        Figure(
+            "served_freshness_p99_ms",
+            round(float(np.percentile(fresh, 99)), 1) if fresh else -1,
+            "ms",
+            "-",
+            "probe heartbeat produced -> answer computed from it served (polled every 2 ms)",
+        ),
     ]
-    pinned = (f"server pinned to CPU {server_cpus}, load generators to CPU {load_cpus} (PRECAST_BENCH_API_PIN)"
-              if server_cpus or load_cpus else "nothing pinned (PRECAST_BENCH_API_PIN=0/1 pins server/load generators)")
-    return Report(title=f"Read API ({SERVERS[0]}, 1 process, in-process view)",
-                  columns=["case", "load", "a", "b", "c"], rows=rows + r2 + r3, figures=figures,
-                  notes=["Load generators: wrk (saturation) and h2load --rps (fixed rate, connections opened 1 ms apart "
-                         "so arrivals are spread, latency of every request from its log; see bench/api_load.py); "
-                         f"both share the 2 cores with the server, Kafka and Redis; {pinned}.",
-                         f"Load average (1/5/15 min) at the start {'/'.join(f'{x:.2f}' for x in load_before)}, "
-                         f"at the end of the HTTP phases {'/'.join(f'{x:.2f}' for x in load_after)}.",
-                         "Hit ratio: the Zipf (UI) reads only; the API's counters minus the freshness probe's own "
-                         f"polls ({dict(live['probe_reads'])}), which poll probe devices that get a heartbeat "
-                         "only when probed."])
+    pinned = (
+        f"server pinned to CPU {server_cpus}, load generators to CPU {load_cpus} (PRECAST_BENCH_API_PIN)"
+        if server_cpus or load_cpus
+        else "nothing pinned (PRECAST_BENCH_API_PIN=0/1 pins server/load generators)"
+    )
+    return Report(
+        title=f"Read API ({SERVERS[0]}, 1 process, in-process view)",
+        columns=["case", "load", "a", "b", "c"],
+        rows=rows + r2 + r3,
+        figures=figures,
+        notes=[
+            "Load generators: wrk (saturation) and h2load --rps (fixed rate, connections opened 1 ms apart "
+            "so arrivals are spread, latency of every request from its log; see bench/api_load.py); "
+            f"both share the 2 cores with the server, Kafka and Redis; {pinned}.",
+            f"Load average (1/5/15 min) at the start {'/'.join(f'{x:.2f}' for x in load_before)}, "
+            f"at the end of the HTTP phases {'/'.join(f'{x:.2f}' for x in load_after)}.",
+            "Hit ratio: the Zipf (UI) reads only; the API's counters minus the freshness probe's own "
+            f"polls ({dict(live['probe_reads'])}), which poll probe devices that get a heartbeat "
+            "only when probed.",
+        ],
+    )

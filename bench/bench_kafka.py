@@ -68,20 +68,43 @@ def run(ctx: Context) -> Report:
         c1.close()
     finally:
         admin.delete_topics(topics)
-    rows = [["confluent-kafka produce loop (bare)", rates["raw"], 1.0],
-            ["precast.kafka.Producer.produce", rates["wrapped"], rates["wrapped"] / rates["raw"]],
-            ["precast.kafka.Consumer.consume (batches of 10k)", rates["consume"], rates["consume"] / rates["raw"]]]
+    rows = [
+        ["confluent-kafka produce loop (bare)", rates["raw"], 1.0],
+        ["precast.kafka.Producer.produce", rates["wrapped"], rates["wrapped"] / rates["raw"]],
+        [
+            "precast.kafka.Consumer.consume (batches of 10k)",
+            rates["consume"],
+            rates["consume"] / rates["raw"],
+        ],
+    ]
     return Report(
         title="Kafka baseline (local single-node broker)",
         columns=["loop", "msgs/s", "ratio to bare produce"],
         rows=rows,
         figures=[
-            Figure("kafka_raw_produce_msgs_per_s", round(rates["raw"]), "msgs/s", "-",
-                   f"{n} x 300 B, 6 partitions, lz4, acks=all, idempotent"),
-            Figure("kafka_wrapper_vs_raw_produce", round(rates["wrapped"] / rates["raw"], 3), "ratio",
-                   "bare confluent-kafka produce loop", "same messages, same run"),
-            Figure("kafka_consume_msgs_per_s", round(rates["consume"]), "msgs/s", "-",
-                   f"{n} x 300 B from 6 partitions, consume(10000)"),
+            Figure(
+                "kafka_raw_produce_msgs_per_s",
+                round(rates["raw"]),
+                "msgs/s",
+                "-",
+                f"{n} x 300 B, 6 partitions, lz4, acks=all, idempotent",
+            ),
+            Figure(
+                "kafka_wrapper_vs_raw_produce",
+                round(rates["wrapped"] / rates["raw"], 3),
+                "ratio",
+                "bare confluent-kafka produce loop",
+                "same messages, same run",
+            ),
+            Figure(
+                "kafka_consume_msgs_per_s",
+                round(rates["consume"]),
+                "msgs/s",
+                "-",
+                f"{n} x 300 B from 6 partitions, consume(10000)",
+            ),
         ],
-        notes=["Producer settings are precast's defaults (murmur2, idempotent, lz4, linger 5 ms) for both loops."],
+        notes=[
+            "Producer settings are precast's defaults (murmur2, idempotent, lz4, linger 5 ms) for both loops."
+        ],
     )

@@ -16,8 +16,20 @@ NAME = "replay"
 DESCRIPTION = "precast replay msgs/s vs kcat (consume | produce pipe) copying the same range"
 
 # The producer settings precast uses, given to kcat too, so both write the same way.
-KCAT_PRODUCER = ["-X", "partitioner=murmur2_random", "-X", "enable.idempotence=true", "-X", "acks=all",
-                 "-X", "compression.type=lz4", "-X", "linger.ms=5", "-X", "batch.size=262144"]
+KCAT_PRODUCER = [
+    "-X",
+    "partitioner=murmur2_random",
+    "-X",
+    "enable.idempotence=true",
+    "-X",
+    "acks=all",
+    "-X",
+    "compression.type=lz4",
+    "-X",
+    "linger.ms=5",
+    "-X",
+    "batch.size=262144",
+]
 
 
 def _fill(settings, topic: str, n: int, headers: bool = True) -> None:
@@ -28,15 +40,38 @@ def _fill(settings, topic: str, n: int, headers: bool = True) -> None:
     p = Producer(settings)
     for i in range(n):
         dev = f"dev-{i % 10_000:06d}"
-        value = orjson.dumps({
-            "schema_version": 1, "event_id": f"{i:032x}", "kind": "heartbeat", "device_id": dev,
-            "event_time_ms": 1_750_000_000_000 + i, "produced_at_ms": 1_750_000_000_000 + i,
-            "device_type": "gateway", "firmware": "2.4.1",
-            "metrics": {"cpu_pct": 12.5, "mem_pct": 40.1, "temperature_c": 45.2, "error_rate": 0.01,
-                        "signal_quality": 0.93, "uptime_s": 86_400.0 + i}, "meta": {}})
-        p.produce(topic, dev.encode(), value, [("event_id", f"{i:032x}".encode()),
-                                              ("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")]
-                  if headers else None)
+        value = orjson.dumps(
+            {
+                "schema_version": 1,
+                "event_id": f"{i:032x}",
+                "kind": "heartbeat",
+                "device_id": dev,
+                "event_time_ms": 1_750_000_000_000 + i,
+                "produced_at_ms": 1_750_000_000_000 + i,
+                "device_type": "gateway",
+                "firmware": "2.4.1",
+                "metrics": {
+                    "cpu_pct": 12.5,
+                    "mem_pct": 40.1,
+                    "temperature_c": 45.2,
+                    "error_rate": 0.01,
+                    "signal_quality": 0.93,
+                    "uptime_s": 86_400.0 + i,
+                },
+                "meta": {},
+            }
+        )
+        p.produce(
+            topic,
+            dev.encode(),
+            value,
+            [
+                ("event_id", f"{i:032x}".encode()),
+                ("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"),
+            ]
+            if headers
+            else None,
+        )
         if i % 5000 == 0:
             p.poll(0)
     p.flush(120)
@@ -73,7 +108,20 @@ def _count(admin, topic: str, partitions: int) -> int:
 
 
 def _kcat(bootstrap: str, src: str, dst: str) -> float:
-    consume = ["kcat", "-C", "-b", bootstrap, "-t", src, "-o", "beginning", "-e", "-q", "-f", "%k\t%s\n"]
+    consume = [
+        "kcat",
+        "-C",
+        "-b",
+        bootstrap,
+        "-t",
+        src,
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+        "-f",
+        "%k\t%s\n",
+    ]
     produce = ["kcat", "-P", "-b", bootstrap, "-t", dst, "-K", "\t", *KCAT_PRODUCER]
     t0 = time.perf_counter()
     c = subprocess.Popen(consume, stdout=subprocess.PIPE)
@@ -85,10 +133,30 @@ def _kcat(bootstrap: str, src: str, dst: str) -> float:
 
 def _replay(bootstrap: str, src: str, dst: str, state: str) -> tuple[float, float]:
     """(command wall time, the replay's own time from its summary line)."""
-    env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": bootstrap, "PRECAST_OPS__STATE_DIR": state}
+    env = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "PRECAST_OPS__STATE_DIR": state,
+    }
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "opsctl.cli", "replay", src, dst, "--offsets", "*:0-",
-                          "--no-progress", "--fresh"], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opsctl.cli",
+            "replay",
+            src,
+            dst,
+            "--offsets",
+            "*:0-",
+            "--no-progress",
+            "--fresh",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     wall = time.perf_counter() - t0
     m = re.search(r"in ([\d.]+)s", out.stdout)
     return wall, float(m.group(1)) if m else wall
@@ -110,7 +178,9 @@ def run(ctx: Context) -> Report:
     best: dict[str, float] = {}
     state = tempfile.mkdtemp(prefix="bench-replay-")
     try:
-        progress(f"fill {src}: {n:,} heartbeats with 2 headers, and {bare_src} without headers, {partitions} partitions")
+        progress(
+            f"fill {src}: {n:,} heartbeats with 2 headers, and {bare_src} without headers, {partitions} partitions"
+        )
         _fill(settings, src, n)
         _fill(settings, bare_src, n, headers=False)
         for rnd in range(3):  # alternate and keep the best of each: a noisy, shared 2-core box
@@ -125,39 +195,68 @@ def run(ctx: Context) -> Report:
                 wall, own = _replay(ctx.bootstrap_servers, source, dr, state)
                 got_k, got_r = _count(admin, dk, partitions), _count(admin, dr, partitions)
                 if got_k != n or got_r != n:
-                    raise SystemExit(f"copies incomplete: kcat {got_k}, replay {got_r}, expected {n}")
+                    raise SystemExit(
+                        f"copies incomplete: kcat {got_k}, replay {got_r}, expected {n}"
+                    )
                 for k, v in (("kcat", n / tk), ("replay_wall", n / wall), ("replay", n / own)):
                     best[k + label] = max(best.get(k + label, 0.0), v)
             db = ctx.unique("replay-bare")
             admin.create_topic(db, partitions)
             made.append(db)
             progress(f"round {rnd + 1}: bare Python consume/produce loop")
-            best["bare"] = max(best.get("bare", 0.0), n / _bare_copy(settings, src, db, partitions, n))
+            best["bare"] = max(
+                best.get("bare", 0.0), n / _bare_copy(settings, src, db, partitions, n)
+            )
     finally:
         admin.delete_topics(made)
         shutil.rmtree(state, ignore_errors=True)
     ratio, ratio_wall = best["replay"] / best["kcat"], best["replay_wall"] / best["kcat"]
     ratio_noh = best["replay_noh"] / best["kcat_noh"]
-    rows = [["kcat -C | kcat -P (key + value only)", best["kcat"], 1.0],
-            ["precast replay, copy time (key, value, headers, partition)", best["replay"], ratio],
-            ["precast replay, whole command incl. Python start-up", best["replay_wall"], ratio_wall],
-            ["bare Python loop: consume(10k) + produce each (headers, partition)", best["bare"], best["bare"] / best["kcat"]],
-            ["records without headers: kcat -C | kcat -P", best["kcat_noh"], 1.0],
-            ["records without headers: precast replay, copy time", best["replay_noh"], ratio_noh]]
+    rows = [
+        ["kcat -C | kcat -P (key + value only)", best["kcat"], 1.0],
+        ["precast replay, copy time (key, value, headers, partition)", best["replay"], ratio],
+        ["precast replay, whole command incl. Python start-up", best["replay_wall"], ratio_wall],
+        [
+            "bare Python loop: consume(10k) + produce each (headers, partition)",
+            best["bare"],
+            best["bare"] / best["kcat"],
+        ],
+        ["records without headers: kcat -C | kcat -P", best["kcat_noh"], 1.0],
+        ["records without headers: precast replay, copy time", best["replay_noh"], ratio_noh],
+    ]
     return Report(
         title="Replay vs kcat (same range, same run)",
         columns=["copier", "msgs/s", "ratio to kcat"],
         rows=rows,
         figures=[
-            Figure("replay_msgs_per_s", round(best["replay"]), "msgs/s", "-",
-                   f"{n} heartbeats (~350 B, 2 headers), {partitions} partitions, whole topic"),
-            Figure("replay_vs_kcat", round(ratio, 3), "ratio", "kcat consume|produce pipe, same producer settings",
-                   "copy time; whole-command ratio in the table"),
-            Figure("replay_vs_kcat_no_headers", round(ratio_noh, 3), "ratio", "kcat on the same records without headers",
-                   "like for like: kcat's pipe cannot carry headers, so both copy key + value"),
-            Figure("replay_vs_bare_python_loop", round(best["replay"] / best["bare"], 3), "ratio",
-                   "bare confluent-kafka consume/produce loop in Python, same records",
-                   "what the replay engine (ranges, filters, checkpoints, pacing) costs over the client itself"),
+            Figure(
+                "replay_msgs_per_s",
+                round(best["replay"]),
+                "msgs/s",
+                "-",
+                f"{n} heartbeats (~350 B, 2 headers), {partitions} partitions, whole topic",
+            ),
+            Figure(
+                "replay_vs_kcat",
+                round(ratio, 3),
+                "ratio",
+                "kcat consume|produce pipe, same producer settings",
+                "copy time; whole-command ratio in the table",
+            ),
+            Figure(
+                "replay_vs_kcat_no_headers",
+                round(ratio_noh, 3),
+                "ratio",
+                "kcat on the same records without headers",
+                "like for like: kcat's pipe cannot carry headers, so both copy key + value",
+            ),
+            Figure(
+                "replay_vs_bare_python_loop",
+                round(best["replay"] / best["bare"], 3),
+                "ratio",
+                "bare confluent-kafka consume/produce loop in Python, same records",
+                "what the replay engine (ranges, filters, checkpoints, pacing) costs over the client itself",
+            ),
         ],
         notes=[
             "Both copy the same topic range (all of it) into a fresh topic; kcat gets precast's producer "

@@ -18,13 +18,22 @@ import orjson
 from bench.harness import Context, Figure, Report, progress
 
 NAME = "worker"
-DESCRIPTION = "worker events/s vs passthrough, batching, EOS cost, freshness at 10k/s, per-stage profile"
+DESCRIPTION = (
+    "worker events/s vs passthrough, batching, EOS cost, freshness at 10k/s, per-stage profile"
+)
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
 
 
-def _produce_heartbeats(settings, topic: str, devices: int, rounds: int, rate: float | None = None,
-                        seconds: float | None = None, stop: threading.Event | None = None) -> int:
+def _produce_heartbeats(
+    settings,
+    topic: str,
+    devices: int,
+    rounds: int,
+    rate: float | None = None,
+    seconds: float | None = None,
+    stop: threading.Event | None = None,
+) -> int:
     """Heartbeats from a simulated fleet; each round is one heartbeat per device, 1 s of event
     time later. Paced at `rate`/s for `seconds` when given."""
     from precast.kafka import Producer
@@ -37,7 +46,12 @@ def _produce_heartbeats(settings, topic: str, devices: int, rounds: int, rate: f
     while True:
         if rate is None and sent >= devices * rounds:
             break
-        if seconds is not None and time.monotonic() - start >= seconds or stop is not None and stop.is_set():
+        if (
+            seconds is not None
+            and time.monotonic() - start >= seconds
+            or stop is not None
+            and stop.is_set()
+        ):
             break
         if rate is not None:
             ahead = sent / rate - (time.monotonic() - start)
@@ -70,11 +84,19 @@ def _worker(ctx: Context, topics, *, exactly_once=False, max_batch=2_000, end=No
 
     hb = topics.heartbeats.name
     registry = ModelRegistry(lambda p: ModelSession(p, provider="cpu"), path=DEFAULT_MODEL_DIR)
-    return Worker(ctx.kafka_settings(), topics, registry, PipelineConfig(max_batch=max_batch),
-                  LoopConfig(group_id=group or ctx.unique("g"), exactly_once=exactly_once,
-                             transactional_id=ctx.unique("tx")),
-                  assignment=[TopicPartitionOffset(hb, p, 0) for p in range(PARTITIONS)],
-                  stop_at={(hb, p): end[p] for p in range(PARTITIONS)})
+    return Worker(
+        ctx.kafka_settings(),
+        topics,
+        registry,
+        PipelineConfig(max_batch=max_batch),
+        LoopConfig(
+            group_id=group or ctx.unique("g"),
+            exactly_once=exactly_once,
+            transactional_id=ctx.unique("tx"),
+        ),
+        assignment=[TopicPartitionOffset(hb, p, 0) for p in range(PARTITIONS)],
+        stop_at={(hb, p): end[p] for p in range(PARTITIONS)},
+    )
 
 
 def _stage_seconds() -> dict[str, float]:
@@ -97,7 +119,11 @@ def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
     w.close()
     after = _stage_seconds()
     preds = sum(c._value.get() for c in M.PREDICTIONS._metrics.values()) - preds0
-    return sum(ends.values()) / el, int(preds), {k: after[k] - before[k] for k in after} | {"total": el}
+    return (
+        sum(ends.values()) / el,
+        int(preds),
+        {k: after[k] - before[k] for k in after} | {"total": el},
+    )
 
 
 def _passthrough(ctx, topics, ends) -> float:
@@ -154,14 +180,26 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
     from opsctl.stack.process import free_port
 
     port = free_port()
-    env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-           "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-           "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS), "PRECAST_WORKER__GROUP_ID": ctx.unique("fr"),
-           "PRECAST_MODEL__PROVIDER": "cpu", "PRECAST_METRICS__PORT": str(port), "PRECAST_LOG_LEVEL": "WARNING",
-           "PRECAST_WORKER__EXACTLY_ONCE": "true" if exactly_once else "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "workers.cli"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
-    reader = Consumer(ctx.kafka_settings(), ctx.unique("rd"), **{"isolation.level": "read_committed"})
-    reader.assign([TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(PARTITIONS)])
+    env = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
+        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
+        "PRECAST_WORKER__GROUP_ID": ctx.unique("fr"),
+        "PRECAST_MODEL__PROVIDER": "cpu",
+        "PRECAST_METRICS__PORT": str(port),
+        "PRECAST_LOG_LEVEL": "WARNING",
+        "PRECAST_WORKER__EXACTLY_ONCE": "true" if exactly_once else "false",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers.cli"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL
+    )
+    reader = Consumer(
+        ctx.kafka_settings(), ctx.unique("rd"), **{"isolation.level": "read_committed"}
+    )
+    reader.assign(
+        [TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(PARTITIONS)]
+    )
     try:
         _wait_ready(port)
         stop, lat = threading.Event(), []
@@ -176,8 +214,14 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
 
         t = threading.Thread(target=read, daemon=True)
         t.start()
-        sent = _produce_heartbeats(ctx.kafka_settings(), topics.heartbeats.name, devices=10_000, rounds=0,
-                                   rate=10_000, seconds=seconds)
+        sent = _produce_heartbeats(
+            ctx.kafka_settings(),
+            topics.heartbeats.name,
+            devices=10_000,
+            rounds=0,
+            rate=10_000,
+            seconds=seconds,
+        )
         time.sleep(1.5)
         stop.set()
         t.join()
@@ -252,19 +296,44 @@ def run(ctx: Context) -> Report:
     busy = sum(v for k, v in stages.items() if k != "total")
     rows = [
         ["passthrough: consume -> produce unchanged", passthrough, 1.0, "-"],
-        ["worker, at-least-once (decode, policy, features, ONNX, top-3, encode, produce)", alo, alo / passthrough,
-         f"{alo_preds:,} predictions"],
-        ["worker, exactly-once (transactions)", eos, eos / passthrough, f"ratio to ALO {eos / alo:.2f}"],
+        [
+            "worker, at-least-once (decode, policy, features, ONNX, top-3, encode, produce)",
+            alo,
+            alo / passthrough,
+            f"{alo_preds:,} predictions",
+        ],
+        [
+            "worker, exactly-once (transactions)",
+            eos,
+            eos / passthrough,
+            f"ratio to ALO {eos / alo:.2f}",
+        ],
         ["worker, max batch 1 (1/10 of the backlog)", b1, b1 / passthrough, "-"],
         ["worker, max batch 2000 (same 1/10)", bn, bn / passthrough, f"{bn / b1:.1f}x batch-1"],
-        *[[f"ONNX Runtime alone, batch {k}", v, "-", f"{v / infer[1]:.0f}x batch-1"] for k, v in infer.items()],
-        *[[f"freshness {mode} p50 / p99 / max (ms)", float(np.percentile(f, 50)), "-",
-           f"p99 {np.percentile(f, 99):.0f}, max {f.max():.0f}, n={len(f):,}"] for mode, f in
-          (("at-least-once", f_alo), ("exactly-once", f_eos))],
-        *[[f"profile: {k}", f"{v:.2f} s", f"{100 * v / stages['total']:.0f} % of wall", "-"]
-          for k, v in sorted(stages.items(), key=lambda kv: -kv[1]) if k != "total"],
-        ["profile: loop overhead (rest)", f"{stages['total'] - busy:.2f} s",
-         f"{100 * (stages['total'] - busy) / stages['total']:.0f} % of wall", "-"],
+        *[
+            [f"ONNX Runtime alone, batch {k}", v, "-", f"{v / infer[1]:.0f}x batch-1"]
+            for k, v in infer.items()
+        ],
+        *[
+            [
+                f"freshness {mode} p50 / p99 / max (ms)",
+                float(np.percentile(f, 50)),
+                "-",
+                f"p99 {np.percentile(f, 99):.0f}, max {f.max():.0f}, n={len(f):,}",
+            ]
+            for mode, f in (("at-least-once", f_alo), ("exactly-once", f_eos))
+        ],
+        *[
+            [f"profile: {k}", f"{v:.2f} s", f"{100 * v / stages['total']:.0f} % of wall", "-"]
+            for k, v in sorted(stages.items(), key=lambda kv: -kv[1])
+            if k != "total"
+        ],
+        [
+            "profile: loop overhead (rest)",
+            f"{stages['total'] - busy:.2f} s",
+            f"{100 * (stages['total'] - busy) / stages['total']:.0f} % of wall",
+            "-",
+        ],
     ]
     cond = f"{n:,} heartbeats of {devices:,} devices, {PARTITIONS} partitions, CPU provider 1 thread, one process"
     return Report(
@@ -273,14 +342,37 @@ def run(ctx: Context) -> Report:
         rows=rows,
         figures=[
             Figure("worker_events_per_s", round(alo), "events/s", "-", cond),
-            Figure("worker_vs_passthrough", round(alo / passthrough, 3), "ratio", "bare consume->produce loop", cond),
-            Figure("batching_speedup", round(bn / b1, 1), "ratio", "same worker with max batch 1",
-                   f"{sum(small.values()):,} heartbeats, end to end"),
-            Figure("eos_throughput_ratio", round(eos / alo, 3), "ratio", "at-least-once worker", cond),
-            Figure("freshness_p50_ms", round(float(np.percentile(f_alo, 50)), 1), "ms", "-",
-                   "produce call -> read_committed reader, 10k heartbeats/s from 10k devices, at-least-once"),
-            Figure("freshness_p99_ms", round(float(np.percentile(f_alo, 99)), 1), "ms", "-",
-                   "produce call -> read_committed reader, 10k heartbeats/s from 10k devices, at-least-once"),
+            Figure(
+                "worker_vs_passthrough",
+                round(alo / passthrough, 3),
+                "ratio",
+                "bare consume->produce loop",
+                cond,
+            ),
+            Figure(
+                "batching_speedup",
+                round(bn / b1, 1),
+                "ratio",
+                "same worker with max batch 1",
+                f"{sum(small.values()):,} heartbeats, end to end",
+            ),
+            Figure(
+                "eos_throughput_ratio", round(eos / alo, 3), "ratio", "at-least-once worker", cond
+            ),
+            Figure(
+                "freshness_p50_ms",
+                round(float(np.percentile(f_alo, 50)), 1),
+                "ms",
+                "-",
+                "produce call -> read_committed reader, 10k heartbeats/s from 10k devices, at-least-once",
+            ),
+            Figure(
+                "freshness_p99_ms",
+                round(float(np.percentile(f_alo, 99)), 1),
+                "ms",
+                "-",
+                "produce call -> read_committed reader, 10k heartbeats/s from 10k devices, at-least-once",
+            ),
         ],
         notes=[
             "Every run reads the same backlog from offset 0 with explicit assignments (no group join in the timing); "

@@ -71,7 +71,9 @@ def render_table(columns: list[str], rows: list[list[Any]], markdown: bool = Fal
         cells = [[c.replace("|", "\\|") for c in r] for r in cells]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
-    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
+    return "\n".join(
+        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])]
+    )
 
 
 def machine() -> str:
@@ -80,24 +82,44 @@ def machine() -> str:
 
 def record(name: str, command: str, report: Report) -> None:
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = [f"### {report.title}", "",
-            f"`{command}` — {today}, {machine()}", "", render_table(report.columns, report.rows, markdown=True), ""]
+    body = [
+        f"### {report.title}",
+        "",
+        f"`{command}` — {today}, {machine()}",
+        "",
+        render_table(report.columns, report.rows, markdown=True),
+        "",
+    ]
     if report.figures:
         body += ["| figure | value | unit | baseline |", "|---|---|---|---|"]
-        body += [f"| `{f.name}` | {_fmt(f.value)} | {f.unit} | {f.baseline.replace('|', chr(92) + '|')} |"
-                 for f in report.figures]
+        body += [
+            f"| `{f.name}` | {_fmt(f.value)} | {f.unit} | {f.baseline.replace('|', chr(92) + '|')} |"
+            for f in report.figures
+        ]
         body.append("")
     body += [f"- {n}" for n in report.notes]
-    section = f"<!-- bench:{name}:start -->\n" + "\n".join(body).rstrip() + f"\n<!-- bench:{name}:end -->"
+    section = (
+        f"<!-- bench:{name}:start -->\n" + "\n".join(body).rstrip() + f"\n<!-- bench:{name}:end -->"
+    )
     text = MARKDOWN.read_text() if MARKDOWN.exists() else _HEADER
-    pattern = re.compile(rf"<!-- bench:{re.escape(name)}:start -->.*?<!-- bench:{re.escape(name)}:end -->", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    pattern = re.compile(
+        rf"<!-- bench:{re.escape(name)}:start -->.*?<!-- bench:{re.escape(name)}:end -->", re.S
+    )
+    text = (
+        pattern.sub(lambda _: section, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + section + "\n"
+    )
     MARKDOWN.write_text(text)
 
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for f in report.figures:
-        results[f.name] = {"value": f.value, "unit": f.unit, "baseline": f.baseline,
-                           "conditions": f"{f.conditions}; {machine()}; {today}"}
+        results[f.name] = {
+            "value": f.value,
+            "unit": f.unit,
+            "baseline": f.baseline,
+            "conditions": f"{f.conditions}; {machine()}; {today}",
+        }
     RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=2) + "\n")
 
 

@@ -25,8 +25,12 @@ _JSON = (b"content-type", b"application/json")
 
 def segments(e: Entry, now_ms: int) -> tuple[int, int, int, int]:
     model = e.inference_ms if e.inference_ms > 0 else 0
-    return (max(0, e.produced_at_ms - e.computed_at_ms - model), model,
-            max(0, e.received_at_ms - e.produced_at_ms), max(0, now_ms - e.received_at_ms))
+    return (
+        max(0, e.produced_at_ms - e.computed_at_ms - model),
+        model,
+        max(0, e.received_at_ms - e.produced_at_ms),
+        max(0, now_ms - e.received_at_ms),
+    )
 
 
 def origin(seg: tuple[int, int, int, int]) -> str:
@@ -53,9 +57,22 @@ def fresh(e: Entry, now_ms: int) -> tuple[bytes, list[tuple[bytes, bytes]], byte
     max_age = (e.valid_until_ms - now_ms) // 1000
     etag = b'W/"%x-%x-%s"' % (e.computed_at_ms, e.produced_at_ms, e.model_version.encode())
     body = b'%s,"source":"precomputed","age_ms":%d,"delay_origin":"%s"}' % (
-        e.body[:-1], now_ms - e.computed_at_ms, org)
-    return body, [_JSON, (b"cache-control", b"max-age=%d" % max_age), (b"etag", etag),
-                  (b"x-model-version", e.model_version.encode()), (b"server-timing", _TIMING % seg)], etag, max_age
+        e.body[:-1],
+        now_ms - e.computed_at_ms,
+        org,
+    )
+    return (
+        body,
+        [
+            _JSON,
+            (b"cache-control", b"max-age=%d" % max_age),
+            (b"etag", etag),
+            (b"x-model-version", e.model_version.encode()),
+            (b"server-timing", _TIMING % seg),
+        ],
+        etag,
+        max_age,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +81,7 @@ class Answer:
     body: bytes
     headers: list[tuple[bytes, bytes]]
     etag: bytes | None
-    backfill: str | None  # precompute-request reason when the answer asks for one
+    ask_reason: str | None  # precompute-request reason when the answer asks for one
     max_age: int | None = None  # seconds a client may reuse it (precomputed answers only)
 
 
@@ -93,20 +110,34 @@ class Renderer:
             return Answer(source, body, headers, etag, None, max_age)
         seg = segments(e, now_ms)
         body = b'%s,"source":"stale","age_ms":%d,"delay_origin":"%s"}' % (
-            e.body[:-1], now_ms - e.computed_at_ms, origin(seg).encode())
+            e.body[:-1],
+            now_ms - e.computed_at_ms,
+            origin(seg).encode(),
+        )
         etag = e.etag.encode()[:-1] + b'-stale"'
-        headers = [_JSON, (b"cache-control", b"no-cache"), (b"etag", etag),
-                   (b"x-model-version", e.model_version.encode()), (b"server-timing", _TIMING % seg)]
+        headers = [
+            _JSON,
+            (b"cache-control", b"no-cache"),
+            (b"etag", etag),
+            (b"x-model-version", e.model_version.encode()),
+            (b"server-timing", _TIMING % seg),
+        ]
         return Answer(source, body, headers, etag, "expiry" if reason == "expired" else None, None)
 
     def fallback(self, device_id: str, reason: str) -> Answer:
-        body = (b'{"device_id":"%s","candidates":%s,"model_version":null,"computed_at_ms":null,'
-                b'"valid_until_ms":null,"age_ms":null,"source":"fallback","delay_origin":"fallback",'
-                b'"reason":"%s"}' % (device_id.encode(), self._fallback_candidates, reason.encode()))
+        body = (
+            b'{"device_id":"%s","candidates":%s,"model_version":null,"computed_at_ms":null,'
+            b'"valid_until_ms":null,"age_ms":null,"source":"fallback","delay_origin":"fallback",'
+            b'"reason":"%s"}' % (device_id.encode(), self._fallback_candidates, reason.encode())
+        )
         headers = [_JSON, (b"cache-control", b"no-store"), (b"server-timing", b"fallback;dur=0")]
         # A store outage is not a reason to ask the workers: the data exists, the store is down.
-        backfill = None if reason == "store_unavailable" else ("expiry" if reason == "expired" else "api_miss")
-        return Answer(FALLBACK, body, headers, None, backfill)
+        ask_reason = (
+            None
+            if reason == "store_unavailable"
+            else ("expiry" if reason == "expired" else "api_miss")
+        )
+        return Answer(FALLBACK, body, headers, None, ask_reason)
 
 
 def etag_matches(if_none_match: bytes, etag: bytes) -> bool:

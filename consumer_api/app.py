@@ -34,8 +34,12 @@ class Endpoints:
 
     def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
         if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
-            return error(401, "unauthorized", "missing or wrong bearer token",
-                         headers={"WWW-Authenticate": 'Bearer realm="precast"'})
+            return error(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token",
+                headers={"WWW-Authenticate": 'Bearer realm="precast"'},
+            )
         return unknown_params(request, allowed)
 
     async def batch(self, request: Request) -> Response:
@@ -45,12 +49,23 @@ class Endpoints:
         if isinstance(ids, Response):
             return ids
         answers = await self.svc.answers(ids, now_ms())
-        body = b'{"count":%d,"predictions":[%s]}' % (len(answers), b",".join(a.body for a in answers))
-        digest = hashlib.blake2b(b"|".join(a.etag or b"-" for a in answers), digest_size=12).hexdigest()
+        body = b'{"count":%d,"predictions":[%s]}' % (
+            len(answers),
+            b",".join(a.body for a in answers),
+        )
+        digest = hashlib.blake2b(
+            b"|".join(a.etag or b"-" for a in answers), digest_size=12
+        ).hexdigest()
         fresh = all(a.source == PRECOMPUTED for a in answers)
-        headers = {"cache-control": f"max-age={min(a.max_age or 0 for a in answers)}" if fresh else "no-cache",
-                   "etag": f'W/"{digest}"'}
-        if (inm := request.headers.get("if-none-match")) and etag_matches(inm.encode(), headers["etag"].encode()):
+        headers = {
+            "cache-control": f"max-age={min(a.max_age or 0 for a in answers)}"
+            if fresh
+            else "no-cache",
+            "etag": f'W/"{digest}"',
+        }
+        if (inm := request.headers.get("if-none-match")) and etag_matches(
+            inm.encode(), headers["etag"].encode()
+        ):
             return Response(status_code=304, headers=headers)
         return Response(body, headers=headers, media_type="application/json")
 
@@ -63,10 +78,18 @@ class Endpoints:
         # Each stream holds a connection and a subscription: bound them so a reconnect storm
         # sheds load with a clear answer instead of exhausting the replica.
         if self.svc.hub.streams >= self.opts.sse_max_streams:
-            return error(503, "too_many_streams", f"this replica already serves {self.opts.sse_max_streams} event "
-                         "streams; retry later or use another replica", headers={"Retry-After": "5"})
-        return StreamingResponse(self._events(ids), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+            return error(
+                503,
+                "too_many_streams",
+                f"this replica already serves {self.opts.sse_max_streams} event "
+                "streams; retry later or use another replica",
+                headers={"Retry-After": "5"},
+            )
+        return StreamingResponse(
+            self._events(ids),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
 
     async def _events(self, ids: list[str]):
         svc = self.svc
@@ -93,7 +116,12 @@ class Endpoints:
         if isinstance(hint, Response):
             return hint
         if len(hint.device_ids) > self.opts.batch_max:
-            return error(400, "too_many_devices", f"at most {self.opts.batch_max} devices per hint", "device_ids")
+            return error(
+                400,
+                "too_many_devices",
+                f"at most {self.opts.batch_max} devices per hint",
+                "device_ids",
+            )
         svc, now = self.svc, now_ms()
         counts = {"sent": 0, "deduplicated": 0, "dropped": 0, "fresh": 0}
         ids = list(dict.fromkeys(hint.device_ids))
@@ -102,7 +130,7 @@ class Endpoints:
             if svc.renderer.classify(e, now)[0] == PRECOMPUTED:
                 counts["fresh"] += 1
             else:
-                counts[svc.backfill.request(d, "prefetch", now)] += 1
+                counts[svc.asker.request(d, "prefetch", now)] += 1
         return Response(orjson.dumps(counts), 202, media_type="application/json")
 
     async def beacon(self, request: Request) -> Response:
@@ -136,7 +164,7 @@ def create_app(svc: Service):
 
         async def poll():  # delivery reports of precompute requests
             while True:
-                svc.backfill.poll()
+                svc.asker.poll()
                 await asyncio.sleep(0.1)
 
         task = asyncio.create_task(poll())
@@ -144,20 +172,24 @@ def create_app(svc: Service):
             yield
         finally:
             task.cancel()
-            svc.backfill.flush()
+            svc.asker.flush()
             if svc.reader is not None:
                 await svc.reader.close()
 
-    app = Starlette(routes=[
-        Route("/v1/predictions", ep.batch, methods=["GET"]),
-        Route("/v1/stream", ep.stream, methods=["GET"]),
-        Route("/v1/prefetch", ep.prefetch, methods=["POST"]),
-        Route("/v1/beacon", ep.beacon, methods=["POST"]),
-        Route("/healthz", ep.healthz, methods=["GET"]),
-        Route("/readyz", ep.readyz, methods=["GET"]),
-        Route("/metrics", ep.metrics, methods=["GET"]),
-        Route("/openapi.json", ep.openapi, methods=["GET"]),
-    ], exception_handlers={HTTPException: _http_error}, lifespan=lifespan)
+    app = Starlette(
+        routes=[
+            Route("/v1/predictions", ep.batch, methods=["GET"]),
+            Route("/v1/stream", ep.stream, methods=["GET"]),
+            Route("/v1/prefetch", ep.prefetch, methods=["POST"]),
+            Route("/v1/beacon", ep.beacon, methods=["POST"]),
+            Route("/healthz", ep.healthz, methods=["GET"]),
+            Route("/readyz", ep.readyz, methods=["GET"]),
+            Route("/metrics", ep.metrics, methods=["GET"]),
+            Route("/openapi.json", ep.openapi, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
     return FastPath(svc, app)
 
 
@@ -181,6 +213,8 @@ def _event(device_id: str, body: bytes) -> bytes:
 
 
 def _status(ok: bool, details: dict) -> Response:
-    return Response(orjson.dumps({"status": "ok" if ok else "unavailable", **details}), 200 if ok else 503,
-                    media_type="application/json")
-
+    return Response(
+        orjson.dumps({"status": "ok" if ok else "unavailable", **details}),
+        200 if ok else 503,
+        media_type="application/json",
+    )

@@ -17,8 +17,14 @@ from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 ORIGINS = ("queue", "model", "kafka", "cache", "network_qoe", "front_jank")
-ORIGIN_MS = Counter("precast_delay_origin_ms", "end-to-end delay reported by UI beacons, by origin (ms)", ["origin"])
-SHARE = Gauge("precast_delay_origin_share", "share of recent end-to-end delay, by origin (60 s half-life)", ["origin"])
+ORIGIN_MS = Counter(
+    "precast_delay_origin_ms", "end-to-end delay reported by UI beacons, by origin (ms)", ["origin"]
+)
+SHARE = Gauge(
+    "precast_delay_origin_share",
+    "share of recent end-to-end delay, by origin (60 s half-life)",
+    ["origin"],
+)
 VIEWS = Counter("precast_beacon_views", "UI views reported by beacons")
 for _o in ORIGINS:  # every series exists from the start, so shares and alerts see zeros, not gaps
     ORIGIN_MS.labels(_o)
@@ -38,8 +44,12 @@ class ServerTiming(BaseModel):
 class Timing(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input_to_shown_ms: Ms = Field(description="from the user's input to the data on screen")
-    network_ms: Ms = Field(description="time on the network (request start to response end, less server time)")
-    server_timing: ServerTiming = Field(default_factory=ServerTiming, description="the answer's Server-Timing entries")
+    network_ms: Ms = Field(
+        description="time on the network (request start to response end, less server time)"
+    )
+    server_timing: ServerTiming = Field(
+        default_factory=ServerTiming, description="the answer's Server-Timing entries"
+    )
 
 
 class Beacon(BaseModel):
@@ -50,8 +60,14 @@ class Beacon(BaseModel):
 def split(t: Timing) -> dict[str, float]:
     """One view's delay by origin."""
     st = t.server_timing
-    return {"queue": st.queue, "model": st.model, "kafka": st.kafka, "cache": st.cache,
-            "network_qoe": t.network_ms, "front_jank": max(0.0, t.input_to_shown_ms - t.network_ms)}
+    return {
+        "queue": st.queue,
+        "model": st.model,
+        "kafka": st.kafka,
+        "cache": st.cache,
+        "network_qoe": t.network_ms,
+        "front_jank": max(0.0, t.input_to_shown_ms - t.network_ms),
+    }
 
 
 class DelayShares:

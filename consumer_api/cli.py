@@ -6,9 +6,9 @@ import sys
 from dataclasses import dataclass
 
 from consumer_api.app import create_app
-from consumer_api.backfill import Backfill
 from consumer_api.hub import Hub
 from consumer_api.materializer import Materializer
+from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.serve import check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
@@ -28,30 +28,55 @@ class Built:
 
 
 def build(settings: ApiSettings) -> Built:
-    """Stores, materializer, backfill producer and the ASGI app, wired from one settings object."""
+    """Stores, materializer, precompute-request producer and the ASGI app, wired from one settings object."""
     opts = settings.api
     if not opts.local_view and not settings.redis.url:
         raise ConfigError("PRECAST_API__LOCAL_VIEW=false needs Redis (PRECAST_REDIS__URL is empty)")
-    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
+    topics = catalog(
+        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
+    )
     grace_ms = int(opts.grace_s * 1000)
     view = MemoryStore(grace_ms) if opts.local_view else None
     shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
     hub = Hub()
-    mat = Materializer(settings.kafka, topics.predictions.name, topics.predictions.partitions, view=view,
-                       shared=shared, group_prefix=opts.group_id, producer=Producer(settings.kafka),
-                       dead_letter_topic=topics.dead_letters.name, on_stored=hub.publish_threadsafe,
-                       batch=opts.consume_batch, ready_max_lag=opts.ready_max_lag)
+    mat = Materializer(
+        settings.kafka,
+        topics.predictions.name,
+        topics.predictions.partitions,
+        view=view,
+        shared=shared,
+        group_prefix=opts.group_id,
+        producer=Producer(settings.kafka),
+        dead_letter_topic=topics.dead_letters.name,
+        on_stored=hub.publish_threadsafe,
+        batch=opts.consume_batch,
+        ready_max_lag=opts.ready_max_lag,
+    )
 
     def readiness() -> tuple[bool, dict]:
-        return mat.ready, {"lag": mat.lag, "devices": len(view) if view is not None else None,
-                           "redis": None if shared is None else ("up" if mat.redis_up else "down")}
+        return mat.ready, {
+            "lag": mat.lag,
+            "devices": len(view) if view is not None else None,
+            "redis": None if shared is None else ("up" if mat.redis_up else "down"),
+        }
 
     def health() -> tuple[bool, dict]:
-        return mat.error is None, {} if mat.error is None else {"error": f"materializer: {mat.error}"}
+        return mat.error is None, {} if mat.error is None else {
+            "error": f"materializer: {mat.error}"
+        }
 
-    backfill = Backfill(Producer(settings.kafka), topics.precompute_requests.name, int(opts.request_window_s * 1000))
-    svc = Service(opts, view, None if opts.local_view else AsyncRedisReader(settings.redis), backfill,
-                  readiness=readiness, health=health, hub=hub)
+    asker = PrecomputeAsker(
+        Producer(settings.kafka), topics.precompute_requests.name, int(opts.request_window_s * 1000)
+    )
+    svc = Service(
+        opts,
+        view,
+        None if opts.local_view else AsyncRedisReader(settings.redis),
+        asker,
+        readiness=readiness,
+        health=health,
+        hub=hub,
+    )
     return Built(svc, mat, create_app(svc))
 
 
@@ -63,7 +88,11 @@ def run(settings: ApiSettings) -> int:
     # the default 5 ms keeps it from adding milliseconds to a read's latency.
     sys.setswitchinterval(0.001)
     built.materializer.start()
-    print(f"precast-api: serving on http://{settings.api.host}:{settings.api.port}", file=sys.stderr, flush=True)
+    print(
+        f"precast-api: serving on http://{settings.api.host}:{settings.api.port}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         serve(built.app, settings.api.host, settings.api.port, settings.api.server)
     finally:

@@ -14,6 +14,13 @@ def error_body(code: str, detail: str, parameter: str | None = None) -> bytes:
     return orjson.dumps(doc)
 
 
-def error(status: int, code: str, detail: str, parameter: str | None = None,
-          headers: dict[str, str] | None = None) -> Response:
-    return Response(error_body(code, detail, parameter), status, headers=headers, media_type="application/json")
+def error(
+    status: int,
+    code: str,
+    detail: str,
+    parameter: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    return Response(
+        error_body(code, detail, parameter), status, headers=headers, media_type="application/json"
+    )

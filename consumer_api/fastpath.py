@@ -47,8 +47,12 @@ class FastPath:
                     elif k == b"authorization":
                         auth = v
                 peek = self._peek
-                if (peek is None or scope["method"] != "GET" or scope["query_string"]
-                        or not (self._open or self.service.authorized(auth))):
+                if (
+                    peek is None
+                    or scope["method"] != "GET"
+                    or scope["query_string"]
+                    or not (self._open or self.service.authorized(auth))
+                ):
                     return await self.checked(scope, send, path[_CUT:-_SUFFIX_LEN], auth, inm)
                 now = time.time_ns() // 1_000_000
                 e = peek(path[_CUT:-_SUFFIX_LEN])
@@ -66,27 +70,63 @@ class FastPath:
                 return
         await self.app(scope, receive, send)
 
-    async def checked(self, scope: Scope, send: Send, device_id: str, auth: bytes | None, inm: bytes | None) -> None:
+    async def checked(
+        self, scope: Scope, send: Send, device_id: str, auth: bytes | None, inm: bytes | None
+    ) -> None:
         svc = self.service
         if scope["method"] not in ("GET", "HEAD"):
-            return await _send(send, 405, error_body("method_not_allowed", "use GET"), [_JSON, (b"allow", b"GET, HEAD")])
+            return await _send(
+                send,
+                405,
+                error_body("method_not_allowed", "use GET"),
+                [_JSON, (b"allow", b"GET, HEAD")],
+            )
         if not svc.authorized(auth):
-            return await _send(send, 401, error_body("unauthorized", "missing or wrong bearer token"), _UNAUTHORIZED)
+            return await _send(
+                send,
+                401,
+                error_body("unauthorized", "missing or wrong bearer token"),
+                _UNAUTHORIZED,
+            )
         if scope["query_string"]:
-            name = scope["query_string"].split(b"&", 1)[0].split(b"=", 1)[0].decode(errors="replace")[:64]
-            return await _send(send, 400, error_body("unknown_parameter", "this endpoint takes no query parameters",
-                                                     name), [_JSON])
+            name = (
+                scope["query_string"]
+                .split(b"&", 1)[0]
+                .split(b"=", 1)[0]
+                .decode(errors="replace")[:64]
+            )
+            return await _send(
+                send,
+                400,
+                error_body("unknown_parameter", "this endpoint takes no query parameters", name),
+                [_JSON],
+            )
         if not valid_device_id(device_id):
-            return await _send(send, 400, error_body("invalid_device_id", "device_id must match "
-                                                     "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "device_id"), [_JSON])
+            return await _send(
+                send,
+                400,
+                error_body(
+                    "invalid_device_id",
+                    "device_id must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+                    "device_id",
+                ),
+                [_JSON],
+            )
         a = await svc.answer(device_id, now_ms())
         if inm is not None and a.etag is not None and etag_matches(inm, a.etag):
             return await _send(send, 304, b"", [h for h in a.headers if h[0] != b"content-type"])
         await _send(send, 200, b"" if scope["method"] == "HEAD" else a.body, a.headers, len(a.body))
 
 
-async def _send(send: Send, status: int, body: bytes, headers: list, length: int | None = None) -> None:
+async def _send(
+    send: Send, status: int, body: bytes, headers: list, length: int | None = None
+) -> None:
     n = len(body) if length is None else length
-    await send({"type": _START, "status": status,
-                "headers": [*headers, (b"content-length", b"%d" % n)] if status != 304 else headers})
+    await send(
+        {
+            "type": _START,
+            "status": status,
+            "headers": [*headers, (b"content-length", b"%d" % n)] if status != 304 else headers,
+        }
+    )
     await send({"type": _BODY, "body": body})

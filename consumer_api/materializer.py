@@ -43,26 +43,53 @@ log = logging.getLogger("precast.api.materializer")
 
 APPLIED = Counter("precast_api_materialized_total", "prediction records read", ["result"])
 DEVICES = Gauge("precast_api_devices", "devices in this replica's view")
-LAG = Gauge("precast_api_materializer_lag", "records behind the end offsets seen at start or at the last replay")
+LAG = Gauge(
+    "precast_api_materializer_lag",
+    "records behind the end offsets seen at start or at the last replay",
+)
 REDIS_OK = Gauge("precast_api_redis_up", "1 while the shared store accepts writes")
-REPLAYS = Counter("precast_api_replays_total", "replays of the predictions topic into Redis", ["why"])
+REPLAYS = Counter(
+    "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
+)
 
-_TRANSIENT = {"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT",
-              "_UNKNOWN_PARTITION"}  # a fresh consumer whose metadata lacks the topic yet
+_TRANSIENT = {
+    "NOT_LEADER_FOR_PARTITION",
+    "LEADER_NOT_AVAILABLE",
+    "UNKNOWN_TOPIC_OR_PART",
+    "_TIMED_OUT",
+    "_UNKNOWN_PARTITION",
+}  # a fresh consumer whose metadata lacks the topic yet
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 
 
 class Materializer:
-    def __init__(self, kafka: KafkaSettings, topic: str, partitions: int, *, view: MemoryStore | None,
-                 shared: RedisStore | None = None, group_prefix: str = "precast-api",
-                 producer: Producer | None = None, dead_letter_topic: str | None = None, on_stored: OnStored | None = None,
-                 batch: int = 5_000, ready_max_lag: int = 0) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        partitions: int,
+        *,
+        view: MemoryStore | None,
+        shared: RedisStore | None = None,
+        group_prefix: str = "precast-api",
+        producer: Producer | None = None,
+        dead_letter_topic: str | None = None,
+        on_stored: OnStored | None = None,
+        batch: int = 5_000,
+        ready_max_lag: int = 0,
+    ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
-        self._consumer = Consumer(kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **{"isolation.level": "read_committed"})
+        self._consumer = Consumer(
+            kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **{"isolation.level": "read_committed"}
+        )
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
-        self._dead = DeadLetters(producer, dead_letter_topic, "api-materializer") if producer and dead_letter_topic else None
+        self._dead = (
+            DeadLetters(producer, dead_letter_topic, "api-materializer")
+            if producer and dead_letter_topic
+            else None
+        )
         self._on_stored, self._batch, self._max_lag = on_stored, batch, ready_max_lag
         self._targets: dict[int, int] = {}
         self._positions: dict[int, int] = {}
@@ -102,7 +129,9 @@ class Materializer:
             self._live_from[p] = max(self._live_from.get(p, 0), pos)
         self._targets = {p: self._watermark(p) for p in range(self.partitions)}
         self._positions = {}
-        self._consumer.assign([TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+        self._consumer.assign(
+            [TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
+        )
 
     def _watermark(self, partition: int, attempts: int = 40) -> int:
         # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
@@ -139,7 +168,9 @@ class Materializer:
             try:
                 append(prediction_item(value, now, m.key()))
             except InvalidPrediction as bad:
-                rejected += self._reject(m, bad, m.offset() >= self._live_from.get(m.partition(), 0))
+                rejected += self._reject(
+                    m, bad, m.offset() >= self._live_from.get(m.partition(), 0)
+                )
         if msgs:
             self._advance(msgs)
         if tombstones:
@@ -192,7 +223,9 @@ class Materializer:
 
     def _lose_redis(self, why: str) -> None:
         if not self._redis_dirty:
-            log.warning("shared store unavailable (%s): serving continues, Redis will be replayed", why)
+            log.warning(
+                "shared store unavailable (%s): serving continues, Redis will be replayed", why
+            )
         self._redis_dirty = True
         REDIS_OK.set(0)
 
@@ -202,7 +235,10 @@ class Materializer:
             DEVICES.set(len(self.view))
         LAG.set(self.lag)
         if not self._caught_up.is_set() and self.lag <= self._max_lag:
-            log.info("materializer caught up (%d devices in view)", len(self.view) if self.view is not None else -1)
+            log.info(
+                "materializer caught up (%d devices in view)",
+                len(self.view) if self.view is not None else -1,
+            )
             self._caught_up.set()
         if self.shared is None:
             return
@@ -232,4 +268,3 @@ class Materializer:
             REDIS_OK.set(1)
         except redis.RedisError as exc:
             self._lose_redis(f"unreachable: {type(exc).__name__}")
-

@@ -25,24 +25,38 @@ class Prefetch(BaseModel):
 def unknown_params(request: Request, allowed: tuple[str, ...]) -> Response | None:
     for name in request.query_params:
         if name not in allowed:
-            hint = f"allowed: {', '.join(allowed)}" if allowed else "this endpoint takes no query parameters"
+            hint = (
+                f"allowed: {', '.join(allowed)}"
+                if allowed
+                else "this endpoint takes no query parameters"
+            )
             return error(400, "unknown_parameter", hint, name[:64])
     if any(len(request.query_params.getlist(n)) > 1 for n in allowed):
-        return error(400, "repeated_parameter", "give each parameter once", next(
-            n for n in allowed if len(request.query_params.getlist(n)) > 1))
+        return error(
+            400,
+            "repeated_parameter",
+            "give each parameter once",
+            next(n for n in allowed if len(request.query_params.getlist(n)) > 1),
+        )
     return None
 
 
 def device_list(raw: str | None, limit: int) -> list[str] | Response:
     """`ids=a,b,c` → unique IDs in request order, each checked against the pattern."""
     if not raw:
-        return error(400, "missing_parameter", "ids=<comma-separated device IDs> is required", "ids")
+        return error(
+            400, "missing_parameter", "ids=<comma-separated device IDs> is required", "ids"
+        )
     ids = list(dict.fromkeys(raw.split(",")))
     if len(ids) > limit:
-        return error(400, "too_many_devices", f"at most {limit} devices per request (got {len(ids)})", "ids")
+        return error(
+            400, "too_many_devices", f"at most {limit} devices per request (got {len(ids)})", "ids"
+        )
     for i, d in enumerate(ids):
         if not valid_device_id(d):
-            return error(400, "invalid_device_id", f"ids[{i}] must match {DEVICE_ID_PATTERN}", "ids")
+            return error(
+                400, "invalid_device_id", f"ids[{i}] must match {DEVICE_ID_PATTERN}", "ids"
+            )
     return ids
 
 

@@ -53,8 +53,16 @@ async def _granian(app, host: str, port: int) -> None:
 
     # Errors only: granian warns "Embedded server is experimental!" on every start, and the
     # embedded mode is what keeps one process (see the module docstring).
-    srv = Embedded(app, address=host, port=port, interface=Interfaces.ASGI, websockets=False,
-                   runtime_threads=1, log_level=LogLevels.error, log_access=False)
+    srv = Embedded(
+        app,
+        address=host,
+        port=port,
+        interface=Interfaces.ASGI,
+        websockets=False,
+        runtime_threads=1,
+        log_level=LogLevels.error,
+        log_access=False,
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, srv.stop)

@@ -1,5 +1,5 @@
 """What the endpoints share: where answers come from, how they are rendered, who is asked to
-backfill, and the live-update hub. Built once per process (consumer_api.cli) or by tests."""
+precompute requests, and the live-update hub. Built once per process (consumer_api.cli) or by tests."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
-from consumer_api.backfill import Backfill
 from consumer_api.beacon import DelayShares
 from consumer_api.hub import Hub
+from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.settings import ApiOptions
 from precast.serving import AsyncRedisReader, Entry, MemoryStore
 
@@ -49,7 +49,7 @@ class Service:
     options: ApiOptions
     view: MemoryStore | None
     reader: AsyncRedisReader | None
-    backfill: Backfill
+    asker: PrecomputeAsker
     readiness: Callable[[], tuple[bool, dict]] = _ready_always
     health: Callable[[], tuple[bool, dict]] = _ready_always
     hub: Hub = field(default_factory=Hub)
@@ -63,21 +63,25 @@ class Service:
         self._token = b"Bearer " + tok.get_secret_value().encode() if tok else None
 
     def authorized(self, header: bytes | None) -> bool:
-        return self._token is None or (header is not None and hmac.compare_digest(header, self._token))
+        return self._token is None or (
+            header is not None and hmac.compare_digest(header, self._token)
+        )
 
     @property
     def auth_enabled(self) -> bool:
         return self._token is not None
 
     async def answer(self, device_id: str, now_ms: int) -> Answer:
-        """One device's answer; also asks for a backfill when the answer needs one."""
+        """One device's answer; also asks the workers for a precompute when the answer needs one."""
         if self.view is not None:
             e = self.view.get(device_id, now_ms)
         else:
             try:
                 e = await self.reader.get(device_id)
             except redis.RedisError:
-                return self.served(device_id, self.renderer.fallback(device_id, "store_unavailable"), now_ms)
+                return self.served(
+                    device_id, self.renderer.fallback(device_id, "store_unavailable"), now_ms
+                )
         return self.served(device_id, self.renderer.render(device_id, e, now_ms), now_ms)
 
     async def answers(self, device_ids: Sequence[str], now_ms: int) -> list[Answer]:
@@ -88,13 +92,19 @@ class Service:
             try:
                 entries = await self.reader.get_many(device_ids)
             except redis.RedisError:
-                return [self.served(d, self.renderer.fallback(d, "store_unavailable"), now_ms) for d in device_ids]
-        return [self.served(d, self.renderer.render(d, e, now_ms), now_ms) for d, e in zip(device_ids, entries, strict=True)]
+                return [
+                    self.served(d, self.renderer.fallback(d, "store_unavailable"), now_ms)
+                    for d in device_ids
+                ]
+        return [
+            self.served(d, self.renderer.render(d, e, now_ms), now_ms)
+            for d, e in zip(device_ids, entries, strict=True)
+        ]
 
     def served(self, device_id: str, a: Answer, now_ms: int) -> Answer:
         _READS[a.source] += 1
-        if a.backfill is not None:
-            self.backfill.request(device_id, a.backfill, now_ms)
+        if a.ask_reason is not None:
+            self.asker.request(device_id, a.ask_reason, now_ms)
         return a
 
 

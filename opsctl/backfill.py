@@ -27,12 +27,20 @@ from schemas.topics import EVENT_ROLES, catalog
 
 
 def add_parser(sub: Any) -> None:
-    bp = sub.add_parser("backfill", help="run a range of events through a chosen model version into predictions",
-                        description=__doc__)
-    bp.add_argument("--model", required=True, type=Path, help="model folder (model.onnx + manifest.json)")
+    bp = sub.add_parser(
+        "backfill",
+        help="run a range of events through a chosen model version into predictions",
+        description=__doc__,
+    )
+    bp.add_argument(
+        "--model", required=True, type=Path, help="model folder (model.onnx + manifest.json)"
+    )
     add_range_args(bp, "events")
-    bp.add_argument("--events", action="append",
-                    help=f"event topics by role (default all: {', '.join(EVENT_ROLES)})")
+    bp.add_argument(
+        "--events",
+        action="append",
+        help=f"event topics by role (default all: {', '.join(EVENT_ROLES)})",
+    )
     bp.add_argument("--dry-run", action="store_true", help="show the resolved ranges; run nothing")
     bp.add_argument("--no-progress", action="store_true")
     bp.set_defaults(fn=run)
@@ -41,7 +49,9 @@ def add_parser(sub: Any) -> None:
 def model_version(folder: Path) -> str:
     manifest = folder / "manifest.json"
     if not (folder / "model.onnx").is_file() or not manifest.is_file():
-        raise ConfigError(f"no model at {folder}: expected model.onnx and manifest.json (docs/models.md)")
+        raise ConfigError(
+            f"no model at {folder}: expected model.onnx and manifest.json (docs/models.md)"
+        )
     try:
         doc = json.loads(manifest.read_text())
         return f"{doc['name']} {doc['version']}"
@@ -64,7 +74,9 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     rows = []
     for role in roles:
         topic = getattr(cat, role).name
-        parts = partitions_of(admin, topic, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)")
+        parts = partitions_of(
+            admin, topic, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)"
+        )
         for r in resolve(settings.kafka, topic, parts, tr, spec):
             rows.append([topic, r.partition, f"{r.start}-{r.end}", r.size])
             if r.size:
@@ -75,7 +87,15 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     if args.dry_run or not total:
         print("dry run: nothing run" if args.dry_run else "nothing to backfill")
         return 0
-    cmd = [sys.executable, "-m", "workers.backfill", "--model", str(args.model), "--ranges", json.dumps(ranges)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workers.backfill",
+        "--model",
+        str(args.model),
+        "--ranges",
+        json.dumps(ranges),
+    ]
     if args.no_progress:
         cmd.append("--no-progress")
     try:

@@ -93,12 +93,16 @@ class Checkpoint:
             raw["next"] = {int(k): v for k, v in raw["next"].items()}
             return cls(**raw)
         except (ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"unreadable checkpoint {path}: {exc}; move it away or pass --fresh") from None
+            raise ConfigError(
+                f"unreadable checkpoint {path}: {exc}; move it away or pass --fresh"
+            ) from None
 
 
 def load_for(path: Path, fp: str, fresh: bool) -> Checkpoint | None:
     """The checkpoint of this job at `path`, None for a fresh start; refuses another job's."""
     cp = None if fresh else Checkpoint.load(path)
     if cp is not None and cp.fingerprint != fp:
-        raise ConfigError(f"checkpoint {path} belongs to another job; use another --checkpoint or --fresh")
+        raise ConfigError(
+            f"checkpoint {path} belongs to another job; use another --checkpoint or --fresh"
+        )
     return cp

@@ -1,10 +1,10 @@
 """`precast`: the local stack, topic contracts and the end-to-end demo.
 
-    precast stack up | down | status
-    precast topics ensure | list
-    precast demo
-    precast schemas export DIR
-    precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
+precast stack up | down | status
+precast topics ensure | list
+precast demo
+precast schemas export DIR
+precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 """
 
 from __future__ import annotations
@@ -55,15 +55,23 @@ def _topics(args: argparse.Namespace, settings: StackCliSettings) -> int:
     for r in reports:
         print(f"{r.name:<32} {r.action}{(': ' + r.detail) if r.detail else ''}")
     created = sum(r.action == "created" for r in reports)
-    print(f"{created} created, {len({r.name for r in reports}) - created} already matched the contract")
+    print(
+        f"{created} created, {len({r.name for r in reports}) - created} already matched the contract"
+    )
     return 0
 
 
 def _demo(args: argparse.Namespace, settings: StackCliSettings) -> int:
     from opsctl.demo import run_demo
 
-    return run_demo(settings, devices=args.devices, rate=args.rate, api_port=args.port,
-                    duration=args.duration, use_stack=not args.no_stack)
+    return run_demo(
+        settings,
+        devices=args.devices,
+        rate=args.rate,
+        api_port=args.port,
+        duration=args.duration,
+        use_stack=not args.no_stack,
+    )
 
 
 def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
@@ -76,7 +84,9 @@ def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, schema in json_schemas().items():
-            (out / name).write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+            (out / name).write_bytes(
+                orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+            )
             print(out / name)
     except OSError as exc:
         raise ConfigError(f"cannot write schemas to {out}: {exc.strerror}") from None
@@ -92,14 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     tp = sub.add_parser("topics", help="topic contracts")
     tp.add_argument("action", choices=["ensure", "list"])
     tp.set_defaults(fn=_topics)
-    dm = sub.add_parser("demo", help="stack + topics + simulator + worker + API, live figures; Ctrl-C stops")
+    dm = sub.add_parser(
+        "demo", help="stack + topics + simulator + worker + API, live figures; Ctrl-C stops"
+    )
     dm.add_argument("--devices", type=int, default=2_000)
-    dm.add_argument("--rate", type=float, default=2_000.0, help="heartbeats per second, all devices")
+    dm.add_argument(
+        "--rate", type=float, default=2_000.0, help="heartbeats per second, all devices"
+    )
     dm.add_argument("--port", type=int, default=8000, help="read API port")
     dm.add_argument("--duration", type=float, default=0.0, help="seconds; 0 runs until Ctrl-C")
-    dm.add_argument("--no-stack", action="store_true",
-                    help="use the configured Kafka and Redis (PRECAST_KAFKA__*, PRECAST_REDIS__URL) "
-                         "instead of starting the local stack")
+    dm.add_argument(
+        "--no-stack",
+        action="store_true",
+        help="use the configured Kafka and Redis (PRECAST_KAFKA__*, PRECAST_REDIS__URL) "
+        "instead of starting the local stack",
+    )
     dm.set_defaults(fn=_demo)
     sc = sub.add_parser("schemas", help="event contracts as JSON Schema (docs/events.md)")
     sc.add_argument("action", choices=["export"])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opsctl.checkpoint import Checkpoint, parse_target_key, target_key
-from opsctl.pacing import Pacer
+from opsctl.pacing import ReplaySchedule
 from opsctl.ranges import OffsetRange
 from opsctl.reader import BATCH, RangeReader, range_consumer
 from opsctl.resume import Matcher, decode_skips, digest, encode_skips
@@ -33,9 +33,9 @@ class CopyJob:
     source_topic: str
     target: KafkaSettings
     target_partitions: dict[str, int]  # every topic it may write -> its partition count
-    route: Route                      # a record -> what to write, or None to leave it out
+    route: Route  # a record -> what to write, or None to leave it out
     keep_timestamps: bool
-    pacer: Pacer
+    pacer: ReplaySchedule
     chunk_records: int
     chunk_seconds: float
     checkpoint_path: Path
@@ -82,20 +82,27 @@ def _recover(job: CopyJob, cp: Checkpoint, ends: dict[str, int]) -> tuple[int, i
             for msgs in RangeReader(c, t, ranges):
                 for m in msgs:
                     tails.setdefault(target_key(t, m.partition()), []).append(
-                        digest(m.key(), m.value(), m.headers(), m.timestamp()[1] if keep_ts else 0))
+                        digest(m.key(), m.value(), m.headers(), m.timestamp()[1] if keep_ts else 0)
+                    )
         finally:
             c.close()
     already = decode_skips(cp.skip)
     matcher = Matcher(tails, already)
     bound = cp.read_bound or (job.chunk_records + BATCH)
-    ranges = [OffsetRange(p, cp.next[p], min(e, cp.next[p] + bound)) for p, (_s, e) in cp.ranges.items()]
+    ranges = [
+        OffsetRange(p, cp.next[p], min(e, cp.next[p] + bound)) for p, (_s, e) in cp.ranges.items()
+    ]
     c = range_consumer(job.source, "resume-source")
     try:
         for msgs in RangeReader(c, job.source_topic, ranges):
             for m in msgs:
                 out = job.route(m)
                 if out is not None:
-                    matcher.add(m.partition(), target_key(out[0], out[1]), digest(*out[2:5], out[5] if keep_ts else 0))
+                    matcher.add(
+                        m.partition(),
+                        target_key(out[0], out[1]),
+                        digest(*out[2:5], out[5] if keep_ts else 0),
+                    )
             if matcher.satisfied:
                 break
     finally:
@@ -105,7 +112,7 @@ def _recover(job: CopyJob, cp: Checkpoint, ends: dict[str, int]) -> tuple[int, i
     return sum(skips.values()) - sum(already.values()), foreign
 
 
-def _batch_size(pacer: Pacer) -> int:
+def _batch_size(pacer: ReplaySchedule) -> int:
     """A paced copy reads small batches (about 0.1 s of work), so checkpoints and progress
     still come every chunk instead of once per 10k-record batch."""
     if not pacer.active:
@@ -153,7 +160,7 @@ class _Run:
         stats.elapsed_s = time.monotonic() - t0
         return stats
 
-    def _loop(self, progress) -> None:  # noqa: ANN001 (tqdm or a log-line counter)
+    def _loop(self, progress) -> None:  # tqdm or a log-line counter
         job = self.job
         self.skips = Counter(decode_skips(self.cp.skip))
         fast_topic = job.same_partition_topic if not job.pacer.active else None
@@ -168,13 +175,21 @@ class _Run:
             chunk_read += len(msgs)
             progress.update(len(msgs))
             self.producer.poll(0)
-            if chunk_read >= job.chunk_records or time.monotonic() - chunk_started >= job.chunk_seconds:
+            if (
+                chunk_read >= job.chunk_records
+                or time.monotonic() - chunk_started >= job.chunk_seconds
+            ):
                 self._checkpoint()
                 chunk_started, chunk_read = time.monotonic(), 0
         self._checkpoint(complete=True)
 
     def _copy_each(self, msgs: list[KafkaMessage]) -> None:
-        route, copy, pacer, keep_ts = self.job.route, self.producer.copy, self.job.pacer, self.job.keep_timestamps
+        route, copy, pacer, keep_ts = (
+            self.job.route,
+            self.producer.copy,
+            self.job.pacer,
+            self.job.keep_timestamps,
+        )
         written, filtered, skips = self.stats.written, self.stats.filtered, self.skips
         paced = pacer.active
         for m in msgs:

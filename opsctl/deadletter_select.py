@@ -33,11 +33,19 @@ class DeadLetterFilter:
         known = {r.value for r in dl.Reason}
         unknown = [r for r in reasons if r not in known]
         if unknown:
-            raise ConfigError(f"unknown dead-letter reason {unknown[0]!r}: known are {', '.join(sorted(known))}")
-        return cls(frozenset(reasons), frozenset(split_list(args.component)),
-                   frozenset(split_list(args.source_topic)), frozenset(d.encode() for d in split_list(args.device)))
+            raise ConfigError(
+                f"unknown dead-letter reason {unknown[0]!r}: known are {', '.join(sorted(known))}"
+            )
+        return cls(
+            frozenset(reasons),
+            frozenset(split_list(args.component)),
+            frozenset(split_list(args.source_topic)),
+            frozenset(d.encode() for d in split_list(args.device)),
+        )
 
-    def matches(self, key: bytes | None, info: dict[str, str], headers: list[tuple[str, bytes]] | None) -> bool:
+    def matches(
+        self, key: bytes | None, info: dict[str, str], headers: list[tuple[str, bytes]] | None
+    ) -> bool:
         if self.reasons and info.get("reason") not in self.reasons:
             return False
         if self.components and info.get("component") not in self.components:
@@ -47,8 +55,12 @@ class DeadLetterFilter:
         return not self.devices or original_key(key, headers) in self.devices
 
     def describe(self) -> dict[str, list[str]]:
-        return {"reasons": sorted(self.reasons), "components": sorted(self.components),
-                "source_topics": sorted(self.source_topics), "devices": sorted(d.decode() for d in self.devices)}
+        return {
+            "reasons": sorted(self.reasons),
+            "components": sorted(self.components),
+            "source_topics": sorted(self.source_topics),
+            "devices": sorted(d.decode() for d in self.devices),
+        }
 
 
 def dead_letter_topic(args: argparse.Namespace, settings: StackCliSettings) -> tuple[str, int]:
@@ -59,18 +71,30 @@ def dead_letter_topic(args: argparse.Namespace, settings: StackCliSettings) -> t
     return topic, partitions_of(admin, topic, settings.kafka.bootstrap_servers)
 
 
-def selected(args: argparse.Namespace, settings: StackCliSettings, label: str,
-             flt: DeadLetterFilter | None = None) -> Iterator[tuple[KafkaMessage, dict[str, str]]]:
+def selected(
+    args: argparse.Namespace,
+    settings: StackCliSettings,
+    label: str,
+    flt: DeadLetterFilter | None = None,
+) -> Iterator[tuple[KafkaMessage, dict[str, str]]]:
     """The dead letters in the chosen range that pass the filters, with their `dlq.*` info."""
     flt = flt or DeadLetterFilter.from_args(args)
     tr, spec = range_inputs(args, default_all=True)
     topic, parts = dead_letter_topic(args, settings)
     ranges = resolve(settings.kafka, topic, parts, tr, spec)
-    yield from read_matching(settings, topic, ranges, flt, label, not getattr(args, "no_progress", False))
+    yield from read_matching(
+        settings, topic, ranges, flt, label, not getattr(args, "no_progress", False)
+    )
 
 
-def read_matching(settings: StackCliSettings, topic: str, ranges: list[OffsetRange], flt: DeadLetterFilter,
-                  label: str, progress: bool) -> Iterator[tuple[KafkaMessage, dict[str, str]]]:
+def read_matching(
+    settings: StackCliSettings,
+    topic: str,
+    ranges: list[OffsetRange],
+    flt: DeadLetterFilter,
+    label: str,
+    progress: bool,
+) -> Iterator[tuple[KafkaMessage, dict[str, str]]]:
     c = range_consumer(settings.kafka, f"deadletters-{label}")
     pb = bar(sum(r.size for r in ranges), label, enabled=progress)
     try:

@@ -27,21 +27,37 @@ from precast.progress import table
 
 
 def add_parser(sub: Any) -> None:
-    dp = sub.add_parser("deadletters", help="list, inspect, export and redrive dead letters", description=__doc__)
+    dp = sub.add_parser(
+        "deadletters", help="list, inspect, export and redrive dead letters", description=__doc__
+    )
     acts = dp.add_subparsers(dest="action", required=True)
-    for name, hlp in (("list", "counts by reason and the newest records"), ("export", "write records to a JSONL file"),
-                      ("redrive", "send selected dead letters back to their source topic")):
+    for name, hlp in (
+        ("list", "counts by reason and the newest records"),
+        ("export", "write records to a JSONL file"),
+        ("redrive", "send selected dead letters back to their source topic"),
+    ):
         ap = acts.add_parser(name, help=hlp)
-        ap.add_argument("--topic", help="dead-letter topic (default: the catalog's, from PRECAST_TOPICS__PREFIX)")
-        ap.add_argument("--reason", action="append", help="only these reasons (repeat or comma-separate)")
-        ap.add_argument("--component", action="append", help="only those rejected by these components")
-        ap.add_argument("--source-topic", action="append", help="only those rejected from these topics")
+        ap.add_argument(
+            "--topic",
+            help="dead-letter topic (default: the catalog's, from PRECAST_TOPICS__PREFIX)",
+        )
+        ap.add_argument(
+            "--reason", action="append", help="only these reasons (repeat or comma-separate)"
+        )
+        ap.add_argument(
+            "--component", action="append", help="only those rejected by these components"
+        )
+        ap.add_argument(
+            "--source-topic", action="append", help="only those rejected from these topics"
+        )
         ap.add_argument("--device", action="append", help="only these device IDs (original keys)")
         add_range_args(ap, "dead letters")
         ap.add_argument("--no-progress", action="store_true")
         ap.set_defaults(fn={"list": run_list, "export": run_export, "redrive": redrive.run}[name])
         if name == "list":
-            ap.add_argument("--limit", type=int, default=50, help="most records shown (newest last)")
+            ap.add_argument(
+                "--limit", type=int, default=50, help="most records shown (newest last)"
+            )
         elif name == "export":
             ap.add_argument("--out", required=True, help="JSONL file to write ('-' for stdout)")
         else:
@@ -56,9 +72,15 @@ def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
     key = original_key(m.key(), m.headers())
     rejected = info.get("rejected_at_ms", "")
     source = f"{info.get('source.topic', '?')}[{info.get('source.partition', '?')}]@{info.get('source.offset', '?')}"
-    return [f"{m.partition()}:{m.offset()}", format_time(int(rejected)) if rejected.isdigit() else "-",
-            info.get("reason", "-"), info.get("component", "-"), source,
-            "(none)" if key is None else key.decode(errors="replace")[:40], info.get("detail", "")[:60]]
+    return [
+        f"{m.partition()}:{m.offset()}",
+        format_time(int(rejected)) if rejected.isdigit() else "-",
+        info.get("reason", "-"),
+        info.get("component", "-"),
+        source,
+        "(none)" if key is None else key.decode(errors="replace")[:40],
+        info.get("detail", "")[:60],
+    ]
 
 
 def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
@@ -74,7 +96,12 @@ def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
     total = sum(by_reason.values())
     print(f"{total:,} dead letters match")
     if total:
-        print(table(["reason", "component", "count"], [[r, c, n] for (r, c), n in by_reason.most_common()]))
+        print(
+            table(
+                ["reason", "component", "count"],
+                [[r, c, n] for (r, c), n in by_reason.most_common()],
+            )
+        )
         print()
         print(table(["at", "rejected", "reason", "component", "source", "key", "detail"], shown))
         if total > len(shown):
@@ -94,9 +121,16 @@ def to_json(m: KafkaMessage, info: dict[str, str]) -> dict[str, Any]:
     except UnicodeDecodeError:
         text = None
     headers = m.headers()
-    return {"partition": m.partition(), "offset": m.offset(), "timestamp_ms": m.timestamp()[1],
-            "key_b64": _b64(original_key(m.key(), headers)), "value_b64": _b64(value), "value_text": text,
-            "headers": [[k, _b64(v)] for k, v in original_headers(headers)], "dead_letter": info}
+    return {
+        "partition": m.partition(),
+        "offset": m.offset(),
+        "timestamp_ms": m.timestamp()[1],
+        "key_b64": _b64(original_key(m.key(), headers)),
+        "value_b64": _b64(value),
+        "value_text": text,
+        "headers": [[k, _b64(v)] for k, v in original_headers(headers)],
+        "dead_letter": info,
+    }
 
 
 def run_export(args: argparse.Namespace, settings: StackCliSettings) -> int:
@@ -123,7 +157,9 @@ def run_export(args: argparse.Namespace, settings: StackCliSettings) -> int:
 def run_inspect(args: argparse.Namespace, settings: StackCliSettings) -> int:
     p, _, off = args.where.partition(":")
     if not (p.isdigit() and off.isdigit()):
-        raise ConfigError(f"malformed position {args.where!r}: expected PARTITION:OFFSET, e.g. 0:42")
+        raise ConfigError(
+            f"malformed position {args.where!r}: expected PARTITION:OFFSET, e.g. 0:42"
+        )
     topic, parts = dead_letter_topic(args, settings)
     if int(p) >= parts:
         raise ConfigError(f"partition {p} does not exist: {topic} has partitions 0-{parts - 1}")
@@ -132,13 +168,19 @@ def run_inspect(args: argparse.Namespace, settings: StackCliSettings) -> int:
         ranges = [OffsetRange(int(p), int(off), int(off) + 1)]
         low, high = c.watermarks(topic, int(p))
         if not low <= int(off) < high:
-            raise ConfigError(f"no dead letter at {topic} {p}:{off} (partition {p} holds offsets {low}-{high - 1})")
+            raise ConfigError(
+                f"no dead letter at {topic} {p}:{off} (partition {p} holds offsets {low}-{high - 1})"
+            )
         found = [m for msgs in RangeReader(c, topic, ranges) for m in msgs]
     finally:
         c.close()
     if not found:
         raise ConfigError(f"no dead letter at {topic} {p}:{off}")
     doc = to_json(found[0], dead_letter_info(found[0].headers()))
-    doc["key_text"] = None if doc["key_b64"] is None else base64.b64decode(doc["key_b64"]).decode(errors="replace")
+    doc["key_text"] = (
+        None
+        if doc["key_b64"] is None
+        else base64.b64decode(doc["key_b64"]).decode(errors="replace")
+    )
     print(json.dumps(doc, indent=2))
     return 0

@@ -76,13 +76,22 @@ def _stop_children(children: list[Child]) -> None:
             c.proc.wait()
 
 
-def run_demo(settings: StackCliSettings, *, devices: int, rate: float, api_port: int, duration: float,
-             use_stack: bool = True) -> int:
+def run_demo(
+    settings: StackCliSettings,
+    *,
+    devices: int,
+    rate: float,
+    api_port: int,
+    duration: float,
+    use_stack: bool = True,
+) -> int:
     stack = LocalStack(settings.stack)
     started_stack = False
     env = dict(os.environ)
     if use_stack:
-        started_stack = not any(s.state == "healthy" for s in stack.status() if s.name == "Kafka broker")
+        started_stack = not any(
+            s.state == "healthy" for s in stack.status() if s.name == "Kafka broker"
+        )
         stack.up(progress=lambda m: print(m, flush=True))
         env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] = stack.bootstrap_servers
         env["PRECAST_REDIS__URL"] = stack.redis_url
@@ -96,7 +105,10 @@ def run_demo(settings: StackCliSettings, *, devices: int, rate: float, api_port:
         wait_reachable(redis_settings)
     t = settings.topics
     reports = admin.ensure_topics(list(catalog(t.prefix, t.partitions, t.replication_factor)))
-    print(f"topics: {sum(r.action == 'created' for r in reports)} created, contract checked", flush=True)
+    print(
+        f"topics: {sum(r.action == 'created' for r in reports)} created, contract checked",
+        flush=True,
+    )
 
     sim_port, worker_port, context_port = free_port(), free_port(), free_port()
     # Children log warnings only, so the live line stays readable (PRECAST_LOG_LEVEL overrides).
@@ -111,23 +123,58 @@ def run_demo(settings: StackCliSettings, *, devices: int, rate: float, api_port:
     old = signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        children.append(Child("context", _spawn("context", "workers.aggregator",
-                                                {**env, "PRECAST_METRICS__PORT": str(context_port)}, []),
-                              f"http://127.0.0.1:{context_port}/metrics"))
-        children.append(Child("worker", _spawn("worker", "workers.cli", {**env, "PRECAST_METRICS__PORT": str(worker_port)}, []),
-                              f"http://127.0.0.1:{worker_port}/metrics"))
-        children.append(Child("api", _spawn("api", "consumer_api.cli", env, ["--port", str(api_port)]),
-                              f"http://127.0.0.1:{api_port}/metrics"))
-        children.append(Child("simulator", _spawn("simulator", "producers.cli",
-                                                  {**env, "PRECAST_METRICS__PORT": str(sim_port),
-                                                   "PRECAST_SIMULATOR__PROGRESS_EVERY_S": "3600"},
-                                                  ["--devices", str(devices), "--rate", str(rate)]),
-                              f"http://127.0.0.1:{sim_port}/metrics"))
+        children.append(
+            Child(
+                "context",
+                _spawn(
+                    "context",
+                    "workers.aggregator",
+                    {**env, "PRECAST_METRICS__PORT": str(context_port)},
+                    [],
+                ),
+                f"http://127.0.0.1:{context_port}/metrics",
+            )
+        )
+        children.append(
+            Child(
+                "worker",
+                _spawn(
+                    "worker", "workers.cli", {**env, "PRECAST_METRICS__PORT": str(worker_port)}, []
+                ),
+                f"http://127.0.0.1:{worker_port}/metrics",
+            )
+        )
+        children.append(
+            Child(
+                "api",
+                _spawn("api", "consumer_api.cli", env, ["--port", str(api_port)]),
+                f"http://127.0.0.1:{api_port}/metrics",
+            )
+        )
+        children.append(
+            Child(
+                "simulator",
+                _spawn(
+                    "simulator",
+                    "producers.cli",
+                    {
+                        **env,
+                        "PRECAST_METRICS__PORT": str(sim_port),
+                        "PRECAST_SIMULATOR__PROGRESS_EVERY_S": "3600",
+                    },
+                    ["--devices", str(devices), "--rate", str(rate)],
+                ),
+                f"http://127.0.0.1:{sim_port}/metrics",
+            )
+        )
         base = f"http://127.0.0.1:{api_port}"
         _wait_serving(base, children, lambda: interrupted)
         status, body = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
         print(f"\nread API: {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)")
-        print(f"GET {base}/v1/devices/{SAMPLE_DEVICE}/prediction -> {status}\n{body.decode()}\n", flush=True)
+        print(
+            f"GET {base}/v1/devices/{SAMPLE_DEVICE}/prediction -> {status}\n{body.decode()}\n",
+            flush=True,
+        )
         _live(children, base, duration, lambda: interrupted)
     finally:
         signal.signal(signal.SIGINT, old)
@@ -155,9 +202,15 @@ def _wait_serving(base: str, children: list[Child], interrupted, timeout: float 
 
 
 def _live(children: list[Child], base: str, duration: float, interrupted) -> None:
-    names = {"precast_simulator_events_total", "precast_worker_predictions_total",
-             "precast_api_materialized_total", "precast_api_devices", "precast_context_devices",
-             "precast_dead_letters_total", "precast_worker_consumer_lag"}
+    names = {
+        "precast_simulator_events_total",
+        "precast_worker_predictions_total",
+        "precast_api_materialized_total",
+        "precast_api_devices",
+        "precast_context_devices",
+        "precast_dead_letters_total",
+        "precast_worker_consumer_lag",
+    }
     started = last_t = time.monotonic()
     last: dict[str, float] = {}
     while not interrupted() and (not duration or time.monotonic() - started < duration):
@@ -173,13 +226,16 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
         t0 = time.perf_counter()
         status, _ = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
         rtt = (time.perf_counter() - t0) * 1000
-        print(f"[{now - started:6.0f}s] events {rates['precast_simulator_events_total']:8,.0f}/s | "
-              f"predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
-              f"worker lag {cur.get('precast_worker_consumer_lag', 0):6,.0f} | "
-              f"devices served {cur.get('precast_api_devices', 0):6,.0f}, with context "
-              f"{cur.get('precast_context_devices', 0):5,.0f} | dead letters {cur.get('precast_dead_letters_total', 0):4,.0f} | "
-              f"GET {status} in {rtt:4.1f} ms",
-              flush=True)
+        print(
+            f"[{now - started:6.0f}s] events {rates['precast_simulator_events_total']:8,.0f}/s | "
+            f"predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
+            f"worker lag {cur.get('precast_worker_consumer_lag', 0):6,.0f} | "
+            f"devices served {cur.get('precast_api_devices', 0):6,.0f}, with context "
+            f"{cur.get('precast_context_devices', 0):5,.0f} | dead letters "
+            f"{cur.get('precast_dead_letters_total', 0):4,.0f} | "
+            f"GET {status} in {rtt:4.1f} ms",
+            flush=True,
+        )
         for c in children:
             if c.proc.poll() is not None:
                 raise PrecastError(f"demo: {c.name} exited with code {c.proc.returncode}")

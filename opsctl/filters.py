@@ -31,8 +31,13 @@ class RecordFilter:
     time_range: TimeRange | None = None
 
     @classmethod
-    def from_args(cls, devices: Iterable[str] | None = None, event_types: Iterable[str] | None = None,
-                  schema_versions: Iterable[str] | None = None, time_range: TimeRange | None = None) -> RecordFilter:
+    def from_args(
+        cls,
+        devices: Iterable[str] | None = None,
+        event_types: Iterable[str] | None = None,
+        schema_versions: Iterable[str] | None = None,
+        time_range: TimeRange | None = None,
+    ) -> RecordFilter:
         import re
 
         devs = split_list(devices)
@@ -42,13 +47,19 @@ class RecordFilter:
         kinds = split_list(event_types)
         unknown = [k for k in kinds if k not in EVENT_TYPES]
         if unknown:
-            raise ConfigError(f"unknown event type {unknown[0]!r}: known are {', '.join(EVENT_TYPES)}")
+            raise ConfigError(
+                f"unknown event type {unknown[0]!r}: known are {', '.join(EVENT_TYPES)}"
+            )
         versions = []
         for v in split_list(schema_versions):
             if not v.isdigit():
-                raise ConfigError(f"malformed schema version {v!r}: expected a whole number, e.g. 1")
+                raise ConfigError(
+                    f"malformed schema version {v!r}: expected a whole number, e.g. 1"
+                )
             versions.append(int(v))
-        return cls(frozenset(d.encode() for d in devs), frozenset(kinds), frozenset(versions), time_range)
+        return cls(
+            frozenset(d.encode() for d in devs), frozenset(kinds), frozenset(versions), time_range
+        )
 
     @property
     def needs_payload(self) -> bool:
@@ -77,6 +88,11 @@ class RecordFilter:
         return not (self.schema_versions and doc.get("schema_version") not in self.schema_versions)
 
     def describe(self) -> dict[str, object]:
-        return {"devices": sorted(d.decode() for d in self.device_ids), "event_types": sorted(self.event_types),
-                "schema_versions": sorted(self.schema_versions),
-                "time_range": None if self.time_range is None else [self.time_range.start_ms, self.time_range.end_ms]}
+        return {
+            "devices": sorted(d.decode() for d in self.device_ids),
+            "event_types": sorted(self.event_types),
+            "schema_versions": sorted(self.schema_versions),
+            "time_range": None
+            if self.time_range is None
+            else [self.time_range.start_ms, self.time_range.end_ms],
+        }

@@ -15,9 +15,15 @@ from precast.progress import table
 
 
 def add_freshness_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--no-freshness", action="store_true", help="skip the predictions freshness report")
-    ap.add_argument("--sample", type=int, default=100_000,
-                    help="most served entries read for the freshness figures (default 100000)")
+    ap.add_argument(
+        "--no-freshness", action="store_true", help="skip the predictions freshness report"
+    )
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=100_000,
+        help="most served entries read for the freshness figures (default 100000)",
+    )
 
 
 def _pct(sorted_vals: list[float], q: float) -> float:
@@ -41,8 +47,11 @@ def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
     finally:
         c.close()
     now = int(time.time() * 1000)
-    return {"topic": topic, "last_write_age_s": {p: (now - ts) / 1000 for p, ts in sorted(last.items())},
-            "empty_partitions": [p for p in range(parts) if p not in last]}
+    return {
+        "topic": topic,
+        "last_write_age_s": {p: (now - ts) / 1000 for p, ts in sorted(last.items())},
+        "empty_partitions": [p for p in range(parts) if p not in last],
+    }
 
 
 def store_freshness(settings: StackCliSettings, sample: int) -> dict[str, Any]:
@@ -62,10 +71,19 @@ def store_freshness(settings: StackCliSettings, sample: int) -> dict[str, Any]:
         if n >= sample:
             break
     ages.sort()
-    out: dict[str, Any] = {"entries": n, "purge_markers": purged, "past_valid_until": stale, "sampled": n >= sample}
+    out: dict[str, Any] = {
+        "entries": n,
+        "purge_markers": purged,
+        "past_valid_until": stale,
+        "sampled": n >= sample,
+    }
     if ages:
-        out |= {"age_p50_s": _pct(ages, 0.5), "age_p99_s": _pct(ages, 0.99), "age_max_s": ages[-1],
-                "age_min_s": ages[0]}
+        out |= {
+            "age_p50_s": _pct(ages, 0.5),
+            "age_p99_s": _pct(ages, 0.99),
+            "age_max_s": ages[-1],
+            "age_min_s": ages[0],
+        }
     return out
 
 
@@ -85,9 +103,15 @@ def _lines(f: dict[str, Any]) -> list[str]:
     ages = t["last_write_age_s"]
     if ages:
         stalest = max(ages, key=ages.get)
-        lines.append(f"  topic: last written {min(ages.values()):.1f}s ago; stalest partition {stalest}, "
-                     f"last written {ages[stalest]:.1f}s ago"
-                     + (f"; never written: partitions {t['empty_partitions']}" if t["empty_partitions"] else ""))
+        lines.append(
+            f"  topic: last written {min(ages.values()):.1f}s ago; stalest partition {stalest}, "
+            f"last written {ages[stalest]:.1f}s ago"
+            + (
+                f"; never written: partitions {t['empty_partitions']}"
+                if t["empty_partitions"]
+                else ""
+            )
+        )
     else:
         lines.append("  topic: no predictions yet")
     s = f.get("store")
@@ -95,8 +119,26 @@ def _lines(f: dict[str, Any]) -> list[str]:
         if s.get("age_p50_s") is None:
             lines.append(f"  store: {s['entries']:,} entries, none serving a prediction")
         else:
-            lines.append(table(["  served entries", "data age p50", "p99", "max", "past valid_until", "purge markers"],
-                               [[f"  {s['entries']:,}" + (" (sample)" if s["sampled"] else ""),
-                                 f"{s['age_p50_s']:.1f}s", f"{s['age_p99_s']:.1f}s", f"{s['age_max_s']:.1f}s",
-                                 s["past_valid_until"], s["purge_markers"]]]))
+            lines.append(
+                table(
+                    [
+                        "  served entries",
+                        "data age p50",
+                        "p99",
+                        "max",
+                        "past valid_until",
+                        "purge markers",
+                    ],
+                    [
+                        [
+                            f"  {s['entries']:,}" + (" (sample)" if s["sampled"] else ""),
+                            f"{s['age_p50_s']:.1f}s",
+                            f"{s['age_p99_s']:.1f}s",
+                            f"{s['age_max_s']:.1f}s",
+                            s["past_valid_until"],
+                            s["purge_markers"],
+                        ]
+                    ],
+                )
+            )
     return lines

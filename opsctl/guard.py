@@ -37,5 +37,7 @@ def refuse_live_target(admin: Admin, topics: TopicSettings, topic: str) -> None:
     if groups:
         reasons.append(f"consumer group(s) {', '.join(groups)} read it now")
     if reasons:
-        raise LiveTargetRefused(f"refusing to write into live input topic {topic!r}: {'; '.join(reasons)} "
-                                f"(pass --allow-live-target to do it anyway)")
+        raise LiveTargetRefused(
+            f"refusing to write into live input topic {topic!r}: {'; '.join(reasons)} "
+            f"(pass --allow-live-target to do it anyway)"
+        )

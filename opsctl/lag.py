@@ -32,18 +32,28 @@ class PartitionLag:
 
 
 def add_parser(sub: Any) -> None:
-    lp = sub.add_parser("lag", help="consumer lag per group and partition (records and time), prediction freshness",
-                        description=__doc__)
-    lp.add_argument("--group", action="append", help="only these consumer groups (default: every group with offsets)")
+    lp = sub.add_parser(
+        "lag",
+        help="consumer lag per group and partition (records and time), prediction freshness",
+        description=__doc__,
+    )
+    lp.add_argument(
+        "--group",
+        action="append",
+        help="only these consumer groups (default: every group with offsets)",
+    )
     lp.add_argument("--topic", action="append", help="only these topics")
     lp.add_argument("--json", action="store_true", help="one JSON document instead of tables")
-    lp.add_argument("--watch", type=float, metavar="SECONDS", help="repeat every SECONDS until Ctrl-C")
+    lp.add_argument(
+        "--watch", type=float, metavar="SECONDS", help="repeat every SECONDS until Ctrl-C"
+    )
     add_freshness_args(lp)
     lp.set_defaults(fn=run)
 
 
-def oldest_unconsumed_ts(settings: StackCliSettings, parts: list[TopicPartitionOffset],
-                         timeout_s: float = 5.0) -> dict[tuple[str, int], int]:
+def oldest_unconsumed_ts(
+    settings: StackCliSettings, parts: list[TopicPartitionOffset], timeout_s: float = 5.0
+) -> dict[tuple[str, int], int]:
     """Timestamp of the record at each given offset (the first one a group has not consumed)."""
     if not parts:
         return {}
@@ -64,7 +74,9 @@ def oldest_unconsumed_ts(settings: StackCliSettings, parts: list[TopicPartitionO
     return out
 
 
-def measure(settings: StackCliSettings, groups: list[str], topics: list[str]) -> tuple[list[PartitionLag], dict]:
+def measure(
+    settings: StackCliSettings, groups: list[str], topics: list[str]
+) -> tuple[list[PartitionLag], dict]:
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     infos = {g.group_id: g for g in admin.consumer_groups()}
@@ -85,7 +97,9 @@ def measure(settings: StackCliSettings, groups: list[str], topics: list[str]) ->
     stamps_at: dict[tuple[str, int, int], int] = {}
     ordered = {tp: sorted(offs) for tp, offs in behind.items()}
     for k in range(max((len(o) for o in ordered.values()), default=0)):
-        parts = [TopicPartitionOffset(t, p, offs[k]) for (t, p), offs in ordered.items() if len(offs) > k]
+        parts = [
+            TopicPartitionOffset(t, p, offs[k]) for (t, p), offs in ordered.items() if len(offs) > k
+        ]
         for (t, p), ts in oldest_unconsumed_ts(settings, parts).items():
             stamps_at[(t, p, ordered[(t, p)][k])] = ts
     now = int(time.time() * 1000)
@@ -93,9 +107,20 @@ def measure(settings: StackCliSettings, groups: list[str], topics: list[str]) ->
     for g, tp in rows:
         end = ends[(tp.topic, tp.partition)]
         ts = stamps_at.get((tp.topic, tp.partition, tp.offset))
-        out.append(PartitionLag(g, tp.topic, tp.partition, tp.offset, end, max(0, end - tp.offset),
-                                None if end <= tp.offset or ts is None else max(0.0, (now - ts) / 1000)))
-    states = {g: {"state": infos[g].state, "members": infos[g].members} for g in names if g in infos}
+        out.append(
+            PartitionLag(
+                g,
+                tp.topic,
+                tp.partition,
+                tp.offset,
+                end,
+                max(0, end - tp.offset),
+                None if end <= tp.offset or ts is None else max(0.0, (now - ts) / 1000),
+            )
+        )
+    states = {
+        g: {"state": infos[g].state, "members": infos[g].members} for g in names if g in infos
+    }
     return out, states
 
 
@@ -109,12 +134,21 @@ def report(args: argparse.Namespace, settings: StackCliSettings) -> None:
     lags, states = measure(settings, split_list(args.group), split_list(args.topic))
     fresh = freshness(args, settings)
     if args.json:
-        print(json.dumps({"at_ms": int(time.time() * 1000), "groups": states,
-                          "partitions": [asdict(x) for x in lags],
-                          "freshness": {k: v for k, v in fresh.items() if k != "lines"}}))
+        print(
+            json.dumps(
+                {
+                    "at_ms": int(time.time() * 1000),
+                    "groups": states,
+                    "partitions": [asdict(x) for x in lags],
+                    "freshness": {k: v for k, v in fresh.items() if k != "lines"},
+                }
+            )
+        )
         return
     if not lags:
-        print("no consumer group has committed offsets" + (" on those topics" if args.topic else ""))
+        print(
+            "no consumer group has committed offsets" + (" on those topics" if args.topic else "")
+        )
     else:
         summary = {}
         for x in lags:
@@ -122,12 +156,31 @@ def report(args: argparse.Namespace, settings: StackCliSettings) -> None:
             s[0] += x.lag
             if x.lag_s is not None:
                 s[1] = max(s[1] or 0.0, x.lag_s)
-        print(table(["group", "state", "members", "lag", "max lag time"],
-                    [[g, states.get(g, {}).get("state", "?"), states.get(g, {}).get("members", 0), n, _fmt_s(t)]
-                     for g, (n, t) in sorted(summary.items())]))
+        print(
+            table(
+                ["group", "state", "members", "lag", "max lag time"],
+                [
+                    [
+                        g,
+                        states.get(g, {}).get("state", "?"),
+                        states.get(g, {}).get("members", 0),
+                        n,
+                        _fmt_s(t),
+                    ]
+                    for g, (n, t) in sorted(summary.items())
+                ],
+            )
+        )
         print()
-        print(table(["group", "topic", "partition", "committed", "end", "lag", "lag time"],
-                    [[x.group, x.topic, x.partition, x.committed, x.end, x.lag, _fmt_s(x.lag_s)] for x in lags]))
+        print(
+            table(
+                ["group", "topic", "partition", "committed", "end", "lag", "lag time"],
+                [
+                    [x.group, x.topic, x.partition, x.committed, x.end, x.lag, _fmt_s(x.lag_s)]
+                    for x in lags
+                ],
+            )
+        )
     for line in fresh.get("lines", []):
         print(line)
 

@@ -13,12 +13,17 @@ from precast.errors import ConfigError
 _MIN_SLEEP_S = 0.002
 
 
-class Pacer:
+class ReplaySchedule:
     """Call `wait(ts_ms)` before sending each record. The schedule is absolute (record n is due
     at start + n/rate), so sleeping late or in steps never drifts the long-run rate."""
 
-    def __init__(self, rate: float | None = None, speed: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        rate: float | None = None,
+        speed: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if rate is not None and speed is not None:
             raise ConfigError("give either --rate or --speed, not both")
         if rate is not None and not rate > 0:

@@ -34,18 +34,34 @@ log = logging.getLogger("opsctl.purge")
 
 PURGED = MetricCounter("precast_purge_entries_total", "served predictions purged", ["selector"])
 RUNS = MetricCounter("precast_purge_runs_total", "purge runs", ["selector", "result"])
-LAST_OK = Gauge("precast_purge_last_success_timestamp_seconds", "end of the last successful purge", ["selector"])
+LAST_OK = Gauge(
+    "precast_purge_last_success_timestamp_seconds", "end of the last successful purge", ["selector"]
+)
 
 
 def add_parser(sub: Any) -> None:
-    pp = sub.add_parser("purge", help="invalidate served predictions by model version (semver-aware)",
-                        description=__doc__)
-    pp.add_argument("selector", help="a line (1.3, v1.3.), an exact version (=1.3.7) or a range (>=1.2 <1.4)")
-    pp.add_argument("--dry-run", action="store_true", help="count what would be purged per version; change nothing")
-    pp.add_argument("--source", choices=["store", "topic"],
-                    help="where to find served entries: the shared store (default with PRECAST_REDIS__URL) "
-                         "or the predictions topic (default without)")
-    pp.add_argument("--schedule", help="repeat: cron in UTC ('0 4 * * *') or daily@HH:MM; runs until stopped")
+    pp = sub.add_parser(
+        "purge",
+        help="invalidate served predictions by model version (semver-aware)",
+        description=__doc__,
+    )
+    pp.add_argument(
+        "selector", help="a line (1.3, v1.3.), an exact version (=1.3.7) or a range (>=1.2 <1.4)"
+    )
+    pp.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be purged per version; change nothing",
+    )
+    pp.add_argument(
+        "--source",
+        choices=["store", "topic"],
+        help="where to find served entries: the shared store (default with PRECAST_REDIS__URL) "
+        "or the predictions topic (default without)",
+    )
+    pp.add_argument(
+        "--schedule", help="repeat: cron in UTC ('0 4 * * *') or daily@HH:MM; runs until stopped"
+    )
     pp.add_argument("--no-progress", action="store_true")
     pp.set_defaults(fn=run)
 
@@ -65,9 +81,19 @@ class PurgeResult:
 def marker(device_id: str, e: Entry, now_ms: int) -> bytes:
     """The superseding record of docs/architecture.md: same data time, later production time,
     no candidates, trigger "purge"."""
-    return PredictionSet(device_id=device_id, candidates=[], model_version=e.model_version,
-                         computed_at_ms=e.computed_at_ms, valid_until_ms=max(e.valid_until_ms, e.computed_at_ms),
-                         produced_at_ms=max(now_ms, e.produced_at_ms + 1), trigger="purge").model_dump_json().encode()
+    return (
+        PredictionSet(
+            device_id=device_id,
+            candidates=[],
+            model_version=e.model_version,
+            computed_at_ms=e.computed_at_ms,
+            valid_until_ms=max(e.valid_until_ms, e.computed_at_ms),
+            produced_at_ms=max(now_ms, e.produced_at_ms + 1),
+            trigger="purge",
+        )
+        .model_dump_json()
+        .encode()
+    )
 
 
 def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
@@ -89,15 +115,24 @@ def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
     return victims
 
 
-def purge(settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None,
-          progress: bool) -> PurgeResult:
+def purge(
+    settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None, progress: bool
+) -> PurgeResult:
     from opsctl.store import predictions_topic, shared_store, topic_view
 
     t0 = time.monotonic()
     source = source or ("store" if settings.redis.url else "topic")
-    store = shared_store(settings, "purge --source store") if source == "store" or settings.redis.url else None
+    store = (
+        shared_store(settings, "purge --source store")
+        if source == "store" or settings.redis.url
+        else None
+    )
     result = PurgeResult(str(sel), source)
-    entries = store.iterate() if source == "store" and store is not None else topic_view(settings, progress).iterate()
+    entries = (
+        store.iterate()
+        if source == "store" and store is not None
+        else topic_view(settings, progress).iterate()
+    )
     victims = find(entries, sel, result)
     if dry_run or not victims:
         result.elapsed_s = time.monotonic() - t0
@@ -131,21 +166,33 @@ def _print(r: PurgeResult, dry_run: bool) -> None:
     total = sum(r.by_version.values())
     rows = sorted(r.by_version.items(), key=lambda kv: _version_order(kv[0]))
     head = "dry run: would purge" if dry_run else "purged"
-    print(f"{head} {total:,} served predictions matching {r.selector!r} (of {r.scanned:,} entries in the {r.source})")
+    print(
+        f"{head} {total:,} served predictions matching {r.selector!r} (of {r.scanned:,} entries in the {r.source})"
+    )
     if rows:
         print(table(["model version", "devices"], rows))
     if r.unparseable:
         print(f"{r.unparseable} stored version(s) are not semantic versions and were never matched")
     if not dry_run and total:
-        print(f"{r.markers:,} purge markers written to the predictions topic; "
-              f"{r.deleted:,} entries deleted from the shared store; {r.elapsed_s:.2f}s")
+        print(
+            f"{r.markers:,} purge markers written to the predictions topic; "
+            f"{r.deleted:,} entries deleted from the shared store; {r.elapsed_s:.2f}s"
+        )
 
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     sel = parse_selector(args.selector)
     if args.schedule is None:
-        _print(purge(settings, sel, dry_run=args.dry_run, source=args.source, progress=not args.no_progress),
-               args.dry_run)
+        _print(
+            purge(
+                settings,
+                sel,
+                dry_run=args.dry_run,
+                source=args.source,
+                progress=not args.no_progress,
+            ),
+            args.dry_run,
+        )
         return 0
     expr = parse_schedule(args.schedule)
     probe = None
@@ -156,16 +203,26 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     def job() -> None:
         try:
-            _print(purge(settings, sel, dry_run=args.dry_run, source=args.source, progress=False), args.dry_run)
+            _print(
+                purge(settings, sel, dry_run=args.dry_run, source=args.source, progress=False),
+                args.dry_run,
+            )
             RUNS.labels(str(sel), "ok").inc()
             LAST_OK.labels(str(sel)).set(time.time())
-        except Exception as exc:  # the schedule goes on; the failure is counted and logged
+        except Exception as exc:  # noqa: BLE001 - the schedule goes on; the failure is counted and logged
             RUNS.labels(str(sel), "failed").inc()
             log.error("scheduled purge of %r failed: %s", str(sel), exc)
 
     try:
-        run_forever(expr, job, lambda due: print(f"next purge of {str(sel)!r} at {format_time(int(due * 1000))} "
-                                                 f"(schedule {expr!r}, UTC)", flush=True))
+        run_forever(
+            expr,
+            job,
+            lambda due: print(
+                f"next purge of {str(sel)!r} at {format_time(int(due * 1000))} "
+                f"(schedule {expr!r}, UTC)",
+                flush=True,
+            ),
+        )
     finally:
         if probe:
             probe.stop()

@@ -46,23 +46,30 @@ def parse_time(text: str, flag: str = "time") -> int:
     try:
         t = dt.datetime.fromisoformat(raw)
     except ValueError:
-        raise ConfigError(f"malformed {flag} {text!r}: expected ISO 8601 in UTC, "
-                          f"e.g. 2025-01-31T04:00:00Z") from None
+        raise ConfigError(
+            f"malformed {flag} {text!r}: expected ISO 8601 in UTC, e.g. 2025-01-31T04:00:00Z"
+        ) from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.UTC)
     return int(t.timestamp() * 1000)
 
 
 def format_time(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def parse_time_range(start: str, end: str | None, now_ms: int) -> TimeRange:
     s = parse_time(start, "--from")
     e = parse_time(end, "--to") if end else now_ms
     if e <= s:
-        raise ConfigError(f"reversed or empty time range: --from {format_time(s)} is not before "
-                          f"--to {format_time(e)}")
+        raise ConfigError(
+            f"reversed or empty time range: --from {format_time(s)} is not before "
+            f"--to {format_time(e)}"
+        )
     return TimeRange(s, e)
 
 
@@ -80,8 +87,10 @@ def parse_offsets(text: str) -> OffsetSpec:
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = _OFFSET_ITEM.match(part)
         if not m:
-            raise ConfigError(f"malformed --offsets item {part!r}: expected PARTITION:START-END "
-                              f"(END exclusive, either side may be left open), e.g. 0:100-200")
+            raise ConfigError(
+                f"malformed --offsets item {part!r}: expected PARTITION:START-END "
+                f"(END exclusive, either side may be left open), e.g. 0:100-200"
+            )
         p, s, e = m.groups()
         start, end = (int(s) if s else None), (int(e) if e else None)
         if start is not None and end is not None and end < start:
@@ -99,14 +108,18 @@ def _watermarks(consumer: Consumer, topic: str, partitions: int) -> dict[int, tu
     return {p: consumer.watermarks(topic, p) for p in range(partitions)}
 
 
-def resolve_offsets(consumer: Consumer, topic: str, partitions: int, spec: OffsetSpec) -> list[OffsetRange]:
+def resolve_offsets(
+    consumer: Consumer, topic: str, partitions: int, spec: OffsetSpec
+) -> list[OffsetRange]:
     """Clamp an offset spec to what the partitions hold now (open ends become the watermarks)."""
     marks = _watermarks(consumer, topic, partitions)
     out = []
     for p, start, end in spec.items:
         targets = range(partitions) if p is None else [p]
         if p is not None and not 0 <= p < partitions:
-            raise ConfigError(f"partition {p} does not exist: {topic} has partitions 0-{partitions - 1}")
+            raise ConfigError(
+                f"partition {p} does not exist: {topic} has partitions 0-{partitions - 1}"
+            )
         for q in targets:
             low, high = marks[q]
             s = low if start is None else max(start, low)
@@ -115,13 +128,17 @@ def resolve_offsets(consumer: Consumer, topic: str, partitions: int, spec: Offse
     return out
 
 
-def resolve_times(consumer: Consumer, topic: str, partitions: int, tr: TimeRange) -> list[OffsetRange]:
+def resolve_times(
+    consumer: Consumer, topic: str, partitions: int, tr: TimeRange
+) -> list[OffsetRange]:
     """The offsets whose records may fall in the time range: from the first record at or after
     `start` to the first at or after `end` (the end of the partition when there is none)."""
     marks = _watermarks(consumer, topic, partitions)
 
     def first_at(ms: int) -> dict[int, int]:
-        found = consumer.offsets_for_times([TopicPartitionOffset(topic, p, ms) for p in range(partitions)])
+        found = consumer.offsets_for_times(
+            [TopicPartitionOffset(topic, p, ms) for p in range(partitions)]
+        )
         return {t.partition: (t.offset if t.offset >= 0 else marks[t.partition][1]) for t in found}
 
     starts, ends = first_at(tr.start_ms), first_at(tr.end_ms)
@@ -133,13 +150,25 @@ def describe(ranges: Sequence[OffsetRange]) -> str:
 
 
 def add_range_args(parser: Any, what: str = "records") -> None:
-    parser.add_argument("--from", dest="time_from", metavar="TIME", help=f"{what} at or after this UTC ISO 8601 time")
-    parser.add_argument("--to", dest="time_to", metavar="TIME", help="UTC ISO 8601 end (exclusive); default now")
-    parser.add_argument("--offsets", help="per-partition offsets P:START-END (END exclusive), e.g. 0:100-200,1:50-; "
-                                          "'*:START-END' for every partition")
+    parser.add_argument(
+        "--from",
+        dest="time_from",
+        metavar="TIME",
+        help=f"{what} at or after this UTC ISO 8601 time",
+    )
+    parser.add_argument(
+        "--to", dest="time_to", metavar="TIME", help="UTC ISO 8601 end (exclusive); default now"
+    )
+    parser.add_argument(
+        "--offsets",
+        help="per-partition offsets P:START-END (END exclusive), e.g. 0:100-200,1:50-; "
+        "'*:START-END' for every partition",
+    )
 
 
-def range_inputs(args: Any, *, default_all: bool = False) -> tuple[TimeRange | None, OffsetSpec | None]:
+def range_inputs(
+    args: Any, *, default_all: bool = False
+) -> tuple[TimeRange | None, OffsetSpec | None]:
     """The time range or offset spec a command was given (whole topic when allowed and neither)."""
     if args.offsets and (args.time_from or args.time_to):
         raise ConfigError("give a time range (--from/--to) or --offsets, not both")

@@ -18,16 +18,26 @@ BATCH = 10_000
 def range_consumer(settings: KafkaSettings, purpose: str) -> Consumer:
     """A consumer that only reads: its own throwaway group, nothing committed, committed data only
     (aborted transactions are not part of any range)."""
-    return Consumer(settings, f"precast-ops-{purpose}-{uuid.uuid4().hex[:8]}",
-                    **{"isolation.level": "read_committed", "max.partition.fetch.bytes": 8 * 1024 * 1024})
+    return Consumer(
+        settings,
+        f"precast-ops-{purpose}-{uuid.uuid4().hex[:8]}",
+        **{"isolation.level": "read_committed", "max.partition.fetch.bytes": 8 * 1024 * 1024},
+    )
 
 
 class RangeReader:
     """Iterate to get batches of the records inside `ranges` (in offset order per partition).
     `positions[p]` is the next offset to read of partition p (== end once it is finished)."""
 
-    def __init__(self, consumer: Consumer, topic: str, ranges: Sequence[OffsetRange], *,
-                 batch: int = BATCH, idle_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        topic: str,
+        ranges: Sequence[OffsetRange],
+        *,
+        batch: int = BATCH,
+        idle_timeout_s: float = 30.0,
+    ) -> None:
         self.consumer, self.topic, self.batch = consumer, topic, batch
         self.ends = {r.partition: r.end for r in ranges}
         self.positions = {r.partition: r.start for r in ranges}
@@ -35,7 +45,9 @@ class RangeReader:
         self.idle_timeout_s = idle_timeout_s
         self.partitions: list[int] = []  # partition of each record of the batch last yielded
         if self.active:
-            consumer.assign([TopicPartitionOffset(topic, p, self.positions[p]) for p in self.active])
+            consumer.assign(
+                [TopicPartitionOffset(topic, p, self.positions[p]) for p in self.active]
+            )
 
     def _finish(self, p: int) -> None:
         self.positions[p] = self.ends[p]
@@ -57,8 +69,10 @@ class RangeReader:
             if not msgs:
                 self._check_positions()
                 if self.active and time.monotonic() - idle_since > self.idle_timeout_s:
-                    raise PrecastError(f"no records from {self.topic} partitions {sorted(self.active)} for "
-                                       f"{self.idle_timeout_s:g}s before their range ended (deleted by retention?)")
+                    raise PrecastError(
+                        f"no records from {self.topic} partitions {sorted(self.active)} for "
+                        f"{self.idle_timeout_s:g}s before their range ended (deleted by retention?)"
+                    )
                 continue
             idle_since = time.monotonic()
             # Per-batch work in C: the partitions, and each partition's last offset (offsets
@@ -95,10 +109,20 @@ class RangeReader:
         return out
 
 
-def resolve(settings: KafkaSettings, topic: str, partitions: int, tr: TimeRange | None, spec: OffsetSpec | None) -> list[OffsetRange]:
+def resolve(
+    settings: KafkaSettings,
+    topic: str,
+    partitions: int,
+    tr: TimeRange | None,
+    spec: OffsetSpec | None,
+) -> list[OffsetRange]:
     """Offsets of a time range or offset spec, asked of the cluster in `settings` (KafkaSettings)."""
     c = range_consumer(settings, "resolve")
     try:
-        return resolve_times(c, topic, partitions, tr) if tr else resolve_offsets(c, topic, partitions, spec)
+        return (
+            resolve_times(c, topic, partitions, tr)
+            if tr
+            else resolve_offsets(c, topic, partitions, spec)
+        )
     finally:
         c.close()

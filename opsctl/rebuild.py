@@ -17,14 +17,19 @@ from precast.progress import table
 
 
 def add_parser(sub: Any) -> None:
-    rp = sub.add_parser("rebuild", help="rebuild the shared serving store from the predictions topic",
-                        description=__doc__)
+    rp = sub.add_parser(
+        "rebuild",
+        help="rebuild the shared serving store from the predictions topic",
+        description=__doc__,
+    )
     rp.add_argument("--wipe", action="store_true", help="delete every stored prediction first")
     rp.add_argument("--no-progress", action="store_true")
     rp.set_defaults(fn=run)
 
 
-def rebuild(settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True) -> dict[str, Any]:
+def rebuild(
+    settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True
+) -> dict[str, Any]:
     from opsctl.store import PredictionReader, shared_store  # the Redis client loads only here
     from precast.serving import EXPIRED, OLDER, STORED
 
@@ -37,21 +42,61 @@ def rebuild(settings: StackCliSettings, *, wipe_first: bool = False, progress: b
     for items in reader:
         res = store.put_many_if_newer(items)
         results.update(res)
-        purge_markers += sum(1 for (_d, e), r in zip(items, res, strict=True) if r == STORED and e.purge)
+        purge_markers += sum(
+            1 for (_d, e), r in zip(items, res, strict=True) if r == STORED and e.purge
+        )
     store.mark_loaded()
-    return {"topic": reader.topic, "records": reader.records, "stored": results[STORED], "older": results[OLDER],
-            "expired": results[EXPIRED], "invalid": reader.invalid, "tombstones": reader.tombstones,
-            "purge_markers": purge_markers, "wiped": wiped, "elapsed_s": time.monotonic() - t0}
+    return {
+        "topic": reader.topic,
+        "records": reader.records,
+        "stored": results[STORED],
+        "older": results[OLDER],
+        "expired": results[EXPIRED],
+        "invalid": reader.invalid,
+        "tombstones": reader.tombstones,
+        "purge_markers": purge_markers,
+        "wiped": wiped,
+        "elapsed_s": time.monotonic() - t0,
+    }
 
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     r = rebuild(settings, wipe_first=args.wipe, progress=not args.no_progress)
-    print(f"rebuilt the serving store (Redis, prefix {settings.redis.key_prefix!r}) from {r['topic']}"
-          + (f" after deleting {r['wiped']:,} entries" if args.wipe else ""))
-    print(table(["records read", "stored", "older or duplicate", "expired", "purge markers", "invalid", "tombstones"],
-                [[r["records"], r["stored"], r["older"], r["expired"], r["purge_markers"], r["invalid"],
-                  r["tombstones"]]]))
+    print(
+        f"rebuilt the serving store (Redis, prefix {settings.redis.key_prefix!r}) from {r['topic']}"
+        + (f" after deleting {r['wiped']:,} entries" if args.wipe else "")
+    )
+    print(
+        table(
+            [
+                "records read",
+                "stored",
+                "older or duplicate",
+                "expired",
+                "purge markers",
+                "invalid",
+                "tombstones",
+            ],
+            [
+                [
+                    r["records"],
+                    r["stored"],
+                    r["older"],
+                    r["expired"],
+                    r["purge_markers"],
+                    r["invalid"],
+                    r["tombstones"],
+                ]
+            ],
+        )
+    )
     rate = r["records"] / r["elapsed_s"] if r["elapsed_s"] > 0 else 0.0
-    print(f"{r['records']:,} records in {r['elapsed_s']:.2f}s ({rate:,.0f} rec/s)"
-          + ("; invalid records are dead-lettered by the API materializers, not here" if r["invalid"] else ""))
+    print(
+        f"{r['records']:,} records in {r['elapsed_s']:.2f}s ({rate:,.0f} rec/s)"
+        + (
+            "; invalid records are dead-lettered by the API materializers, not here"
+            if r["invalid"]
+            else ""
+        )
+    )
     return 0

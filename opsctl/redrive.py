@@ -12,7 +12,7 @@ from pathlib import Path
 from opsctl import copier
 from opsctl.checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.deadletter_select import DeadLetterFilter, dead_letter_topic, read_matching
-from opsctl.pacing import Pacer
+from opsctl.pacing import ReplaySchedule
 from opsctl.ranges import OffsetRange, range_inputs
 from opsctl.reader import resolve
 from opsctl.settings import StackCliSettings
@@ -26,13 +26,23 @@ from schemas.partitioning import partition_for
 def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--to-topic", help="send them here instead of each record's source topic")
     ap.add_argument("--rate", type=float, help="at most this many records per second")
-    ap.add_argument("--keep-timestamps", action="store_true", help="write the records' original timestamps")
-    ap.add_argument("--dry-run", action="store_true", help="count what would be sent, per target and reason")
-    ap.add_argument("--checkpoint", type=Path, help="checkpoint file (default: one per distinct command)")
-    ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint and start over")
+    ap.add_argument(
+        "--keep-timestamps", action="store_true", help="write the records' original timestamps"
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="count what would be sent, per target and reason"
+    )
+    ap.add_argument(
+        "--checkpoint", type=Path, help="checkpoint file (default: one per distinct command)"
+    )
+    ap.add_argument(
+        "--fresh", action="store_true", help="ignore an existing checkpoint and start over"
+    )
 
 
-def make_route(flt: DeadLetterFilter, to_topic: str | None, partitions: dict[str, int]) -> copier.Route:
+def make_route(
+    flt: DeadLetterFilter, to_topic: str | None, partitions: dict[str, int]
+) -> copier.Route:
     def route(m: KafkaMessage) -> copier.Out | None:
         headers = m.headers()
         info = dead_letter_info(headers)
@@ -46,12 +56,26 @@ def make_route(flt: DeadLetterFilter, to_topic: str | None, partitions: dict[str
         src_p = info.get("source.partition", "0")
         part = partition_for(key, n) if key else (int(src_p) if src_p.isdigit() else 0) % n
         ts = info.get("source.timestamp_ms", "")
-        return (topic, part, key, m.value(), original_headers(headers), int(ts) if ts.isdigit() else 0)
+        return (
+            topic,
+            part,
+            key,
+            m.value(),
+            original_headers(headers),
+            int(ts) if ts.isdigit() else 0,
+        )
+
     return route
 
 
-def _targets(settings: StackCliSettings, topic: str, ranges: list[OffsetRange], flt: DeadLetterFilter,
-             to_topic: str | None, progress: bool) -> tuple[Counter, Counter]:
+def _targets(
+    settings: StackCliSettings,
+    topic: str,
+    ranges: list[OffsetRange],
+    flt: DeadLetterFilter,
+    to_topic: str | None,
+    progress: bool,
+) -> tuple[Counter, Counter]:
     """(records per target topic, per reason) among the selected dead letters: a first pass,
     so every target is known (and checked) before anything is written."""
     per_target: Counter[str] = Counter()
@@ -65,21 +89,36 @@ def _targets(settings: StackCliSettings, topic: str, ranges: list[OffsetRange], 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     flt = DeadLetterFilter.from_args(args)
     tr, spec = range_inputs(args, default_all=True)
-    pacer = Pacer(rate=args.rate)
+    pacer = ReplaySchedule(rate=args.rate)
     dlq, parts = dead_letter_topic(args, settings)
-    params = {"cmd": "redrive", "cluster": settings.kafka.bootstrap_servers, "topic": dlq, "filter": flt.describe(),
-              "from": args.time_from, "to": args.time_to, "offsets": args.offsets, "to_topic": args.to_topic,
-              "keep_ts": args.keep_timestamps}
+    params = {
+        "cmd": "redrive",
+        "cluster": settings.kafka.bootstrap_servers,
+        "topic": dlq,
+        "filter": flt.describe(),
+        "from": args.time_from,
+        "to": args.time_to,
+        "offsets": args.offsets,
+        "to_topic": args.to_topic,
+        "keep_ts": args.keep_timestamps,
+    }
     fp = fingerprint(params)
     path = args.checkpoint or settings.ops.state_dir / f"redrive-{fp[:16]}.json"
     cp = None if args.dry_run else load_for(path, fp, args.fresh)
     if cp is not None and cp.complete:
-        print(f"nothing to do: this redrive completed ({cp.written:,} records sent); checkpoint {path}; "
-              f"pass --fresh to run it again")
+        print(
+            f"nothing to do: this redrive completed ({cp.written:,} records sent); checkpoint {path}; "
+            f"pass --fresh to run it again"
+        )
         return 0
-    ranges = ([OffsetRange(p, s, e) for p, (s, e) in sorted(cp.ranges.items())] if cp is not None
-              else resolve(settings.kafka, dlq, parts, tr, spec))
-    per_target, per_reason = _targets(settings, dlq, ranges, flt, args.to_topic, not args.no_progress)
+    ranges = (
+        [OffsetRange(p, s, e) for p, (s, e) in sorted(cp.ranges.items())]
+        if cp is not None
+        else resolve(settings.kafka, dlq, parts, tr, spec)
+    )
+    per_target, per_reason = _targets(
+        settings, dlq, ranges, flt, args.to_topic, not args.no_progress
+    )
     admin = Admin(settings.kafka)
     existing = admin.topic_partitions()
     missing = [t for t in per_target if t not in existing]
@@ -91,20 +130,38 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
             print(f"missing target topics (a real run refuses): {', '.join(missing)}")
         return 0
     if missing:
-        raise ConfigError(f"cannot redrive to unknown topic {missing[0]!r} "
-                          f"({per_target[missing[0]]} dead letters name it); pass --to-topic or create it")
+        raise ConfigError(
+            f"cannot redrive to unknown topic {missing[0]!r} "
+            f"({per_target[missing[0]]} dead letters name it); pass --to-topic or create it"
+        )
     if not per_target:
         print("no dead letters match; nothing sent")
         return 0
     resumed = cp is not None
     if cp is None:
-        cp = Checkpoint(fingerprint=fp, run_id=fp[:12], source_topic=dlq,
-                        ranges={r.partition: [r.start, r.end] for r in ranges},
-                        next={r.partition: r.start for r in ranges}, scan_from={})
+        cp = Checkpoint(
+            fingerprint=fp,
+            run_id=fp[:12],
+            source_topic=dlq,
+            ranges={r.partition: [r.start, r.end] for r in ranges},
+            next={r.partition: r.start for r in ranges},
+            scan_from={},
+        )
     targets = {t: existing[t] for t in per_target}
-    job = copier.CopyJob(settings.kafka, dlq, settings.kafka, targets, make_route(flt, args.to_topic, targets),
-                         args.keep_timestamps, pacer, settings.ops.chunk_records, settings.ops.chunk_seconds, path,
-                         progress=not args.no_progress, label="redrive")
+    job = copier.CopyJob(
+        settings.kafka,
+        dlq,
+        settings.kafka,
+        targets,
+        make_route(flt, args.to_topic, targets),
+        args.keep_timestamps,
+        pacer,
+        settings.ops.chunk_records,
+        settings.ops.chunk_seconds,
+        path,
+        progress=not args.no_progress,
+        label="redrive",
+    )
     stats = copier.run(job, cp, resumed=resumed)
     sent = sum(stats.written.values())
     print(f"redrive {dlq} -> {', '.join(sorted(targets))}")
@@ -114,5 +171,3 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         line += f"; resumed, {stats.skipped_on_resume:,} already sent by the interrupted run were skipped"
     print(f"{line}; checkpoint {path}")
     return 0
-
-

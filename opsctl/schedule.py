@@ -31,8 +31,10 @@ def parse_schedule(text: str) -> str:
             raise ConfigError(f"malformed schedule {text!r}: minute past 59")
         return f"{int(m.group(1))} * * * *"
     if len(s.split()) != 5 or not croniter.is_valid(s):
-        raise ConfigError(f"malformed schedule {text!r}: expected a 5-field cron expression in UTC "
-                          f"(e.g. '0 4 * * *') or daily@HH:MM / hourly@:MM")
+        raise ConfigError(
+            f"malformed schedule {text!r}: expected a 5-field cron expression in UTC "
+            f"(e.g. '0 4 * * *') or daily@HH:MM / hourly@:MM"
+        )
     return s
 
 
@@ -42,9 +44,15 @@ def next_run(expr: str, after_s: float) -> float:
     return croniter(expr, start).get_next(dt.datetime).timestamp()
 
 
-def run_forever(expr: str, job: Callable[[], None], announce: Callable[[float], None], *,
-                clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                max_runs: int | None = None) -> int:
+def run_forever(
+    expr: str,
+    job: Callable[[], None],
+    announce: Callable[[float], None],
+    *,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    max_runs: int | None = None,
+) -> int:
     """Run `job` at every firing of `expr`; a failed run is reported by `job` and the schedule
     goes on. Sleeps in short steps so Ctrl-C and clock changes are noticed."""
     runs = 0

@@ -26,18 +26,30 @@ class StackSettings(Section):
 class OpsSettings(Section):
     """The SRE tools (`precast replay | deadletters | purge | lag | rebuild | backfill`)."""
 
-    state_dir: Path = Field(default=Path(".precast/ops"),
-                            description="where replay and redrive checkpoints are kept")
+    state_dir: Path = Field(
+        default=Path(".precast/ops"), description="where replay and redrive checkpoints are kept"
+    )
     target_kafka: KafkaSettings | None = Field(
-        default=None, description="cluster a replay writes to (JSON object of KAFKA fields, or "
-        "PRECAST_OPS__TARGET_KAFKA__BOOTSTRAP_SERVERS etc.); unset = the source cluster")
-    chunk_records: int = Field(default=200_000, ge=100, le=10_000_000,
-                               description="most source records read between two checkpoints")
-    chunk_seconds: float = Field(default=2.0, gt=0, le=600,
-                                 description="longest time between two checkpoints of a replay")
-    store_grace_s: float = Field(default=30.0, ge=0, le=86_400,
-                                 description="grace after valid_until for entries the tools write to the "
-                                             "serving store (keep equal to PRECAST_API__GRACE_S)")
+        default=None,
+        description="cluster a replay writes to (JSON object of KAFKA fields, or "
+        "PRECAST_OPS__TARGET_KAFKA__BOOTSTRAP_SERVERS etc.); unset = the source cluster",
+    )
+    chunk_records: int = Field(
+        default=200_000,
+        ge=100,
+        le=10_000_000,
+        description="most source records read between two checkpoints",
+    )
+    chunk_seconds: float = Field(
+        default=2.0, gt=0, le=600, description="longest time between two checkpoints of a replay"
+    )
+    store_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=86_400,
+        description="grace after valid_until for entries the tools write to the "
+        "serving store (keep equal to PRECAST_API__GRACE_S)",
+    )
 
 
 class StackCliSettings(CommonSettings):

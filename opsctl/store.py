@@ -24,8 +24,10 @@ def grace_ms(settings: StackCliSettings) -> int:
 def shared_store(settings: StackCliSettings, what: str) -> RedisStore:
     """The Redis serving store every API replica shares; the tools need it to change served state."""
     if not settings.redis.url:
-        raise ConfigError(f"{what} needs the shared serving store: set PRECAST_REDIS__URL (API replicas "
-                          f"without Redis keep in-process views that follow the predictions topic)")
+        raise ConfigError(
+            f"{what} needs the shared serving store: set PRECAST_REDIS__URL (API replicas "
+            f"without Redis keep in-process views that follow the predictions topic)"
+        )
     from precast.redis_client import wait_reachable
 
     wait_reachable(settings.redis)
@@ -37,7 +39,9 @@ def predictions_topic(settings: StackCliSettings) -> tuple[str, int]:
     name = catalog(t.prefix, t.partitions, t.replication_factor).predictions.name
     admin = Admin(settings.kafka)
     admin.wait_reachable()
-    return name, partitions_of(admin, name, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)")
+    return name, partitions_of(
+        admin, name, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)"
+    )
 
 
 @dataclass

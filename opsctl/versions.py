@@ -94,8 +94,12 @@ def _bounds_for(op: str, operand: str, selector: str) -> list[Bound]:
     parts = _line_parts(operand)
     if parts is not None:  # a line as a bound
         lo, hi = _floor(parts), _next_line(parts)
-        return {">=": [Bound(">=", lo)], ">": [Bound(">=", hi)], "<": [Bound("<", lo)],
-                "<=": [Bound("<", hi)]}[op]
+        return {
+            ">=": [Bound(">=", lo)],
+            ">": [Bound(">=", hi)],
+            "<": [Bound("<", lo)],
+            "<=": [Bound("<", hi)],
+        }[op]
     v = parse_version(operand)
     if v is None:
         raise ConfigError(f"malformed version {operand!r} in selector {selector!r}")
@@ -105,8 +109,10 @@ def _bounds_for(op: str, operand: str, selector: str) -> list[Bound]:
 def parse_selector(text: str) -> Selector:
     s = text.strip()
     if not s or s in ("*", "x", "X"):
-        raise ConfigError(f"model-version selector {text!r} selects nothing or everything; "
-                          f"name a line (1.3), a version (=1.3.7) or a range (>=1.2 <1.4)")
+        raise ConfigError(
+            f"model-version selector {text!r} selects nothing or everything; "
+            f"name a line (1.3), a version (=1.3.7) or a range (>=1.2 <1.4)"
+        )
     parts = _line_parts(s)
     if parts is not None:
         return Selector(text, (Bound(">=", _floor(parts)), Bound("<", _next_line(parts))))
@@ -121,15 +127,23 @@ def parse_selector(text: str) -> Selector:
         for item in items:
             m = _COMPARATOR.match(item)
             if not m:
-                raise ConfigError(f"malformed comparator {item!r} in selector {text!r} "
-                                  f"(expected e.g. >=1.2.0, <1.4, =1.3.7)")
+                raise ConfigError(
+                    f"malformed comparator {item!r} in selector {text!r} "
+                    f"(expected e.g. >=1.2.0, <1.4, =1.3.7)"
+                )
             op, operand = m.groups()
             if op in ("=", "=="):
                 if len(items) > 1:
                     raise ConfigError(f"an exact version cannot be combined with a range: {text!r}")
                 v = parse_version(operand)
-                if v is None or _line_parts(operand) is not None and len(_line_parts(operand) or ()) < 3:
-                    raise ConfigError(f"exact selector needs a full version (e.g. =1.3.7), got {text!r}")
+                if (
+                    v is None
+                    or _line_parts(operand) is not None
+                    and len(_line_parts(operand) or ()) < 3
+                ):
+                    raise ConfigError(
+                        f"exact selector needs a full version (e.g. =1.3.7), got {text!r}"
+                    )
                 return Selector(text, exact=v, exact_build=v.build is not None)
             bounds += _bounds_for(op, operand, text)
         return Selector(text, tuple(bounds))
@@ -138,5 +152,7 @@ def parse_selector(text: str) -> Selector:
         return Selector(text, exact=v, exact_build=v.build is not None)
     if v is not None:  # 1.3.7+build.5
         return Selector(text, exact=v, exact_build=True)
-    raise ConfigError(f"malformed model-version selector {text!r}: expected a line (1.3), an exact "
-                      f"version (=1.3.7) or a range (>=1.2 <1.4, 1.2 - 1.3)")
+    raise ConfigError(
+        f"malformed model-version selector {text!r}: expected a line (1.3), an exact "
+        f"version (=1.3.7) or a range (>=1.2 <1.4, 1.2 - 1.3)"
+    )

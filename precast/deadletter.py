@@ -11,8 +11,9 @@ from precast.kafka import KafkaMessage, Producer
 from schemas import deadletters as dl
 from schemas.validation import Rejected
 
-DEAD_LETTERS = Counter("precast_dead_letters_total", "records sent to the dead-letter topic",
-                       ["component", "reason"])
+DEAD_LETTERS = Counter(
+    "precast_dead_letters_total", "records sent to the dead-letter topic", ["component", "reason"]
+)
 
 
 class DeadLetters:
@@ -32,8 +33,9 @@ class DeadLetters:
         self.send(msg, rejected.reason, rejected.detail)
 
 
-def dead_letter_record(msg: KafkaMessage, reason: dl.Reason | str, detail: str,
-                       component: str) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
+def dead_letter_record(
+    msg: KafkaMessage, reason: dl.Reason | str, detail: str, component: str
+) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
     """(key, value, headers) of the dead letter for `msg`, for producers other than ours
     (the faust-based context aggregator sends it with its own producer)."""
     reason = str(reason)
@@ -57,8 +59,11 @@ def dead_letter_record(msg: KafkaMessage, reason: dl.Reason | str, detail: str,
 
 def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
     """The `dlq.*` headers of a dead letter as text, keyed without the prefix."""
-    return {k.removeprefix(dl.HEADER_PREFIX): v.decode(errors="replace")
-            for k, v in (headers or []) if k.startswith(dl.HEADER_PREFIX)}
+    return {
+        k.removeprefix(dl.HEADER_PREFIX): v.decode(errors="replace")
+        for k, v in (headers or [])
+        if k.startswith(dl.HEADER_PREFIX)
+    }
 
 
 def original_key(key: bytes | None, headers: list[tuple[str, bytes]] | None) -> bytes | None:

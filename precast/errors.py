@@ -36,4 +36,3 @@ class TopicContractError(PrecastError):
     """An existing topic disagrees with its contract in a way that breaks correctness."""
 
     exit_code = 5
-

@@ -23,12 +23,19 @@ class ProbeServer:
     work (e.g. connected and assigned). Each returns (ok, details) and details are shown as JSON.
     """
 
-    def __init__(self, host: str, port: int, *, health: Check = _always_ok, ready: Check = _always_ok,
-                 registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        health: Check = _always_ok,
+        ready: Check = _always_ok,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
         probe = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            def do_GET(self) -> None:  # the name http.server calls
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     self._send(200, generate_latest(probe.registry), CONTENT_TYPE_LATEST)
@@ -52,7 +59,9 @@ class ProbeServer:
         self.health, self.ready, self.registry = health, ready, registry
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="probe-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="probe-http", daemon=True
+        )
 
     @property
     def port(self) -> int:

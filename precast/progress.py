@@ -25,7 +25,11 @@ class _LogLines:
             self._last = now
             rate = self.n / max(now - self._t0, 1e-9)
             of = f"/{self.total:,} ({100 * self.n / self.total:.0f}%)" if self.total else ""
-            print(f"{self.desc}: {self.n:,}{of} {self.unit}, {rate:,.0f} {self.unit}/s", file=sys.stderr, flush=True)
+            print(
+                f"{self.desc}: {self.n:,}{of} {self.unit}, {rate:,.0f} {self.unit}/s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         pass
@@ -34,19 +38,36 @@ class _LogLines:
 def bar(total: int | None, desc: str, unit: str = "rec", enabled: bool = True) -> Any:
     """A progress bar on stderr: tqdm on a terminal, a line every few seconds in a log."""
     if not sys.stderr.isatty():
-        return _LogLines(total, desc, unit) if enabled else _LogLines(total, desc, unit, every_s=float("inf"))
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, disable=not enabled,
-                mininterval=0.2, dynamic_ncols=True, leave=False)
+        return (
+            _LogLines(total, desc, unit)
+            if enabled
+            else _LogLines(total, desc, unit, every_s=float("inf"))
+        )
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        file=sys.stderr,
+        disable=not enabled,
+        mininterval=0.2,
+        dynamic_ncols=True,
+        leave=False,
+    )
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table (numbers right-aligned), for summaries on stdout."""
     cells = [[str(c) for c in columns]] + [[_fmt(v) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    numeric = [all(isinstance(r[i], int | float) for r in rows) and bool(rows) for i in range(len(columns))]
+    numeric = [
+        all(isinstance(r[i], int | float) for r in rows) and bool(rows) for i in range(len(columns))
+    ]
 
     def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric, strict=True)).rstrip()
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric, strict=True)
+        ).rstrip()
 
     return "\n".join([line(cells[0]), *(line(r) for r in cells[1:])])
 

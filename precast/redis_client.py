@@ -10,24 +10,38 @@ from precast.settings import RedisSettings
 
 
 def connect(settings: RedisSettings) -> redis.Redis:
-    return redis.Redis.from_url(settings.url, socket_connect_timeout=settings.connect_timeout_s,
-                                socket_timeout=settings.connect_timeout_s, health_check_interval=30)
+    return redis.Redis.from_url(
+        settings.url,
+        socket_connect_timeout=settings.connect_timeout_s,
+        socket_timeout=settings.connect_timeout_s,
+        health_check_interval=30,
+    )
 
 
 def connect_async(settings: RedisSettings) -> redis.asyncio.Redis:
-    return redis.asyncio.Redis.from_url(settings.url, socket_connect_timeout=settings.connect_timeout_s,
-                                        socket_timeout=settings.connect_timeout_s, health_check_interval=30)
+    return redis.asyncio.Redis.from_url(
+        settings.url,
+        socket_connect_timeout=settings.connect_timeout_s,
+        socket_timeout=settings.connect_timeout_s,
+        health_check_interval=30,
+    )
 
 
 def wait_reachable(settings: RedisSettings) -> None:
     """Raise `Unreachable` unless Redis answers PING within the connect timeout."""
-    client = redis.Redis.from_url(settings.url, socket_connect_timeout=settings.connect_timeout_s,
-                                  socket_timeout=settings.connect_timeout_s)
+    client = redis.Redis.from_url(
+        settings.url,
+        socket_connect_timeout=settings.connect_timeout_s,
+        socket_timeout=settings.connect_timeout_s,
+    )
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise Unreachable("Redis", _redacted(settings.url), f"no PING answer within "
-                          f"{settings.connect_timeout_s:g}s: {type(exc).__name__}") from None
+        raise Unreachable(
+            "Redis",
+            _redacted(settings.url),
+            f"no PING answer within {settings.connect_timeout_s:g}s: {type(exc).__name__}",
+        ) from None
     finally:
         client.close()
 

@@ -12,10 +12,13 @@ from precast.errors import PrecastError
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # librdkafka chatter (connection retries) is useful only when debugging.
-    logging.getLogger("precast.kafka.librdkafka").setLevel(max(logging.getLevelName(level), logging.WARNING))
+    logging.getLogger("precast.kafka.librdkafka").setLevel(
+        max(logging.getLevelName(level), logging.WARNING)
+    )
 
 
 def run_cli(prog: str, body: Callable[[], int]) -> int:

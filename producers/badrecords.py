@@ -63,16 +63,26 @@ def corrupt(event: dict[str, Any], role: str, kind: str, rng: np.random.Generato
     if kind == "not_json":
         raw = orjson.dumps(e)
         choice = int(rng.integers(3))
-        value = (raw[: int(rng.integers(1, len(raw) - 1))] if choice == 0       # truncated
-                 else b"\xff\xfe" + raw if choice == 1                           # not UTF-8
-                 else raw.replace(b'"', b"'", 4))                                # JS-ish quotes
+        value = (
+            raw[: int(rng.integers(1, len(raw) - 1))]
+            if choice == 0  # truncated
+            else b"\xff\xfe" + raw
+            if choice == 1  # not UTF-8
+            else raw.replace(b'"', b"'", 4)
+        )  # JS-ish quotes
         return BadRecord(role, key, value, kind)
     if kind == "wrong_type":
         # a field the contract knows (extras are ignored), not `kind`/`meta` (tolerated shapes),
         # not a boolean (True is a valid `cleared`)
         known = EVENT_MODELS[role].model_fields
-        field = _pick(rng, [k for k, v in e.items()
-                            if k in known and k not in ("kind", "meta") and not isinstance(v, bool)])
+        field = _pick(
+            rng,
+            [
+                k
+                for k, v in e.items()
+                if k in known and k not in ("kind", "meta") and not isinstance(v, bool)
+            ],
+        )
         wrong = _WRONG_FOR_TEXT if isinstance(e[field], str) else _WRONG_FOR_OTHER
         e[field] = wrong[int(rng.integers(len(wrong)))]
         return BadRecord(role, key, orjson.dumps(e), kind)

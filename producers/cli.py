@@ -20,19 +20,30 @@ from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from producers.badrecords import BadRecord
-from producers.pacing import Pacer
+from producers.pacing import RateLimiter
 from producers.publisher import EventPublisher
 from producers.settings import SimulatorOptions, SimulatorSettings
 from producers.simulator import Fleet
 from schemas.topics import catalog
 
-EVENTS = Counter("precast_simulator_events_total", "records published by the simulator (bad = injected malformed)",
-                 ["kind"])
+EVENTS = Counter(
+    "precast_simulator_events_total",
+    "records published by the simulator (bad = injected malformed)",
+    ["kind"],
+)
 
 
 def make_fleet(opts: SimulatorOptions) -> Fleet:
-    return Fleet(opts.devices, opts.seed, hb_interval_s=opts.hb_interval_s, speedup=opts.speedup,
-                 drift_share=opts.drift_share, drift_s=opts.drift_s, bad_rate=opts.bad_rate, run_id=opts.run_id)
+    return Fleet(
+        opts.devices,
+        opts.seed,
+        hb_interval_s=opts.hb_interval_s,
+        speedup=opts.speedup,
+        drift_share=opts.drift_share,
+        drift_s=opts.drift_s,
+        bad_rate=opts.bad_rate,
+        run_id=opts.run_id,
+    )
 
 
 def _describe(t: Tally[str]) -> str:
@@ -43,11 +54,17 @@ def _describe(t: Tally[str]) -> str:
 def run(settings: SimulatorSettings) -> int:
     opts = settings.simulator
     Admin(settings.kafka).wait_reachable()
-    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
+    topics = catalog(
+        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
+    )
     producer = Producer(settings.kafka)
     publisher = EventPublisher(producer, topics)
     fleet = make_fleet(opts)
-    probe = ProbeServer(settings.metrics.host, settings.metrics.port).start() if settings.metrics.port else None
+    probe = (
+        ProbeServer(settings.metrics.host, settings.metrics.port).start()
+        if settings.metrics.port
+        else None
+    )
 
     stop = False
 
@@ -60,13 +77,17 @@ def run(settings: SimulatorSettings) -> int:
     # Heartbeat demand is devices / interval; the global limit caps everything sent.
     demand = opts.devices / opts.hb_interval_s
     limit = min(opts.rate, demand) if opts.rate else demand
-    pacer = Pacer(limit)
+    pacer = RateLimiter(limit)
     chunk = max(1, min(2000, int(limit / 20)))  # ~50 ms of records per step
     sent = Tally[str]()
     total = last_total = 0
     started = last = time.monotonic()
-    print(f"simulator: {opts.devices:,} devices, run {fleet.run_id}, limit {limit:,.0f} records/s"
-          f"{f', bad rate {opts.bad_rate:g}' if opts.bad_rate else ''}", file=sys.stderr, flush=True)
+    print(
+        f"simulator: {opts.devices:,} devices, run {fleet.run_id}, limit {limit:,.0f} records/s"
+        f"{f', bad rate {opts.bad_rate:g}' if opts.bad_rate else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         while not stop:
             records = fleet.step(chunk, int(time.time() * 1000))
@@ -87,33 +108,60 @@ def run(settings: SimulatorSettings) -> int:
             total += len(records)
             now = time.monotonic()
             if now - last >= opts.progress_every_s:
-                print(f"simulator: {total:,} records ({_describe(sent)}), {(total - last_total) / (now - last):,.0f}/s now, "
-                      f"{total / (now - started):,.0f}/s average, {producer.pending():,} queued", file=sys.stderr, flush=True)
+                print(
+                    f"simulator: {total:,} records ({_describe(sent)}), "
+                    f"{(total - last_total) / (now - last):,.0f}/s now, "
+                    f"{total / (now - started):,.0f}/s average, {producer.pending():,} queued",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 last, last_total = now, total
-            if (opts.count and total >= opts.count) or (opts.duration_s and now - started >= opts.duration_s):
+            if (opts.count and total >= opts.count) or (
+                opts.duration_s and now - started >= opts.duration_s
+            ):
                 break
     finally:
         publisher.close(timeout=60.0)  # flush on shutdown; raises if anything was not delivered
         if probe:
             probe.stop()
     elapsed = time.monotonic() - started
-    print(f"simulator: done, {total:,} records in {elapsed:.1f}s ({total / max(elapsed, 1e-9):,.0f}/s): "
-          f"{_describe(sent)}; {producer.failed_total} delivery failures", file=sys.stderr, flush=True)
+    print(
+        f"simulator: done, {total:,} records in {elapsed:.1f}s ({total / max(elapsed, 1e-9):,.0f}/s): "
+        f"{_describe(sent)}; {producer.failed_total} delivery failures",
+        file=sys.stderr,
+        flush=True,
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="precast-simulator", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="precast-simulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--devices", type=int, help="devices in the fleet (default 10000)")
-    p.add_argument("--rate", type=float, help="global limit, records/s over all topics (0 = unlimited)")
-    p.add_argument("--hb-interval", type=float, dest="hb_interval_s", help="seconds between a device's heartbeats")
-    p.add_argument("--speedup", type=float, help="simulated-time multiplier for alarms, work orders, drift")
+    p.add_argument(
+        "--rate", type=float, help="global limit, records/s over all topics (0 = unlimited)"
+    )
+    p.add_argument(
+        "--hb-interval",
+        type=float,
+        dest="hb_interval_s",
+        help="seconds between a device's heartbeats",
+    )
+    p.add_argument(
+        "--speedup", type=float, help="simulated-time multiplier for alarms, work orders, drift"
+    )
     p.add_argument("--drift-share", type=float, help="share of devices that drift into a fault")
-    p.add_argument("--bad-rate", type=float, help="share of records replaced by malformed ones (every kind)")
+    p.add_argument(
+        "--bad-rate", type=float, help="share of records replaced by malformed ones (every kind)"
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--run-id", help="event-id prefix (random unless set)")
-    p.add_argument("--duration", type=float, dest="duration_s", help="seconds to run (0 = unlimited)")
+    p.add_argument(
+        "--duration", type=float, dest="duration_s", help="seconds to run (0 = unlimited)"
+    )
     p.add_argument("--count", type=int, help="records to send (0 = unlimited)")
     args = p.parse_args(argv)
 

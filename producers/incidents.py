@@ -24,8 +24,12 @@ ALARM_CODES: dict[str, tuple[str, ...]] = {
     "hardware_fault": ("LINK_DOWN", "PSU_FAULT", "DISK_FAIL"),
 }
 WO_CATEGORY: dict[str, str] = {
-    "healthy": "inspection", "memory_leak": "software", "bad_firmware": "software",
-    "sensor_drift": "calibration", "worn_part": "mechanical", "hardware_fault": "hardware",
+    "healthy": "inspection",
+    "memory_leak": "software",
+    "bad_firmware": "software",
+    "sensor_drift": "calibration",
+    "worn_part": "mechanical",
+    "hardware_fault": "hardware",
 }
 # Mean simulated time an alarm stays raised / a work order stays open.
 MEAN_ALARM_OPEN_S = 30 * 60
@@ -37,8 +41,8 @@ MAX_OPEN = 8  # per device and kind; the oldest is closed first to make room (bo
 class Rates:
     """Per-slot inputs, one entry per heartbeat slot of the batch."""
 
-    devices: np.ndarray          # device index
-    condition: np.ndarray        # current hidden condition index (for codes and categories)
+    devices: np.ndarray  # device index
+    condition: np.ndarray  # current hidden condition index (for codes and categories)
     critical_per_s: np.ndarray
     warning_per_s: np.ndarray
     wo_per_s: np.ndarray
@@ -50,16 +54,18 @@ class Incidents:
 
     def __init__(self, devices: int, run_id: str = "0") -> None:
         self.run_id = run_id
-        self.open_wo: dict[int, list[list[str]]] = {}      # device -> [[id, priority, category]]
+        self.open_wo: dict[int, list[list[str]]] = {}  # device -> [[id, priority, category]]
         self.open_alarms: dict[int, list[list[str]]] = {}  # device -> [[id, severity, code]]
-        self.n_open = np.zeros(devices, dtype=np.int64)    # both kinds, to find busy slots fast
+        self.n_open = np.zeros(devices, dtype=np.int64)  # both kinds, to find busy slots fast
         self.seq = 0
 
     def _next_id(self, prefix: str) -> str:
         self.seq += 1
         return f"{prefix}-{self.run_id}-{self.seq:x}"
 
-    def step(self, rng: np.random.Generator, r: Rates, dt_s: float) -> list[tuple[int, dict[str, Any]]]:
+    def step(
+        self, rng: np.random.Generator, r: Rates, dt_s: float
+    ) -> list[tuple[int, dict[str, Any]]]:
         """(device index, event fields without envelope) for the slots of one batch."""
         n_crit = rng.poisson(r.critical_per_s * dt_s)
         n_warn = rng.poisson(r.warning_per_s * dt_s)
@@ -80,7 +86,9 @@ class Incidents:
                 out += self._open(rng, d, cond, float(r.high_share[j]))
         return out
 
-    def _lifecycle(self, d: int, u: np.ndarray, p_clear: float, p_close: float) -> list[tuple[int, dict[str, Any]]]:
+    def _lifecycle(
+        self, d: int, u: np.ndarray, p_clear: float, p_close: float
+    ) -> list[tuple[int, dict[str, Any]]]:
         out = []
         alarms, orders = self.open_alarms.get(d), self.open_wo.get(d)
         if alarms and u[0] < p_clear:
@@ -104,7 +112,9 @@ class Incidents:
         self.n_open[d] -= 1
         return _wo(wo_id, "closed", priority, category)
 
-    def _raise(self, rng: np.random.Generator, d: int, cond: str, severity: str) -> list[tuple[int, dict[str, Any]]]:
+    def _raise(
+        self, rng: np.random.Generator, d: int, cond: str, severity: str
+    ) -> list[tuple[int, dict[str, Any]]]:
         codes = ALARM_CODES[cond]
         alarms = self.open_alarms.setdefault(d, [])
         out = [(d, self._clear(d, alarms))] if len(alarms) >= MAX_OPEN else []
@@ -113,11 +123,17 @@ class Incidents:
         self.n_open[d] += 1
         return [*out, (d, _alarm(alarm[0], severity, alarm[2], False))]
 
-    def _open(self, rng: np.random.Generator, d: int, cond: str, high_share: float) -> list[tuple[int, dict[str, Any]]]:
+    def _open(
+        self, rng: np.random.Generator, d: int, cond: str, high_share: float
+    ) -> list[tuple[int, dict[str, Any]]]:
         orders = self.open_wo.setdefault(d, [])
         out = [(d, self._close(d, orders))] if len(orders) >= MAX_OPEN else []
         high = rng.random() < high_share
-        priority = ("critical" if rng.random() < 0.3 else "high") if high else ("medium" if rng.random() < 0.5 else "low")
+        priority = (
+            ("critical" if rng.random() < 0.3 else "high")
+            if high
+            else ("medium" if rng.random() < 0.5 else "low")
+        )
         wo = [self._next_id("wo"), priority, WO_CATEGORY[cond]]
         orders.append(wo)
         self.n_open[d] += 1
@@ -125,9 +141,20 @@ class Incidents:
 
 
 def _alarm(alarm_id: str, severity: str, code: str, cleared: bool) -> dict[str, Any]:
-    return {"kind": "alarm", "alarm_id": alarm_id, "severity": severity, "code": code, "cleared": cleared}
+    return {
+        "kind": "alarm",
+        "alarm_id": alarm_id,
+        "severity": severity,
+        "code": code,
+        "cleared": cleared,
+    }
 
 
 def _wo(wo_id: str, status: str, priority: str, category: str) -> dict[str, Any]:
-    return {"kind": "work_order", "work_order_id": wo_id, "status": status, "priority": priority,
-            "category": category}
+    return {
+        "kind": "work_order",
+        "work_order_id": wo_id,
+        "status": status,
+        "priority": priority,
+        "category": category,
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 
-class Pacer:
+class RateLimiter:
     """`wait(n)` blocks until sending n more records keeps the long-run rate at `rate`/s.
     After a stall (e.g. backpressure while a broker is down) it does not burst to catch up by
     more than one second's worth: a rate limit protects the cluster, it is not a quota."""

@@ -39,7 +39,9 @@ class EventPublisher:
     """Publishes event dicts that follow `schemas.events` (canonical or a tolerated wire
     variant). Use as a context manager, or call `close()`: both flush before returning."""
 
-    def __init__(self, producer: Producer, topics: Topics, *, trace_seed: int | None = None) -> None:
+    def __init__(
+        self, producer: Producer, topics: Topics, *, trace_seed: int | None = None
+    ) -> None:
         self.producer = producer
         self._roles = {role: getattr(topics, role).name for role in _TOPIC_ROLE.values()}
         self._topic_of = {kind: self._roles[role] for kind, role in _TOPIC_ROLE.items()}
@@ -52,17 +54,30 @@ class EventPublisher:
             self._topic_of[event["kind"]],
             event["device_id"].encode(),
             orjson.dumps(event),
-            [(H_EVENT_ID, event["event_id"].encode()), (H_TRACEPARENT, traceparent or self._trace())],
+            [
+                (H_EVENT_ID, event["event_id"].encode()),
+                (H_TRACEPARENT, traceparent or self._trace()),
+            ],
         )
         self.published += 1
         self.producer.poll(0)
 
-    def publish_raw(self, role: str, key: bytes | None, value: bytes | None,
-                    headers: list[tuple[str, bytes]] | None = None) -> None:
+    def publish_raw(
+        self,
+        role: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         """Enqueue pre-encoded bytes as they are, empty key included: for injecting bad records
         and for redrives. Normal events go through `publish`."""
-        self.producer.produce(self._roles[role], key, value, [*(headers or []), (H_TRACEPARENT, self._trace())],
-                              allow_empty_key=True)
+        self.producer.produce(
+            self._roles[role],
+            key,
+            value,
+            [*(headers or []), (H_TRACEPARENT, self._trace())],
+            allow_empty_key=True,
+        )
         self.published += 1
         self.producer.poll(0)
 

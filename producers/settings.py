@@ -8,21 +8,43 @@ from precast.settings import CommonSettings, Section
 
 
 class SimulatorOptions(Section):
-    devices: int = Field(default=10_000, ge=1, le=10_000_000, description="devices in the simulated fleet")
-    rate: float = Field(default=5_000.0, ge=0,
-                        description="global rate limit, records/s over all topics; 0 = unlimited")
-    hb_interval_s: float = Field(default=1.0, gt=0, le=86_400,
-                                 description="simulated seconds between two heartbeats of one device")
-    speedup: float = Field(default=1.0, gt=0, le=100_000,
-                           description="simulated time per heartbeat slot x this: alarms, work orders, drift come sooner")
-    drift_share: float = Field(default=0.05, ge=0, le=1, description="share of devices drifting into a faulty condition")
-    drift_s: float = Field(default=1800.0, gt=0, description="simulated seconds a drifting device takes to drift")
+    devices: int = Field(
+        default=10_000, ge=1, le=10_000_000, description="devices in the simulated fleet"
+    )
+    rate: float = Field(
+        default=5_000.0,
+        ge=0,
+        description="global rate limit, records/s over all topics; 0 = unlimited",
+    )
+    hb_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=86_400,
+        description="simulated seconds between two heartbeats of one device",
+    )
+    speedup: float = Field(
+        default=1.0,
+        gt=0,
+        le=100_000,
+        description="simulated time per heartbeat slot x this: alarms, work orders, drift come sooner",
+    )
+    drift_share: float = Field(
+        default=0.05, ge=0, le=1, description="share of devices drifting into a faulty condition"
+    )
+    drift_s: float = Field(
+        default=1800.0, gt=0, description="simulated seconds a drifting device takes to drift"
+    )
     seed: int = Field(default=42, description="same seed, same fleet and event sequence")
-    run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9]{1,16}$",
-                               description="prefix of event ids; random per run unless set (reproducible ids)")
+    run_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9]{1,16}$",
+        description="prefix of event ids; random per run unless set (reproducible ids)",
+    )
     duration_s: float = Field(default=0.0, ge=0, description="0 = no time limit")
     count: int = Field(default=0, ge=0, description="records to send (good and bad); 0 = no limit")
-    bad_rate: float = Field(default=0.0, ge=0, le=1, description="share of malformed records injected")
+    bad_rate: float = Field(
+        default=0.0, ge=0, le=1, description="share of malformed records injected"
+    )
     progress_every_s: float = Field(default=5.0, gt=0)
 
 

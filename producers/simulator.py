@@ -27,10 +27,10 @@ from schemas.events import SCHEMA_VERSION
 
 # Firmware releases whose devices send a tolerated wire variant (schemas.normalize).
 WIRE_STYLES: dict[tuple[str, str], str] = {
-    ("camera", "6.0.0"): "versioned",       # moved meta.info to meta.info.v2
-    ("meter", "1.8.0"): "flat",             # metadata directly under meta
+    ("camera", "6.0.0"): "versioned",  # moved meta.info to meta.info.v2
+    ("meter", "1.8.0"): "flat",  # metadata directly under meta
     ("pump_controller", "3.0.0"): "strings",  # numbers as JSON strings
-    ("gateway", "2.5.0"): "extra",          # fields the contract does not know (yet)
+    ("gateway", "2.5.0"): "extra",  # fields the contract does not know (yet)
 }
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
 HEALTHY = fleet.CONDITION_NAMES.index("healthy")
@@ -40,16 +40,27 @@ def _table(attr: str) -> np.ndarray:
     return np.array([getattr(c, attr) for c in fleet.CONDITIONS], dtype=np.float64)
 
 
-_CRIT_H, _WARN_H, _WO_DAY, _HIGH = (_table(a) for a in ("critical_alarms_h", "warning_alarms_h", "open_wo", "high_share"))
+_CRIT_H, _WARN_H, _WO_DAY, _HIGH = (
+    _table(a) for a in ("critical_alarms_h", "warning_alarms_h", "open_wo", "high_share")
+)
 
 
 class Fleet:
     """N devices with a type, firmware, wire style, metadata and hidden condition; a share of
     them drift from their condition into a faulty one over simulated time."""
 
-    def __init__(self, devices: int, seed: int, *, hb_interval_s: float = 1.0, speedup: float = 1.0,
-                 drift_share: float = 0.05, drift_s: float = 1800.0, bad_rate: float = 0.0,
-                 run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        devices: int,
+        seed: int,
+        *,
+        hb_interval_s: float = 1.0,
+        speedup: float = 1.0,
+        drift_share: float = 0.05,
+        drift_s: float = 1800.0,
+        bad_rate: float = 0.0,
+        run_id: str | None = None,
+    ) -> None:
         rng = self.rng = np.random.default_rng(seed)
         n = devices
         self.ids = [f"dev-{i:06d}" for i in range(n)]
@@ -65,14 +76,24 @@ class Fleet:
             self.firmware.append(fw)
             self.style.append(WIRE_STYLES.get((dtype, fw), "canonical"))
             rev = 1 + i % 4
-            self.info.append({"site": f"site-{i % 97:03d}", "hw_model": f"{dtype}-r{rev}", "hw_rev": rev,
-                              "serial": f"SN{seed % 1000:03d}{i:07d}"})
+            self.info.append(
+                {
+                    "site": f"site-{i % 97:03d}",
+                    "hw_model": f"{dtype}-r{rev}",
+                    "hw_rev": rev,
+                    "serial": f"SN{seed % 1000:03d}{i:07d}",
+                }
+            )
         # Drift: a share of the devices slides from its condition into a faulty one, each
         # starting at its own moment and taking drift_s of simulated time.
         self.drifting = rng.random(n) < drift_share
         faulty = np.array([c for c in range(len(fleet.CONDITIONS)) if c != HEALTHY])
         target = faulty[rng.integers(0, len(faulty), n)]
-        self.drift_target = np.where(target == self.conditions, faulty[(np.searchsorted(faulty, target) + 1) % len(faulty)], target)
+        self.drift_target = np.where(
+            target == self.conditions,
+            faulty[(np.searchsorted(faulty, target) + 1) % len(faulty)],
+            target,
+        )
         self.drift_start_s = rng.uniform(0, drift_s, n)
         self.drift_s = drift_s
         self.hb_interval_s, self.speedup, self.bad_rate = hb_interval_s, speedup, bad_rate
@@ -91,7 +112,9 @@ class Fleet:
     def conditions_now(self) -> np.ndarray:
         """Each device's hidden condition at the current simulated time."""
         idx = np.arange(len(self.ids))
-        return np.where(self.drift_weight(idx, self.sim_s) >= 0.5, self.drift_target, self.conditions)
+        return np.where(
+            self.drift_weight(idx, self.sim_s) >= 0.5, self.drift_target, self.conditions
+        )
 
     # -- events ------------------------------------------------------------------------------------
     def _event_id(self) -> str:
@@ -111,7 +134,9 @@ class Fleet:
         """The next n heartbeats, round-robin over the fleet, metrics drawn per condition."""
         return self._heartbeats(n, now_ms)[0]
 
-    def _heartbeats(self, n: int, now_ms: int) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
+    def _heartbeats(
+        self, n: int, now_ms: int
+    ) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
         idx, _, w = self._slots(n)
         m = fleet.sample_metrics(self.rng, self.conditions[idx])
         moving = np.flatnonzero(w > 0)
@@ -128,10 +153,18 @@ class Fleet:
         style, info = self.style[i], self.info[i]
         metrics = dict(zip(METRICS, values, strict=True))
         meta: dict[str, Any] = {"info": info}
-        e = {"schema_version": SCHEMA_VERSION, "event_id": self._event_id(), "kind": "heartbeat",
-             "device_id": self.ids[i], "event_time_ms": now_ms, "produced_at_ms": now_ms,
-             "device_type": fleet.DEVICE_TYPES[self.types[i]], "firmware": self.firmware[i],
-             "metrics": metrics, "meta": meta}
+        e = {
+            "schema_version": SCHEMA_VERSION,
+            "event_id": self._event_id(),
+            "kind": "heartbeat",
+            "device_id": self.ids[i],
+            "event_time_ms": now_ms,
+            "produced_at_ms": now_ms,
+            "device_type": fleet.DEVICE_TYPES[self.types[i]],
+            "firmware": self.firmware[i],
+            "metrics": metrics,
+            "meta": meta,
+        }
         if style == "canonical":
             return e
         if style == "versioned":
@@ -157,10 +190,25 @@ class Fleet:
         def blend(table: np.ndarray) -> np.ndarray:
             return (1 - w) * table[src] + w * table[tgt]
 
-        rates = Rates(idx, cond, blend(_CRIT_H) / 3600, blend(_WARN_H) / 3600, blend(_WO_DAY) / 86_400, blend(_HIGH))
+        rates = Rates(
+            idx,
+            cond,
+            blend(_CRIT_H) / 3600,
+            blend(_WARN_H) / 3600,
+            blend(_WO_DAY) / 86_400,
+            blend(_HIGH),
+        )
         for d, fields in self.incidents.step(self.rng, rates, self.hb_interval_s * self.speedup):
-            events.append({"schema_version": SCHEMA_VERSION, "event_id": self._event_id(), "device_id": self.ids[d],
-                           "event_time_ms": now_ms, "produced_at_ms": now_ms, **fields})
+            events.append(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "event_id": self._event_id(),
+                    "device_id": self.ids[d],
+                    "event_time_ms": now_ms,
+                    "produced_at_ms": now_ms,
+                    **fields,
+                }
+            )
             self.counts[fields["kind"]] += 1
         if self.bad_rate <= 0:
             return events

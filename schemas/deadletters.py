@@ -30,12 +30,12 @@ MAX_DETAIL = 500
 
 class Reason(StrEnum):
     NOT_JSON = "not_json"
-    INVALID = "invalid"                  # JSON, but breaks the contract (types, ranges, fields)
+    INVALID = "invalid"  # JSON, but breaks the contract (types, ranges, fields)
     MISSING_KEY = "missing_key"
-    KEY_MISMATCH = "key_mismatch"        # key differs from the payload's device_id
+    KEY_MISMATCH = "key_mismatch"  # key differs from the payload's device_id
     OVERSIZED = "oversized"
-    NON_FINITE = "non_finite"            # NaN / Infinity
+    NON_FINITE = "non_finite"  # NaN / Infinity
     UNKNOWN_SCHEMA_VERSION = "unknown_schema_version"
-    TOMBSTONE = "tombstone"              # null value on an event topic
-    MODEL_FAILURE = "model_failure"      # inference failed twice on the batch
+    TOMBSTONE = "tombstone"  # null value on an event topic
+    MODEL_FAILURE = "model_failure"  # inference failed twice on the batch
     UNKNOWN = "unknown"

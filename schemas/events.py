@@ -23,7 +23,9 @@ MAX_EVENT_BYTES = 32 * 1024
 # ASCII only: device IDs end up in Kafka keys, Redis keys, URLs and log lines.
 DEVICE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 DeviceId = Annotated[str, StringConstraints(pattern=DEVICE_ID_PATTERN)]
-EventId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
+EventId = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")
+]
 
 # 2015-01-01 .. 2100-01-01: anything outside is a clock or encoding bug, not an event.
 MIN_TIME_MS = 1_420_070_400_000
@@ -56,7 +58,9 @@ class Envelope(BaseModel):
     @model_validator(mode="after")
     def _time_is_sane(self) -> Envelope:
         if self.event_time_ms > self.produced_at_ms + MAX_CLOCK_SKEW_MS:
-            raise ValueError("event_time_ms is later than produced_at_ms by more than the allowed clock skew")
+            raise ValueError(
+                "event_time_ms is later than produced_at_ms by more than the allowed clock skew"
+            )
         return self
 
 

@@ -34,10 +34,14 @@ def json_schemas() -> dict[str, dict[str, Any]]:
                 "type": "object",
                 "properties": {META_INFO: {"$ref": ref}},
                 "description": "device metadata under `info` (canonical); consumers also accept it "
-                               "flat under `meta` or under a version key such as `meta.info.v2`",
+                "flat under `meta` or under a version key such as `meta.info.v2`",
             }
-        out[file_name(role)] = {"$schema": DIALECT, "x-precast-topic-role": role,
-                                "x-precast-schema-version": SCHEMA_VERSION, **schema}
+        out[file_name(role)] = {
+            "$schema": DIALECT,
+            "x-precast-topic-role": role,
+            "x-precast-schema-version": SCHEMA_VERSION,
+            **schema,
+        }
     return out
 
 

@@ -27,7 +27,9 @@ from schemas.deadletters import Reason
 # A JSON number, exactly as the JSON grammar spells it (no spaces, no '+', no '_', no hex).
 _INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
 _NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_NON_FINITE_TEXT = frozenset({"nan", "-nan", "infinity", "-infinity", "+infinity", "inf", "-inf", "+inf"})
+_NON_FINITE_TEXT = frozenset(
+    {"nan", "-nan", "infinity", "-infinity", "+infinity", "inf", "-inf", "+inf"}
+)
 # A metadata version key: `v2`, `v10`.
 _VERSION_KEY = re.compile(r"v([1-9][0-9]{0,3})")
 # Metadata lives here on the canonical wire form.
@@ -46,11 +48,11 @@ class Rejection(Exception):
 class Variant:
     """How a record differed from the canonical wire form (all empty = canonical)."""
 
-    layout: str = "none"                  # metadata: none | nested | flat | versioned
-    version_key: str | None = None        # e.g. "v2" when layout == "versioned"
-    coerced: tuple[str, ...] = ()         # paths of numbers that arrived as strings
-    extra: tuple[str, ...] = ()           # paths of unknown fields that were ignored
-    upgraded_from: int | None = None      # schema_version the record was upgraded from
+    layout: str = "none"  # metadata: none | nested | flat | versioned
+    version_key: str | None = None  # e.g. "v2" when layout == "versioned"
+    coerced: tuple[str, ...] = ()  # paths of numbers that arrived as strings
+    extra: tuple[str, ...] = ()  # paths of unknown fields that were ignored
+    upgraded_from: int | None = None  # schema_version the record was upgraded from
 
     @property
     def label(self) -> str:
@@ -122,7 +124,9 @@ def _number(value: Any, kind: str, path: str, notes: _Notes) -> Any:
 
 
 # -- objects ------------------------------------------------------------------------------------------
-def normalize_object(data: dict[str, Any], model: type[BaseModel], path: str, notes: _Notes) -> dict[str, Any]:
+def normalize_object(
+    data: dict[str, Any], model: type[BaseModel], path: str, notes: _Notes
+) -> dict[str, Any]:
     """Known fields of `model` with numbers coerced and nested objects normalized; unknown
     fields noted and left out."""
     kinds = field_kinds(model)
@@ -139,20 +143,26 @@ def normalize_object(data: dict[str, Any], model: type[BaseModel], path: str, no
         elif kind == "model" and isinstance(value, dict):
             value = normalize_object(value, sub, where, notes)
         elif kind == "models" and isinstance(value, list):
-            value = [normalize_object(v, sub, f"{where}[{i}]", notes) if isinstance(v, dict) else v
-                     for i, v in enumerate(value)]
+            value = [
+                normalize_object(v, sub, f"{where}[{i}]", notes) if isinstance(v, dict) else v
+                for i, v in enumerate(value)
+            ]
         elif isinstance(value, float) and not math.isfinite(value):
             raise Rejection(Reason.NON_FINITE, f"{where}: not a finite number")
         out[name] = value
     return out
 
 
-def _metadata(meta: Any, info_model: type[BaseModel], notes: _Notes) -> tuple[dict[str, Any], str, str | None]:
+def _metadata(
+    meta: Any, info_model: type[BaseModel], notes: _Notes
+) -> tuple[dict[str, Any], str, str | None]:
     """(normalized metadata fields, layout, version key) from whatever `meta` holds."""
     if meta is None or meta == {}:
         return {}, "none", None
     if not isinstance(meta, dict):
-        raise Rejection(Reason.INVALID, f"{META_FIELD}: must be an object, got {type(meta).__name__}")
+        raise Rejection(
+            Reason.INVALID, f"{META_FIELD}: must be an object, got {type(meta).__name__}"
+        )
     if META_INFO not in meta:
         return normalize_object(meta, info_model, META_FIELD, notes), "flat", None
     notes.extra.extend(f"{META_FIELD}.{k}" for k in meta if k != META_INFO)
@@ -160,8 +170,14 @@ def _metadata(meta: Any, info_model: type[BaseModel], notes: _Notes) -> tuple[di
     base = f"{META_FIELD}.{META_INFO}"
     if not isinstance(info, dict):
         raise Rejection(Reason.INVALID, f"{base}: must be an object, got {type(info).__name__}")
-    versions = sorted(((int(m.group(1)), k) for k in info if isinstance(info[k], dict)
-                       and (m := _VERSION_KEY.fullmatch(k))), reverse=True)
+    versions = sorted(
+        (
+            (int(m.group(1)), k)
+            for k in info
+            if isinstance(info[k], dict) and (m := _VERSION_KEY.fullmatch(k))
+        ),
+        reverse=True,
+    )
     if not versions:
         return normalize_object(info, info_model, base, notes), "nested", None
     key = versions[0][1]  # the newest layout wins; anything else beside it is noted as extra
@@ -169,7 +185,9 @@ def _metadata(meta: Any, info_model: type[BaseModel], notes: _Notes) -> tuple[di
     return normalize_object(info[key], info_model, f"{base}.{key}", notes), "versioned", key
 
 
-def normalize(data: dict[str, Any], model: type[BaseModel], upgraded_from: int | None = None) -> tuple[dict[str, Any], Variant]:
+def normalize(
+    data: dict[str, Any], model: type[BaseModel], upgraded_from: int | None = None
+) -> tuple[dict[str, Any], Variant]:
     """The dict `model.model_validate(..., strict=True)` should see, and the variant seen."""
     notes = _Notes()
     kinds = field_kinds(model)
@@ -182,5 +200,6 @@ def normalize(data: dict[str, Any], model: type[BaseModel], upgraded_from: int |
     else:
         out = normalize_object(data, model, "", notes)
         layout, version_key = "none", None
-    return out, Variant(layout, version_key, tuple(sorted(notes.coerced)), tuple(sorted(notes.extra)),
-                        upgraded_from)
+    return out, Variant(
+        layout, version_key, tuple(sorted(notes.coerced)), tuple(sorted(notes.extra)), upgraded_from
+    )

@@ -17,7 +17,7 @@ def murmur2(data: bytes) -> int:
     h = (0x9747B28C ^ length) & _MASK
     n4 = length // 4
     for i in range(n4):
-        k = int.from_bytes(data[4 * i: 4 * i + 4], "little")
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
         k = (k * _M) & _MASK
         k ^= k >> 24
         k = (k * _M) & _MASK

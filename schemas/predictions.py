@@ -28,7 +28,9 @@ class LineageRef(BaseModel):
     trace_id: str | None = None
 
 
-Trigger = Literal["heartbeat", "work_order", "alarm", "api_miss", "prefetch", "backfill", "expiry", "purge"]
+Trigger = Literal[
+    "heartbeat", "work_order", "alarm", "api_miss", "prefetch", "backfill", "expiry", "purge"
+]
 
 
 class PredictionSet(BaseModel):

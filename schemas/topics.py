@@ -30,23 +30,61 @@ class TopicSpec:
 
 # role -> (suffix, cleanup, retention ms or None, keyed by device, description, extra config)
 _CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
-    "heartbeats": ("heartbeats", "delete", DAY_MS, True,
-                   "device heartbeats (metrics), ~1/s per device", {}),
-    "work_orders": ("work-orders", "delete", 7 * DAY_MS, True,
-                    "work-order lifecycle events (opened/updated/closed)", {}),
+    "heartbeats": (
+        "heartbeats",
+        "delete",
+        DAY_MS,
+        True,
+        "device heartbeats (metrics), ~1/s per device",
+        {},
+    ),
+    "work_orders": (
+        "work-orders",
+        "delete",
+        7 * DAY_MS,
+        True,
+        "work-order lifecycle events (opened/updated/closed)",
+        {},
+    ),
     "alarms": ("alarms", "delete", 7 * DAY_MS, True, "device alarms raised and cleared", {}),
-    "device_context": ("device-context", "compact", None, True,
-                       "latest per-device context (open work orders, recent alarms)", {}),
-    "precompute_requests": ("precompute-requests", "delete", HOUR_MS, True,
-                            "asks the workers to (re)compute a device: API miss, prefetch, backfill", {}),
-    "predictions": ("predictions", "compact", None, True,
-                    "newest PredictionSet per device; compacted so a rebuild reads one per key",
-                    # Small segments and a short lag make compaction keep up with a hot topic,
-                    # which keeps the serving store's rebuild bounded by the device count.
-                    {"segment.ms": str(HOUR_MS), "min.cleanable.dirty.ratio": "0.2",
-                     "delete.retention.ms": str(DAY_MS)}),
-    "dead_letters": ("dead-letters", "delete", 14 * DAY_MS, False,
-                     "records any component rejected, with original bytes and the reason", {}),
+    "device_context": (
+        "device-context",
+        "compact",
+        None,
+        True,
+        "latest per-device context (open work orders, recent alarms)",
+        {},
+    ),
+    "precompute_requests": (
+        "precompute-requests",
+        "delete",
+        HOUR_MS,
+        True,
+        "asks the workers to (re)compute a device: API miss, prefetch, backfill",
+        {},
+    ),
+    "predictions": (
+        "predictions",
+        "compact",
+        None,
+        True,
+        "newest PredictionSet per device; compacted so a rebuild reads one per key",
+        # Small segments and a short lag make compaction keep up with a hot topic,
+        # which keeps the serving store's rebuild bounded by the device count.
+        {
+            "segment.ms": str(HOUR_MS),
+            "min.cleanable.dirty.ratio": "0.2",
+            "delete.retention.ms": str(DAY_MS),
+        },
+    ),
+    "dead_letters": (
+        "dead-letters",
+        "delete",
+        14 * DAY_MS,
+        False,
+        "records any component rejected, with original bytes and the reason",
+        {},
+    ),
 }
 
 EVENT_ROLES = ("heartbeats", "work_orders", "alarms")

@@ -30,7 +30,15 @@ from schemas.events import EVENT_MODELS, MAX_EVENT_BYTES, SCHEMA_VERSION, SUPPOR
 from schemas.normalize import META_FIELD, META_INFO, Rejection, Variant, normalize
 from schemas.predictions import PrecomputeRequest, PredictionSet
 
-__all__ = ["CONTRACTS", "Accepted", "Rejected", "Variant", "canonical_dict", "encode", "validate_event"]
+__all__ = [
+    "CONTRACTS",
+    "Accepted",
+    "Rejected",
+    "Variant",
+    "canonical_dict",
+    "encode",
+    "validate_event",
+]
 
 # Topic role (schemas.topics) -> the model its records must satisfy.
 CONTRACTS: dict[str, type[BaseModel]] = {
@@ -61,8 +69,12 @@ class Rejected:
     ok = False
 
 
-def validate_event(role: str, key: bytes | None, value: bytes | None,
-                   headers: list[tuple[str, bytes]] | None = None) -> Accepted | Rejected:
+def validate_event(
+    role: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> Accepted | Rejected:
     """Judge one record from the topic with this role. Never raises. `headers` are accepted
     for a stable signature; no check depends on them yet."""
     try:
@@ -70,7 +82,9 @@ def validate_event(role: str, key: bytes | None, value: bytes | None,
     except Rejection as r:
         return Rejected(r.reason, r.detail[:MAX_DETAIL])
     except Exception as exc:  # noqa: BLE001 -- the contract is "never raises"
-        return Rejected(Reason.UNKNOWN, f"validator error: {type(exc).__name__}: {exc}"[:MAX_DETAIL])
+        return Rejected(
+            Reason.UNKNOWN, f"validator error: {type(exc).__name__}: {exc}"[:MAX_DETAIL]
+        )
 
 
 def _validate(role: str, key: bytes | None, value: bytes | None) -> Accepted | Rejected:
@@ -80,7 +94,9 @@ def _validate(role: str, key: bytes | None, value: bytes | None) -> Accepted | R
     if value is None:
         return Rejected(Reason.TOMBSTONE, f"null value (tombstone) on the {role} topic")
     if not key:
-        return Rejected(Reason.MISSING_KEY, "record has no key" if key is None else "record key is empty")
+        return Rejected(
+            Reason.MISSING_KEY, "record has no key" if key is None else "record key is empty"
+        )
     if len(value) > MAX_EVENT_BYTES:
         return Rejected(Reason.OVERSIZED, f"{len(value)} bytes, limit {MAX_EVENT_BYTES}")
     data = _parse(value)
@@ -93,8 +109,9 @@ def _validate(role: str, key: bytes | None, value: bytes | None) -> Accepted | R
     except ValidationError as exc:
         return Rejected(Reason.INVALID, _first_error(exc))
     if key != event.device_id.encode():
-        return Rejected(Reason.KEY_MISMATCH,
-                        f"key {key[:80]!r} differs from device_id {event.device_id!r}")
+        return Rejected(
+            Reason.KEY_MISMATCH, f"key {key[:80]!r} differs from device_id {event.device_id!r}"
+        )
     return Accepted(event, variant)
 
 
@@ -105,7 +122,9 @@ def _parse(value: bytes) -> Any:
         # orjson is the authority on what is JSON; the lenient stdlib parser only tells
         # NaN/Infinity (and numbers that overflow to infinity) apart from other garbage.
         if _has_non_finite(value):
-            raise Rejection(Reason.NON_FINITE, f"NaN or Infinity in the JSON text ({exc})") from None
+            raise Rejection(
+                Reason.NON_FINITE, f"NaN or Infinity in the JSON text ({exc})"
+            ) from None
         raise Rejection(Reason.NOT_JSON, str(exc)) from None
 
 
@@ -129,14 +148,22 @@ def _has_non_finite(value: bytes) -> bool:
 
 def _schema_version(data: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     raw = data.get("schema_version")
-    version = int(raw) if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) < 6 else raw
+    version = (
+        int(raw)
+        if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) < 6
+        else raw
+    )
     if version is None:
         raise Rejection(Reason.INVALID, "schema_version: field required")
     if isinstance(version, bool) or not isinstance(version, int):
-        raise Rejection(Reason.INVALID, f"schema_version: expected an integer, got {_json_type(raw)}")
+        raise Rejection(
+            Reason.INVALID, f"schema_version: expected an integer, got {_json_type(raw)}"
+        )
     if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise Rejection(Reason.UNKNOWN_SCHEMA_VERSION,
-                        f"schema_version {version} (supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)})")
+        raise Rejection(
+            Reason.UNKNOWN_SCHEMA_VERSION,
+            f"schema_version {version} (supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)})",
+        )
     if version == SCHEMA_VERSION:
         return data, None
     upgraded = UPGRADES[version](data)
@@ -152,8 +179,15 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _json_type(v: Any) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-             float: "number", type(None): "null"}
+    names = {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }
     return names.get(type(v), type(v).__name__)
 
 

@@ -7,7 +7,7 @@ import time
 import orjson
 
 from consumer_api.app import create_app
-from consumer_api.backfill import Backfill
+from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.service import Service
 from consumer_api.settings import ApiOptions
 from precast.kafka import Producer
@@ -18,25 +18,50 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def prediction(device: str, computed: int, *, horizon_ms: int = 60_000, produced: int | None = None,
-               received: int | None = None, version: str = "1.0.0", purge: bool = False,
-               inference_ms: int | None = None) -> Entry:
+def prediction(
+    device: str,
+    computed: int,
+    *,
+    horizon_ms: int = 60_000,
+    produced: int | None = None,
+    received: int | None = None,
+    version: str = "1.0.0",
+    purge: bool = False,
+    inference_ms: int | None = None,
+) -> Entry:
     produced = computed + 20 if produced is None else produced
-    doc = {"schema_version": 1, "device_id": device,
-           "candidates": [] if purge else [{"strategy": "remote_restart", "score": 0.7},
-                                           {"strategy": "monitor_only", "score": 0.2}],
-           "model_version": version, "computed_at_ms": computed, "valid_until_ms": computed + horizon_ms,
-           "produced_at_ms": produced, "trigger": "purge" if purge else "heartbeat", "lineage": []}
+    doc = {
+        "schema_version": 1,
+        "device_id": device,
+        "candidates": []
+        if purge
+        else [
+            {"strategy": "remote_restart", "score": 0.7},
+            {"strategy": "monitor_only", "score": 0.2},
+        ],
+        "model_version": version,
+        "computed_at_ms": computed,
+        "valid_until_ms": computed + horizon_ms,
+        "produced_at_ms": produced,
+        "trigger": "purge" if purge else "heartbeat",
+        "lineage": [],
+    }
     if inference_ms is not None:
         doc["inference_ms"] = inference_ms
     return entry_from_prediction(orjson.dumps(doc), produced + 5 if received is None else received)
 
 
-def make_service(view: MemoryStore | None = None, producer: Producer | None = None, topic: str = "unused",
-                 **options) -> Service:
+def make_service(
+    view: MemoryStore | None = None,
+    producer: Producer | None = None,
+    topic: str = "unused",
+    **options,
+) -> Service:
     opts = ApiOptions(**options)
     view = MemoryStore(int(opts.grace_s * 1000)) if view is None else view
-    return Service(opts, view, None, Backfill(producer, topic, int(opts.request_window_s * 1000)))
+    return Service(
+        opts, view, None, PrecomputeAsker(producer, topic, int(opts.request_window_s * 1000))
+    )
 
 
 def make_app(svc: Service):

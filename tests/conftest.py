@@ -28,9 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def stack():
-    from precast.settings import load
     from opsctl.settings import StackCliSettings
     from opsctl.stack import LocalStack
+    from precast.settings import load
 
     # PRECAST_STACK__* (home, ports) apply, so several checkouts can share one running stack.
     settings = load(StackCliSettings).stack

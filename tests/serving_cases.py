@@ -15,21 +15,38 @@ DEVICES = ("dev-a", "dev-b", "dev-c")
 VERSIONS = ("1.9.0", "1.10.0", "2.0.0", "2.0.0-rc1", "é-1", "z-1")
 
 
-def prediction(device: str, computed: int, produced: int, version: str, *, horizon_ms: int = 10**9,
-               purge: bool = False) -> Entry:
-    body = orjson.dumps({
-        "schema_version": 1, "device_id": device,
-        "candidates": [] if purge else [{"strategy": "monitor_only", "score": 0.5}],
-        "model_version": version, "computed_at_ms": computed, "valid_until_ms": computed + horizon_ms,
-        "produced_at_ms": produced, "trigger": "purge" if purge else "heartbeat", "lineage": [],
-    })
+def prediction(
+    device: str,
+    computed: int,
+    produced: int,
+    version: str,
+    *,
+    horizon_ms: int = 10**9,
+    purge: bool = False,
+) -> Entry:
+    body = orjson.dumps(
+        {
+            "schema_version": 1,
+            "device_id": device,
+            "candidates": [] if purge else [{"strategy": "monitor_only", "score": 0.5}],
+            "model_version": version,
+            "computed_at_ms": computed,
+            "valid_until_ms": computed + horizon_ms,
+            "produced_at_ms": produced,
+            "trigger": "purge" if purge else "heartbeat",
+            "lineage": [],
+        }
+    )
     return entry_from_prediction(body, received_at_ms=produced + 1)
 
 
 # One delivery = (device, computed offset, produced offset, version); small ranges force ties.
 deliveries = st.lists(
-    st.tuples(st.sampled_from(DEVICES), st.integers(0, 5), st.integers(0, 3), st.sampled_from(VERSIONS)),
-    min_size=1, max_size=40,
+    st.tuples(
+        st.sampled_from(DEVICES), st.integers(0, 5), st.integers(0, 3), st.sampled_from(VERSIONS)
+    ),
+    min_size=1,
+    max_size=40,
 ).map(lambda xs: [(d, prediction(d, BASE_MS + c, BASE_MS + 10 + p, v)) for d, c, p, v in xs])
 
 

@@ -35,7 +35,9 @@ from workers.settings import ContextSettings
 log = logging.getLogger("precast.context")
 COMPONENT = "context"
 
-EVENTS = Counter("precast_context_events_total", "events folded into device context", ["topic", "result"])
+EVENTS = Counter(
+    "precast_context_events_total", "events folded into device context", ["topic", "result"]
+)
 SNAPSHOTS = Counter("precast_context_snapshots_total", "context snapshots published")
 DEVICES = Gauge("precast_context_devices", "devices with context on this instance")
 
@@ -48,15 +50,23 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     topics = catalog(t.prefix, t.partitions, t.replication_factor)
     c = settings.context
     app = faust.App(
-        c.app_id, broker=f"kafka://{settings.kafka.bootstrap_servers}", store="memory://",
-        topic_partitions=t.partitions, topic_replication_factor=t.replication_factor,
+        c.app_id,
+        broker=f"kafka://{settings.kafka.bootstrap_servers}",
+        store="memory://",
+        topic_partitions=t.partitions,
+        topic_replication_factor=t.replication_factor,
         # lz4 like every precast producer; aiokafka reads and writes it through cramjam.
-        producer_compression_type="lz4", producer_acks=-1,
-        consumer_auto_offset_reset="earliest", broker_commit_interval=c.commit_interval_s,
-        datadir=str(c.data_dir), web_enabled=False, processing_guarantee="at_least_once",
+        producer_compression_type="lz4",
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=c.commit_interval_s,
+        datadir=str(c.data_dir),
+        web_enabled=False,
+        processing_guarantee="at_least_once",
         # faust's default session timeout (60 s) is how long a kill -9'd instance holds its
         # partitions before anyone, its own restart included, can take them over.
-        broker_session_timeout=c.session_timeout_s, broker_heartbeat_interval=c.session_timeout_s / 4,
+        broker_session_timeout=c.session_timeout_s,
+        broker_heartbeat_interval=c.session_timeout_s / 4,
     )
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
     sources = {topics.work_orders.name: "work_orders", topics.alarms.name: "alarms"}
@@ -65,13 +75,22 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     out = app.topic(topics.device_context.name, internal=False, **raw)
     dlq = app.topic(topics.dead_letters.name, internal=False, **raw)
     # JSON text keys/values: the changelog is read back through the table's own serializers.
-    table = app.Table("device-context", default=None, partitions=t.partitions, key_type=str, value_type=str)
+    table = app.Table(
+        "device-context", default=None, partitions=t.partitions, key_type=str, value_type=str
+    )
     state: dict[str, Any] = {"last_tick": time.monotonic(), "app": app}
 
     async def fold(event: Any) -> None:
         msg = event.message
-        record = Record(msg.topic, msg.partition, msg.offset, event.key, event.value,
-                        [(k, bytes(v)) for k, v in (msg.headers or [])], int(msg.timestamp * 1000))
+        record = Record(
+            msg.topic,
+            msg.partition,
+            msg.offset,
+            event.key,
+            event.value,
+            [(k, bytes(v)) for k, v in (msg.headers or [])],
+            int(msg.timestamp * 1000),
+        )
         role = sources[msg.topic]
         e, reason, detail = validate(role, record)
         if e is None:
@@ -129,16 +148,33 @@ def run(settings: ContextSettings) -> int:
     def ready() -> tuple[bool, dict]:
         assigned, recovering = state.get("assigned", 0), state.get("recovering", True)
         fresh = time.monotonic() - state["last_tick"] < 5
-        return fresh and assigned > 0 and not recovering, {"assigned_partitions": assigned, "recovering": recovering}
+        return fresh and assigned > 0 and not recovering, {
+            "assigned_partitions": assigned,
+            "recovering": recovering,
+        }
 
-    probe = ProbeServer(settings.metrics.host, settings.metrics.port, health=health, ready=ready).start() \
-        if settings.metrics.port else None
-    print(f"precast-context: app {settings.context.app_id} on {settings.kafka.bootstrap_servers}",
-          file=sys.stderr, flush=True)
+    probe = (
+        ProbeServer(
+            settings.metrics.host, settings.metrics.port, health=health, ready=ready
+        ).start()
+        if settings.metrics.port
+        else None
+    )
+    print(
+        f"precast-context: app {settings.context.app_id} on {settings.kafka.bootstrap_servers}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         # faust.Worker installs SIGTERM/SIGINT handlers that stop the app cleanly (commit, leave).
-        worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
-                              override_logging=False, loop=asyncio.new_event_loop())
+        worker = faust.Worker(
+            app,
+            loglevel=settings.log_level,
+            quiet=True,
+            redirect_stdouts=False,
+            override_logging=False,
+            loop=asyncio.new_event_loop(),
+        )
         worker.execute_from_commandline()
     except SystemExit as exc:
         return int(exc.code or 0)

@@ -34,29 +34,47 @@ def parse_ranges(text: str) -> tuple[list[TopicPartitionOffset], dict[tuple[str,
         raw = json.loads(text)
         items = [(str(t), int(p), int(s), int(e)) for t, parts in raw.items() for p, s, e in parts]
     except (ValueError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"malformed --ranges: {exc} (expected {{\"topic\": [[partition, start, end]]}})") from None
+        raise ConfigError(
+            f'malformed --ranges: {exc} (expected {{"topic": [[partition, start, end]]}})'
+        ) from None
     bad = [i for i in items if i[2] < 0 or i[3] < i[2]]
     if bad:
-        raise ConfigError(f"reversed or negative range {bad[0][0]}[{bad[0][1]}] {bad[0][2]}-{bad[0][3]}")
+        raise ConfigError(
+            f"reversed or negative range {bad[0][0]}[{bad[0][1]}] {bad[0][2]}-{bad[0][3]}"
+        )
     live = [i for i in items if i[3] > i[2]]
-    return ([TopicPartitionOffset(t, p, s) for t, p, s, _e in live], {(t, p): e for t, p, _s, e in live})
+    return (
+        [TopicPartitionOffset(t, p, s) for t, p, s, _e in live],
+        {(t, p): e for t, p, _s, e in live},
+    )
 
 
-def prepare(worker: Worker, assignment: list[TopicPartitionOffset], stop_at: dict[tuple[str, int], int]) -> None:
+def prepare(
+    worker: Worker, assignment: list[TopicPartitionOffset], stop_at: dict[tuple[str, int], int]
+) -> None:
     """Turn a live worker into a bounded backfill run (see `Worker`'s assignment/stop_at)."""
     cfg = worker.pipeline.cfg
-    worker.pipeline.cfg = dataclasses.replace(cfg, backfill=True, policy=dataclasses.replace(cfg.policy, always=True))
+    worker.pipeline.cfg = dataclasses.replace(
+        cfg, backfill=True, policy=dataclasses.replace(cfg.policy, always=True)
+    )
     worker.assignment, worker.stop_at = assignment, stop_at
 
 
-def run(settings: WorkerSettings, assignment: list[TopicPartitionOffset], stop_at: dict[tuple[str, int], int],
-        progress: bool) -> int:
+def run(
+    settings: WorkerSettings,
+    assignment: list[TopicPartitionOffset],
+    stop_at: dict[tuple[str, int], int],
+    progress: bool,
+) -> int:
     worker = build(settings)
     prepare(worker, assignment, stop_at)
     version = worker.registry.current.version
     total = sum(stop_at[(a.topic, a.partition)] - a.offset for a in assignment)
     print(f"backfill: {total:,} records through model {version}", file=sys.stderr, flush=True)
-    before = REGISTRY.get_sample_value("precast_worker_predictions_total", {"model_version": version}) or 0.0
+    before = (
+        REGISTRY.get_sample_value("precast_worker_predictions_total", {"model_version": version})
+        or 0.0
+    )
     t0 = time.monotonic()
     pb = bar(total, "backfill", enabled=progress)
     done = 0
@@ -64,8 +82,14 @@ def run(settings: WorkerSettings, assignment: list[TopicPartitionOffset], stop_a
         worker.start()
         while worker.running and not worker.finished():
             worker.step()
-            now_done = sum(min(worker.pipeline.positions.get((a.topic, a.partition), a.offset), stop_at[(a.topic, a.partition)])
-                           - a.offset for a in assignment)
+            now_done = sum(
+                min(
+                    worker.pipeline.positions.get((a.topic, a.partition), a.offset),
+                    stop_at[(a.topic, a.partition)],
+                )
+                - a.offset
+                for a in assignment
+            )
             pb.update(now_done - done)
             done = now_done
         worker.drain()
@@ -74,23 +98,35 @@ def run(settings: WorkerSettings, assignment: list[TopicPartitionOffset], stop_a
         pb.close()
         worker.close()
         Admin(settings.kafka).delete_consumer_groups([settings.worker.group_id])
-    made = (REGISTRY.get_sample_value("precast_worker_predictions_total", {"model_version": version}) or 0.0) - before
-    print(f"backfill: read {done:,} records, published {int(made):,} predictions of model {version} marked backfill "
-          f"in {time.monotonic() - t0:.1f}s")
+    made = (
+        REGISTRY.get_sample_value("precast_worker_predictions_total", {"model_version": version})
+        or 0.0
+    ) - before
+    print(
+        f"backfill: read {done:,} records, published {int(made):,} predictions of model {version} marked backfill "
+        f"in {time.monotonic() - t0:.1f}s"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m workers.backfill", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="model folder (model.onnx + manifest.json) to run")
-    p.add_argument("--ranges", required=True, help='{"topic": [[partition, start, end], ...]} (ends exclusive)')
+    p.add_argument(
+        "--model", required=True, help="model folder (model.onnx + manifest.json) to run"
+    )
+    p.add_argument(
+        "--ranges", required=True, help='{"topic": [[partition, start, end], ...]} (ends exclusive)'
+    )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
 
     def body() -> int:
         assignment, stop_at = parse_ranges(args.ranges)
-        settings = load(WorkerSettings, model={"path": args.model, "registry": None},
-                        worker={"group_id": f"precast-backfill-{uuid.uuid4().hex[:8]}"})
+        settings = load(
+            WorkerSettings,
+            model={"path": args.model, "registry": None},
+            worker={"group_id": f"precast-backfill-{uuid.uuid4().hex[:8]}"},
+        )
         setup_logging(settings.log_level)
         if not assignment:
             print("backfill: the ranges hold no records; nothing to do")

@@ -17,7 +17,9 @@ T = TypeVar("T")
 
 
 class MicroBatcher(Generic[T]):
-    def __init__(self, max_batch: int, max_queue_delay_s: float, preferred_sizes: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, max_batch: int, max_queue_delay_s: float, preferred_sizes: tuple[int, ...] = ()
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         if max_queue_delay_s < 0:
@@ -43,7 +45,9 @@ class MicroBatcher(Generic[T]):
     def get(self, key: Hashable) -> T | None:
         return self._items.get(key)
 
-    def add(self, key: Hashable, item: T, now: float, merge: Callable[[T, T], T] | None = None) -> bool:
+    def add(
+        self, key: Hashable, item: T, now: float, merge: Callable[[T, T], T] | None = None
+    ) -> bool:
         """Queue `item`; True when new. An existing entry is replaced by `merge(old, item)`
         (or by `item`) and keeps its position and enqueue time."""
         old = self._items.get(key)

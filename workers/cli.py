@@ -32,21 +32,40 @@ from workers.settings import WorkerSettings
 def build(settings: WorkerSettings) -> Worker:
     """The worker a settings object describes (also used by tests and benchmarks)."""
     m, w, pol = settings.model, settings.worker, settings.policy
-    load_model = partial(_load_model, provider=m.provider, device_id=m.device_id,
-                         intra_op_threads=m.intra_op_threads, allow_spinning=m.allow_spinning,
-                         warmup_rows=m.warmup_rows)
+    load_model = partial(
+        _load_model,
+        provider=m.provider,
+        device_id=m.device_id,
+        intra_op_threads=m.intra_op_threads,
+        allow_spinning=m.allow_spinning,
+        warmup_rows=m.warmup_rows,
+    )
     registry = ModelRegistry(load_model, path=m.path, registry=m.registry, poll_s=m.registry_poll_s)
-    topics = catalog(settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor)
+    topics = catalog(
+        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
+    )
     instance = w.instance_id or f"{socket.gethostname()}-{os.getpid()}"
     pipe = PipelineConfig(
-        policy=PolicyConfig(min_change=pol.min_change, refresh_lead_ms=pol.refresh_lead_ms,
-                            throttle_ms=pol.throttle_ms),
-        max_batch=w.batch_max, max_queue_delay_s=w.max_queue_delay_ms / 1000.0,
-        preferred_batch_sizes=w.preferred_batch_sizes, horizon_ms=int(w.horizon_s * 1000), top_k=m.top_k)
-    loop = LoopConfig(group_id=w.group_id, consume_max=w.consume_max, poll_timeout_s=w.poll_timeout_s,
-                      commit_interval_s=w.commit_interval_ms / 1000.0, exactly_once=w.exactly_once,
-                      transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
-                      transaction_timeout_ms=w.transaction_timeout_ms)
+        policy=PolicyConfig(
+            min_change=pol.min_change,
+            refresh_lead_ms=pol.refresh_lead_ms,
+            throttle_ms=pol.throttle_ms,
+        ),
+        max_batch=w.batch_max,
+        max_queue_delay_s=w.max_queue_delay_ms / 1000.0,
+        preferred_batch_sizes=w.preferred_batch_sizes,
+        horizon_ms=int(w.horizon_s * 1000),
+        top_k=m.top_k,
+    )
+    loop = LoopConfig(
+        group_id=w.group_id,
+        consume_max=w.consume_max,
+        poll_timeout_s=w.poll_timeout_s,
+        commit_interval_s=w.commit_interval_ms / 1000.0,
+        exactly_once=w.exactly_once,
+        transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
+        transaction_timeout_ms=w.transaction_timeout_ms,
+    )
     return Worker(settings.kafka, topics, registry, pipe, loop)
 
 
@@ -63,12 +82,19 @@ def run(settings: WorkerSettings) -> int:
         return stalled < 30, {"seconds_since_loop": round(stalled, 3)}
 
     def ready() -> tuple[bool, dict]:
-        return worker.ready, {"assigned_partitions": len(worker.assigned),
-                              "restoring_context_partitions": len(worker.restoring),
-                              "model_version": worker.registry.current.version}
+        return worker.ready, {
+            "assigned_partitions": len(worker.assigned),
+            "restoring_context_partitions": len(worker.restoring),
+            "model_version": worker.registry.current.version,
+        }
 
-    probe = ProbeServer(settings.metrics.host, settings.metrics.port, health=health, ready=ready).start() \
-        if settings.metrics.port else None
+    probe = (
+        ProbeServer(
+            settings.metrics.host, settings.metrics.port, health=health, ready=ready
+        ).start()
+        if settings.metrics.port
+        else None
+    )
 
     def _stop(*_: object) -> None:
         worker.running = False
@@ -79,8 +105,12 @@ def run(settings: WorkerSettings) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: every thread's stack to stderr
     model = worker.registry.current
     mode = "exactly-once" if settings.worker.exactly_once else "at-least-once"
-    print(f"precast-worker: model {model.version} on {model.providers[0]}, group {settings.worker.group_id}, "
-          f"{mode}", file=sys.stderr, flush=True)
+    print(
+        f"precast-worker: model {model.version} on {model.providers[0]}, group {settings.worker.group_id}, "
+        f"{mode}",
+        file=sys.stderr,
+        flush=True,
+    )
     tune_gc()
     try:
         worker.run()  # returns after everything consumed is predicted, flushed and committed
@@ -97,15 +127,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", dest="path", help="model folder (model.onnx + manifest.json)")
     p.add_argument("--registry", help="folder of model versions to serve and hot-swap from")
     p.add_argument("--provider", help="auto | cpu | cuda | tensorrt")
-    p.add_argument("--exactly-once", action="store_true", default=None, help="use Kafka transactions")
+    p.add_argument(
+        "--exactly-once", action="store_true", default=None, help="use Kafka transactions"
+    )
     args = p.parse_args(argv)
 
     def body() -> int:
-        model = {k: v for k, v in (("path", args.path), ("registry", args.registry), ("provider", args.provider))
-                 if v is not None}
+        model = {
+            k: v
+            for k, v in (
+                ("path", args.path),
+                ("registry", args.registry),
+                ("provider", args.provider),
+            )
+            if v is not None
+        }
         worker = {"exactly_once": True} if args.exactly_once else {}
-        settings = load(WorkerSettings, **({"model": model} if model else {}),
-                        **({"worker": worker} if worker else {}))
+        settings = load(
+            WorkerSettings,
+            **({"model": model} if model else {}),
+            **({"worker": worker} if worker else {}),
+        )
         setup_logging(settings.log_level)
         return run(settings)
 

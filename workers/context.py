@@ -34,7 +34,7 @@ CONTEXT_SCHEMA_VERSION = 1
 @dataclass
 class DeviceContext:
     device_id: str
-    open_work_orders: dict[str, str] = field(default_factory=dict)   # work_order_id -> priority
+    open_work_orders: dict[str, str] = field(default_factory=dict)  # work_order_id -> priority
     alarms: dict[str, tuple[int, str]] = field(default_factory=dict)  # alarm_id -> (time, bucket)
     last_work_order_ms: int | None = None
     as_of_ms: int = 0  # newest event time folded in
@@ -85,18 +85,25 @@ class DeviceContext:
         if self.last_work_order_ms is None:
             hours = EMPTY_CONTEXT["hours_since_last_wo"]
         else:
-            hours = min(max(at_ms - self.last_work_order_ms, 0) / HOUR_MS, EMPTY_CONTEXT["hours_since_last_wo"])
+            hours = min(
+                max(at_ms - self.last_work_order_ms, 0) / HOUR_MS,
+                EMPTY_CONTEXT["hours_since_last_wo"],
+            )
         return (float(len(self.open_work_orders)), float(high), float(crit), float(warn), hours)
 
     # -- wire form (the compacted device-context topic; docs/workers.md) --------------------------
     def to_json(self, updated_at_ms: int) -> bytes:
-        return orjson.dumps({
-            "schema_version": CONTEXT_SCHEMA_VERSION, "device_id": self.device_id,
-            "open_work_orders": self.open_work_orders,
-            "alarms": {k: [t, b] for k, (t, b) in self.alarms.items()},
-            "last_work_order_ms": self.last_work_order_ms, "as_of_ms": self.as_of_ms,
-            "updated_at_ms": updated_at_ms,
-        })
+        return orjson.dumps(
+            {
+                "schema_version": CONTEXT_SCHEMA_VERSION,
+                "device_id": self.device_id,
+                "open_work_orders": self.open_work_orders,
+                "alarms": {k: [t, b] for k, (t, b) in self.alarms.items()},
+                "last_work_order_ms": self.last_work_order_ms,
+                "as_of_ms": self.as_of_ms,
+                "updated_at_ms": updated_at_ms,
+            }
+        )
 
     @classmethod
     def from_json(cls, raw: bytes) -> DeviceContext:
@@ -105,9 +112,13 @@ class DeviceContext:
         if d.get("schema_version") != CONTEXT_SCHEMA_VERSION:
             raise ValueError(f"unknown context schema_version {d.get('schema_version')!r}")
         last = d.get("last_work_order_ms")
-        return cls(str(d["device_id"]), {str(k): str(v) for k, v in dict(d["open_work_orders"]).items()},
-                   {str(k): (int(v[0]), str(v[1])) for k, v in dict(d["alarms"]).items()},
-                   None if last is None else int(last), int(d["as_of_ms"]))
+        return cls(
+            str(d["device_id"]),
+            {str(k): str(v) for k, v in dict(d["open_work_orders"]).items()},
+            {str(k): (int(v[0]), str(v[1])) for k, v in dict(d["alarms"]).items()},
+            None if last is None else int(last),
+            int(d["as_of_ms"]),
+        )
 
     def merge_snapshot(self, snap: DeviceContext) -> None:
         """Adopt a snapshot from the aggregator unless this copy has already seen newer events."""
@@ -116,7 +127,9 @@ class DeviceContext:
             self.last_work_order_ms, self.as_of_ms = snap.last_work_order_ms, snap.as_of_ms
 
 
-def context_columns(contexts: Sequence[DeviceContext | None], at_ms: np.ndarray) -> dict[str, np.ndarray]:
+def context_columns(
+    contexts: Sequence[DeviceContext | None], at_ms: np.ndarray
+) -> dict[str, np.ndarray]:
     """Context columns for a batch; devices without context get `EMPTY_CONTEXT`."""
     n = len(contexts)
     cols = {k: np.full(n, EMPTY_CONTEXT[k], dtype=np.float64) for k in CONTEXT_COLUMNS}

@@ -62,7 +62,9 @@ def validate(role: str, msg: KafkaMessage) -> tuple[dict[str, Any] | None, str, 
 
 
 # -- heartbeats: the fast path ------------------------------------------------------------------------
-def _parse(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> tuple[list[KafkaMessage], list, list[int]]:
+def _parse(
+    msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]
+) -> tuple[list[KafkaMessage], list, list[int]]:
     """Typed decode of each record: (records, rows, indexes of the rows that may hold metrics as
     text). What the typed decoders refuse goes to `slow`."""
     values = list(map(_VALUE, msgs))
@@ -79,7 +81,9 @@ def _parse(msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]) -> tuple[list
             rows.append(strict(v))
             ok_msgs.append(m)
         except (wire.DecodeError, TypeError) as exc:
-            row = wire.decode_variant(v, exc) if v is not None and len(v) <= MAX_EVENT_BYTES else None
+            row = (
+                wire.decode_variant(v, exc) if v is not None and len(v) <= MAX_EVENT_BYTES else None
+            )
             if row is None:
                 slow.append(m)
             else:
@@ -142,7 +146,9 @@ def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject) -> Heartbeat
         get = wire.TYPE_INDEX.get
         values[:, 7] = [get(x, -1) for x in dt]
         times = np.array([t, pt], dtype=np.int64).T
-        ok = ((values[:, :6] >= _LO) & (values[:, :6] <= _HI)).all(axis=1) & np.isfinite(values).all(axis=1)
+        ok = ((values[:, :6] >= _LO) & (values[:, :6] <= _HI)).all(axis=1) & np.isfinite(
+            values
+        ).all(axis=1)
         ok &= times[:, 0] <= times[:, 1] + ev.MAX_CLOCK_SKEW_MS
         if bad:
             ok[list(bad)] = False
@@ -173,9 +179,18 @@ def _slow_heartbeats(out: Heartbeats, slow: list[KafkaMessage], reject: Reject) 
         out.device_ids.append(e["device_id"])
         out.event_ids.append(e["event_id"])
         out.partitions.append(m.partition())
-        rows.append([mt["cpu_pct"], mt["mem_pct"], mt["temperature_c"], mt["error_rate"], mt["signal_quality"],
-                     mt["uptime_s"], 1.0 if LATEST_FIRMWARE.get(dt) == e["firmware"] else 0.0,
-                     device_type_index(dt)])
+        rows.append(
+            [
+                mt["cpu_pct"],
+                mt["mem_pct"],
+                mt["temperature_c"],
+                mt["error_rate"],
+                mt["signal_quality"],
+                mt["uptime_s"],
+                1.0 if LATEST_FIRMWARE.get(dt) == e["firmware"] else 0.0,
+                device_type_index(dt),
+            ]
+        )
         times.append(e["event_time_ms"])
     if rows:
         out.cols = np.vstack([out.cols, np.array(rows, dtype=np.float64)])
@@ -183,7 +198,9 @@ def _slow_heartbeats(out: Heartbeats, slow: list[KafkaMessage], reject: Reject) 
 
 
 # -- low-rate topics ----------------------------------------------------------------------------------
-def decode_events(role: str, msgs: Sequence[KafkaMessage], reject: Reject) -> list[tuple[KafkaMessage, dict]]:
+def decode_events(
+    role: str, msgs: Sequence[KafkaMessage], reject: Reject
+) -> list[tuple[KafkaMessage, dict]]:
     out = []
     for m in msgs:
         e, reason, detail = validate(role, m)
@@ -194,7 +211,9 @@ def decode_events(role: str, msgs: Sequence[KafkaMessage], reject: Reject) -> li
     return out
 
 
-def decode_requests(msgs: Sequence[KafkaMessage], reject: Reject) -> list[tuple[KafkaMessage, PrecomputeRequest]]:
+def decode_requests(
+    msgs: Sequence[KafkaMessage], reject: Reject
+) -> list[tuple[KafkaMessage, PrecomputeRequest]]:
     out = []
     for m in msgs:
         result = validate_event("precompute_requests", m.key(), m.value(), m.headers())

@@ -42,7 +42,9 @@ def gpu_visible() -> tuple[bool, str]:
         if smi:
             try:
                 out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=15)
-                return True, out.stdout.strip().splitlines()[0] if out.stdout.strip() else "driver present"
+                return True, out.stdout.strip().splitlines()[
+                    0
+                ] if out.stdout.strip() else "driver present"
             except (subprocess.TimeoutExpired, OSError) as exc:
                 return True, f"driver present (nvidia-smi: {exc})"
         return True, "driver present"
@@ -69,7 +71,9 @@ def measure(provider: str, model: Path, sizes: list[int], seconds: float, device
     rows = []
     for n in sizes:
         x = rng.normal(size=(n, len(manifest["features"]))).astype(np.float32)
-        sess.run([manifest["output"]], {manifest["input"]: x})  # warm-up (engine build, allocations)
+        sess.run(
+            [manifest["output"]], {manifest["input"]: x}
+        )  # warm-up (engine build, allocations)
         done, calls, start = 0, 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             sess.run([manifest["output"]], {manifest["input"]: x})
@@ -84,18 +88,35 @@ def child(args: argparse.Namespace) -> int:
     try:
         result = measure(args.child, Path(args.model), args.sizes, args.seconds, args.device_id)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as data
-        result = {"provider": args.child, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+        result = {
+            "provider": args.child,
+            "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+        }
     print(json.dumps(result), flush=True)
     return 0
 
 
 def run_child(provider: str, args: argparse.Namespace, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "workers.gpu_check", "--child", provider, "--model", str(args.model),
-           "--sizes", ",".join(map(str, args.sizes)), "--seconds", str(args.seconds),
-           "--device-id", str(args.device_id)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workers.gpu_check",
+        "--child",
+        provider,
+        "--model",
+        str(args.model),
+        "--sizes",
+        ",".join(map(str, args.sizes)),
+        "--seconds",
+        str(args.seconds),
+        "--device-id",
+        str(args.device_id),
+    ]
     root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(5.0, timeout), cwd=root)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=max(5.0, timeout), cwd=root
+        )
     except subprocess.TimeoutExpired:
         return {"provider": provider, "error": f"no result within {timeout:.0f}s (killed)"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -115,19 +136,27 @@ def table(results: list[dict], sizes: list[int]) -> str:
             continue
         for row in r["rows"]:
             ratio = row["rows_per_s"] / base[row["batch"]] if row["batch"] in base else float("nan")
-            lines.append(f"{r['provider']:<28} {row['batch']:>7} {row['rows_per_s']:>14,.0f} "
-                         f"{row['ms_per_call']:>9.3f} {ratio:>7.2f}x")
+            lines.append(
+                f"{r['provider']:<28} {row['batch']:>7} {row['rows_per_s']:>14,.0f} "
+                f"{row['ms_per_call']:>9.3f} {ratio:>7.2f}x"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m workers.gpu_check", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(DEFAULT_MODEL))
-    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 512, 4096, 32768])
+    p.add_argument(
+        "--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 512, 4096, 32768]
+    )
     p.add_argument("--seconds", type=float, default=1.0, help="measuring time per batch size")
-    p.add_argument("--budget", type=float, default=240.0, help="wall-clock limit of the whole check")
+    p.add_argument(
+        "--budget", type=float, default=240.0, help="wall-clock limit of the whole check"
+    )
     p.add_argument("--device-id", type=int, default=0)
-    p.add_argument("--cpu-only-ok", action="store_true", help="(tests) measure CPU even without a GPU")
+    p.add_argument(
+        "--cpu-only-ok", action="store_true", help="(tests) measure CPU even without a GPU"
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -141,15 +170,23 @@ def main(argv: list[str] | None = None) -> int:
         return fail(2, f"no model.onnx in {args.model}")
     available = ort.get_available_providers()
     visible, gpu_note = gpu_visible()
-    print(f"python {platform.python_version()}, onnxruntime {ort.__version__}, providers: {', '.join(available)}")
+    print(
+        f"python {platform.python_version()}, onnxruntime {ort.__version__}, providers: {', '.join(available)}"
+    )
     print(f"gpu: {gpu_note}", flush=True)
     gpus = [v for v in GPU_PROVIDERS.values() if v in available]
     if not args.cpu_only_ok:
         if not gpus:
-            return fail(3, f"no GPU provider in this onnxruntime build (has: {', '.join(available)})")
+            return fail(
+                3, f"no GPU provider in this onnxruntime build (has: {', '.join(available)})"
+            )
         if not visible:
             return fail(3, f"no usable GPU provider: {gpu_note}")
-    todo = ([g for g in ("CUDAExecutionProvider", "TensorrtExecutionProvider") if g in gpus] if visible else [])
+    todo = (
+        [g for g in ("CUDAExecutionProvider", "TensorrtExecutionProvider") if g in gpus]
+        if visible
+        else []
+    )
     results = []
     for provider in [*todo, CPU]:
         left = args.budget - (time.monotonic() - started)
@@ -163,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, args.sizes), flush=True)
     usable = [r for r in results if r["provider"] != CPU and "rows" in r]
     if not usable and not args.cpu_only_ok:
-        errors = "; ".join(f"{r['provider']}: {r['error']}" for r in results if r["provider"] != CPU)
+        errors = "; ".join(
+            f"{r['provider']}: {r['error']}" for r in results if r["provider"] != CPU
+        )
         return fail(3, f"no usable GPU provider ({errors})")
     print(f"gpu_check: done in {time.monotonic() - started:.0f}s")
     return 0

@@ -37,11 +37,21 @@ class Manifest:
             raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ConfigError(f"cannot read model manifest {path}: {exc}") from None
-        missing = [k for k in ("name", "version", "input", "output", "features", "labels") if k not in raw]
+        missing = [
+            k for k in ("name", "version", "input", "output", "features", "labels") if k not in raw
+        ]
         if missing:
             raise ConfigError(f"model manifest {path} lacks {', '.join(missing)}")
-        return cls(raw["name"], str(raw["version"]), raw["input"], raw["output"], tuple(raw["features"]),
-                   tuple(raw["labels"]), raw.get("sha256"), raw)
+        return cls(
+            raw["name"],
+            str(raw["version"]),
+            raw["input"],
+            raw["output"],
+            tuple(raw["features"]),
+            tuple(raw["labels"]),
+            raw.get("sha256"),
+            raw,
+        )
 
 
 def nvidia_gpu_present() -> bool:
@@ -50,8 +60,9 @@ def nvidia_gpu_present() -> bool:
     return Path("/proc/driver/nvidia/version").exists()
 
 
-def choose_providers(requested: str, available: list[str], device_id: int = 0,
-                     gpu_present: bool | None = None) -> list[Any]:
+def choose_providers(
+    requested: str, available: list[str], device_id: int = 0, gpu_present: bool | None = None
+) -> list[Any]:
     """Provider list for a session: "auto" prefers TensorRT, then CUDA, and always ends on CPU."""
     if requested == "auto":
         gpu = nvidia_gpu_present() if gpu_present is None else gpu_present
@@ -59,9 +70,13 @@ def choose_providers(requested: str, available: list[str], device_id: int = 0,
     elif requested in ("cpu", "CPUExecutionProvider"):
         names = []
     else:
-        name = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}.get(requested, requested)
+        name = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}.get(
+            requested, requested
+        )
         if name not in available:
-            raise ConfigError(f"ONNX Runtime provider {name} is not available here (available: {', '.join(available)})")
+            raise ConfigError(
+                f"ONNX Runtime provider {name} is not available here (available: {', '.join(available)})"
+            )
         names = [name]
     out: list[Any] = [(n, {"device_id": device_id}) for n in names]
     out.append("CPUExecutionProvider")
@@ -71,8 +86,16 @@ def choose_providers(requested: str, available: list[str], device_id: int = 0,
 class ModelSession:
     """One loaded model version. `predict` takes the (n, F) feature matrix of `build_features`."""
 
-    def __init__(self, model_dir: Path, *, provider: str = "auto", device_id: int = 0,
-                 intra_op_threads: int = 1, allow_spinning: bool = False, warmup_rows: int = 64) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        provider: str = "auto",
+        device_id: int = 0,
+        intra_op_threads: int = 1,
+        allow_spinning: bool = False,
+        warmup_rows: int = 64,
+    ) -> None:
         model_dir = Path(model_dir)
         self.manifest = Manifest.load(model_dir / "manifest.json")
         model_path = model_dir / "model.onnx"
@@ -83,17 +106,21 @@ class ModelSession:
         if self.manifest.sha256 and hashlib.sha256(model_bytes).hexdigest() != self.manifest.sha256:
             raise ConfigError(f"{model_path} does not match the sha256 in its manifest")
         if self.manifest.features != FEATURE_NAMES:
-            raise ConfigError(f"model {self.version} expects features {list(self.manifest.features)}, "
-                              f"this worker builds {list(FEATURE_NAMES)}")
+            raise ConfigError(
+                f"model {self.version} expects features {list(self.manifest.features)}, "
+                f"this worker builds {list(FEATURE_NAMES)}"
+            )
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
+        opts.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if allow_spinning else "0"
+        )
         opts.log_severity_level = 3
         providers = choose_providers(provider, ort.get_available_providers(), device_id)
         try:
             self._sess = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own untyped errors on bad models
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors on bad models
             raise ConfigError(f"ONNX Runtime cannot load {model_path}: {exc}") from None
         self._validate_io()
         self.providers = self._sess.get_providers()
@@ -106,14 +133,20 @@ class ModelSession:
         inputs = {i.name: i for i in self._sess.get_inputs()}
         outputs = {o.name: o for o in self._sess.get_outputs()}
         if m.input not in inputs or m.output not in outputs:
-            raise ConfigError(f"model {m.version}: manifest names input {m.input!r} / output {m.output!r}, "
-                              f"the graph has {list(inputs)} / {list(outputs)}")
+            raise ConfigError(
+                f"model {m.version}: manifest names input {m.input!r} / output {m.output!r}, "
+                f"the graph has {list(inputs)} / {list(outputs)}"
+            )
         n_in = inputs[m.input].shape[-1]
         n_out = outputs[m.output].shape[-1]
         if isinstance(n_in, int) and n_in != len(m.features):
-            raise ConfigError(f"model {m.version}: graph takes {n_in} features, manifest lists {len(m.features)}")
+            raise ConfigError(
+                f"model {m.version}: graph takes {n_in} features, manifest lists {len(m.features)}"
+            )
         if isinstance(n_out, int) and n_out != len(m.labels):
-            raise ConfigError(f"model {m.version}: graph gives {n_out} scores, manifest lists {len(m.labels)} labels")
+            raise ConfigError(
+                f"model {m.version}: graph gives {n_out} scores, manifest lists {len(m.labels)} labels"
+            )
 
     @property
     def version(self) -> str:

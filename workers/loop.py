@@ -20,7 +20,7 @@ from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartiti
 from precast.settings import KafkaSettings
 from schemas.topics import Topics
 from workers import metrics as M
-from workers.output_sink import AtLeastOnce, ExactlyOnce, Rewind
+from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
 from workers.pipeline import Pipeline, PipelineConfig
 from workers.registry import ModelRegistry
 
@@ -50,7 +50,11 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 1_000)
 
 
-_TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
+_TOPIC, _PARTITION, _OFFSET = (
+    methodcaller("topic"),
+    methodcaller("partition"),
+    methodcaller("offset"),
+)
 
 
 def _now_ms() -> int:
@@ -62,15 +66,26 @@ class Worker:
     `stop_at` ({(topic, partition): end offset, exclusive}) run a bounded range instead of
     joining the group's subscription (backfill, tests); `run()` returns once all are reached."""
 
-    def __init__(self, kafka: KafkaSettings, topics: Topics, registry: ModelRegistry,
-                 pipeline: PipelineConfig | None = None, cfg: LoopConfig | None = None, *,
-                 assignment: list[TopicPartitionOffset] | None = None,
-                 stop_at: dict[tuple[str, int], int] | None = None) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topics: Topics,
+        registry: ModelRegistry,
+        pipeline: PipelineConfig | None = None,
+        cfg: LoopConfig | None = None,
+        *,
+        assignment: list[TopicPartitionOffset] | None = None,
+        stop_at: dict[tuple[str, int], int] | None = None,
+    ) -> None:
         cfg = cfg or LoopConfig()
         self.cfg, self.topics, self.registry = cfg, topics, registry
         self.sink: AtLeastOnce | ExactlyOnce = (
-            ExactlyOnce(kafka, topics.dead_letters.name, cfg.transactional_id, cfg.transaction_timeout_ms)
-            if cfg.exactly_once else AtLeastOnce(kafka, topics.dead_letters.name))
+            ExactlyOnce(
+                kafka, topics.dead_letters.name, cfg.transactional_id, cfg.transaction_timeout_ms
+            )
+            if cfg.exactly_once
+            else AtLeastOnce(kafka, topics.dead_letters.name)
+        )
         overrides = {"partition.assignment.strategy": "range"}
         if cfg.exactly_once:
             overrides["isolation.level"] = "read_committed"
@@ -78,8 +93,13 @@ class Worker:
         self.pipeline = Pipeline(topics, pipeline or PipelineConfig(), self._reject)
         self.assignment, self.stop_at = assignment, dict(stop_at or {})
         self._first_end = min(self.stop_at.values(), default=0)
-        self.sources = [topics.heartbeats.name, topics.work_orders.name, topics.alarms.name,
-                        topics.precompute_requests.name, topics.device_context.name]
+        self.sources = [
+            topics.heartbeats.name,
+            topics.work_orders.name,
+            topics.alarms.name,
+            topics.precompute_requests.name,
+            topics.device_context.name,
+        ]
         self.running = True
         self.last_loop = time.monotonic()
         # What the group gave us, kept here because probes run on another thread and the client
@@ -95,8 +115,12 @@ class Worker:
     def start(self) -> None:
         self.sink.begin()
         if self.assignment is None:
-            self.consumer.subscribe(self.sources, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                    on_lost=self._on_lost)
+            self.consumer.subscribe(
+                self.sources,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
         else:
             for tpo in self.assignment:
                 end = self.stop_at.get((tpo.topic, tpo.partition))
@@ -171,8 +195,13 @@ class Worker:
                 break
             except Exception as exc:  # noqa: BLE001 - any model failure is handled the same way
                 M.MODEL_FAILURES.labels(model.version).inc()
-                log.error("inference failed on a batch of %d (attempt %d, model %s): %s",
-                          len(items), attempt, model.version, exc)
+                log.error(
+                    "inference failed on a batch of %d (attempt %d, model %s): %s",
+                    len(items),
+                    attempt,
+                    model.version,
+                    exc,
+                )
                 error = f"{type(exc).__name__}: {exc}"
             finally:
                 M.INFER_S.observe(time.perf_counter() - t0)
@@ -225,8 +254,10 @@ class Worker:
     def _on_assign(self, parts: list[TopicPartitionOffset]) -> None:
         ctx = self.topics.device_context.name
         # Context is state, not input: restore each assigned context partition from the start.
-        assigned = [TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
-                    for p in parts]
+        assigned = [
+            TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
+            for p in parts
+        ]
         self.consumer.assign(assigned)
         self.assigned = assigned
         self.restoring = {}
@@ -249,7 +280,12 @@ class Worker:
             except KafkaFailure as exc:
                 if time.monotonic() > deadline:
                     raise
-                log.info("watermarks of %s[%d] not available yet (%s); retrying", topic, partition, exc.code)
+                log.info(
+                    "watermarks of %s[%d] not available yet (%s); retrying",
+                    topic,
+                    partition,
+                    exc.code,
+                )
                 time.sleep(0.2)
 
     def _check_restored(self) -> None:
@@ -264,8 +300,11 @@ class Worker:
     def _on_revoke(self, parts: list[TopicPartitionOffset]) -> None:
         # Commit on revoke: everything consumed from these partitions gets its prediction and
         # its offset committed before another member takes over.
-        log.info("revoking %d partitions: draining %d waiting devices, then committing", len(parts),
-                 self.pipeline.pending)
+        log.info(
+            "revoking %d partitions: draining %d waiting devices, then committing",
+            len(parts),
+            self.pipeline.pending,
+        )
         try:
             self.drain()
             self.commit(sync=True, rewind=False)
@@ -293,15 +332,27 @@ class Worker:
         ctx = self.topics.device_context.name
         committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
         for p in parts:
-            off = OFFSET_BEGINNING if p.topic == ctx else committed.get((p.topic, p.partition), OFFSET_BEGINNING)
-            self.consumer.seek(TopicPartitionOffset(p.topic, p.partition, off if off >= 0 else OFFSET_BEGINNING))
+            off = (
+                OFFSET_BEGINNING
+                if p.topic == ctx
+                else committed.get((p.topic, p.partition), OFFSET_BEGINNING)
+            )
+            self.consumer.seek(
+                TopicPartitionOffset(p.topic, p.partition, off if off >= 0 else OFFSET_BEGINNING)
+            )
 
     def _within_range(self, msgs: list) -> list:
         """Drop records at or past a partition's end offset (bounded runs), and pause it."""
         if max(map(_OFFSET, msgs)) < self._first_end:
             return msgs  # every record lies before every end offset
         # Offsets grow within a partition of one consume(): its last record is its largest.
-        last = dict(zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs), strict=True), map(_OFFSET, msgs), strict=True))
+        last = dict(
+            zip(
+                zip(map(_TOPIC, msgs), map(_PARTITION, msgs), strict=True),
+                map(_OFFSET, msgs),
+                strict=True,
+            )
+        )
         if not any(o >= self.stop_at.get(tp, o + 1) for tp, o in last.items()):
             return msgs  # nothing at or past an end: no per-record filtering
         out, done = [], set()
@@ -312,7 +363,9 @@ class Worker:
             else:
                 done.add((m.topic(), m.partition()))
         for t, p in done:
-            self.pipeline.positions[(t, p)] = max(self.pipeline.positions.get((t, p), 0), self.stop_at[(t, p)])
+            self.pipeline.positions[(t, p)] = max(
+                self.pipeline.positions.get((t, p), 0), self.stop_at[(t, p)]
+            )
         if done:
             self.consumer.pause([TopicPartitionOffset(t, p) for t, p in done])
         return out

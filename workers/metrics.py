@@ -7,29 +7,67 @@ from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS_IN = Counter("precast_worker_events_total", "records consumed", ["topic"])
 DECISIONS = Counter("precast_worker_decisions_total", "speculation policy decisions", ["reason"])
-COALESCED = Counter("precast_worker_coalesced_total",
-                    "triggers merged into a prediction already due for the same device")
+COALESCED = Counter(
+    "precast_worker_coalesced_total",
+    "triggers merged into a prediction already due for the same device",
+)
 PREDICTIONS = Counter("precast_worker_predictions_total", "predictions produced", ["model_version"])
-BATCH_SIZE = Histogram("precast_worker_batch_size", "devices per inference batch",
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
-QUEUE_DELAY = Histogram("precast_worker_queue_delay_seconds", "wait of a batch's oldest trigger before inference",
-                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
-INFER_S = Histogram("precast_worker_inference_seconds", "model time per batch",
-                    buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5))
-LATENCY = Histogram("precast_worker_event_to_prediction_seconds",
-                    "newest input's event time to the prediction being produced",
-                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-LAG = Gauge("precast_worker_consumer_lag", "records behind the partition's end", ["topic", "partition"])
-MODEL_FAILURES = Counter("precast_worker_model_failures_total", "inference calls that raised", ["model_version"])
-MODEL_VERSION = Gauge("precast_worker_model_info", "the model version in use (value 1)", ["model_version"])
-LINEAGE_TRUNCATED = Counter("precast_worker_lineage_truncated_total",
-                            "input references left out of a prediction's lineage (cap reached)")
-TXN = Counter("precast_worker_transactions_total", "exactly-once transactions by outcome", ["outcome"])
-STAGE_S = Counter("precast_worker_stage_seconds_total", "wall time spent per loop stage (where the time goes)",
-                  ["stage"])
-STAGES = ("consume", "decode", "policy", "features", "inference", "topk", "encode", "produce", "commit")
+BATCH_SIZE = Histogram(
+    "precast_worker_batch_size",
+    "devices per inference batch",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+)
+QUEUE_DELAY = Histogram(
+    "precast_worker_queue_delay_seconds",
+    "wait of a batch's oldest trigger before inference",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+INFER_S = Histogram(
+    "precast_worker_inference_seconds",
+    "model time per batch",
+    buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+)
+LATENCY = Histogram(
+    "precast_worker_event_to_prediction_seconds",
+    "newest input's event time to the prediction being produced",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+LAG = Gauge(
+    "precast_worker_consumer_lag", "records behind the partition's end", ["topic", "partition"]
+)
+MODEL_FAILURES = Counter(
+    "precast_worker_model_failures_total", "inference calls that raised", ["model_version"]
+)
+MODEL_VERSION = Gauge(
+    "precast_worker_model_info", "the model version in use (value 1)", ["model_version"]
+)
+LINEAGE_TRUNCATED = Counter(
+    "precast_worker_lineage_truncated_total",
+    "input references left out of a prediction's lineage (cap reached)",
+)
+TXN = Counter(
+    "precast_worker_transactions_total", "exactly-once transactions by outcome", ["outcome"]
+)
+STAGE_S = Counter(
+    "precast_worker_stage_seconds_total",
+    "wall time spent per loop stage (where the time goes)",
+    ["stage"],
+)
+STAGES = (
+    "consume",
+    "decode",
+    "policy",
+    "features",
+    "inference",
+    "topk",
+    "encode",
+    "produce",
+    "commit",
+)
 STAGE = {name: STAGE_S.labels(name) for name in STAGES}  # bound once: one inc() per batch per stage
-PENDING = Gauge("precast_worker_pending_devices", "devices queued or deferred, waiting for a prediction")
+PENDING = Gauge(
+    "precast_worker_pending_devices", "devices queued or deferred, waiting for a prediction"
+)
 
 
 def observe_many(hist: Histogram, values: np.ndarray) -> None:

@@ -20,8 +20,8 @@ from workers import policy as P
 from workers.batching import MicroBatcher
 from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
 from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
+from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
-from workers.output import Encoded, Pending, encode, merge
 from workers.state import DeviceTable
 from workers.topk import top_k
 
@@ -59,13 +59,18 @@ class BatchResult:
 class Pipeline:
     def __init__(self, topics: Topics, cfg: PipelineConfig, reject: Reject) -> None:
         self.cfg, self.reject = cfg, reject
-        self.roles = {topics.heartbeats.name: "heartbeats", topics.work_orders.name: "work_orders",
-                      topics.alarms.name: "alarms", topics.precompute_requests.name: "requests",
-                      topics.device_context.name: "context"}
+        self.roles = {
+            topics.heartbeats.name: "heartbeats",
+            topics.work_orders.name: "work_orders",
+            topics.alarms.name: "alarms",
+            topics.precompute_requests.name: "requests",
+            topics.device_context.name: "context",
+        }
         self.context_topic = topics.device_context.name
         self.table = DeviceTable()
-        self.batcher: MicroBatcher[Pending] = MicroBatcher(cfg.max_batch, cfg.max_queue_delay_s,
-                                                           cfg.preferred_batch_sizes)
+        self.batcher: MicroBatcher[Pending] = MicroBatcher(
+            cfg.max_batch, cfg.max_queue_delay_s, cfg.preferred_batch_sizes
+        )
         self.deferred: dict[str, Pending] = {}
         self._due: list[tuple[int, int, str]] = []  # heap of (release ms, seq, device)
         self._seq = 0
@@ -78,8 +83,11 @@ class Pipeline:
         one_topic = len(set(topics)) == 1  # the common case: no per-record grouping
         # Offsets only grow within a partition of one consume() call: the last one is the max.
         parts, offsets = map(_PARTITION, msgs), map(_OFFSET, msgs)
-        last = dict(zip(zip(topics, parts, strict=True), offsets, strict=True)) if not one_topic else \
-            {(topics[0], p): o for p, o in dict(zip(parts, offsets, strict=True)).items()}
+        last = (
+            dict(zip(zip(topics, parts, strict=True), offsets, strict=True))
+            if not one_topic
+            else {(topics[0], p): o for p, o in dict(zip(parts, offsets, strict=True)).items()}
+        )
         pos = self.positions
         for tp, o in last.items():
             if o + 1 > pos.get(tp, -1):
@@ -123,7 +131,9 @@ class Pipeline:
             self.table.slots([device], [m.partition()])
             self.table.context(device).merge_snapshot(snap)
 
-    def _ingest_context_events(self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
+    def _ingest_context_events(
+        self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float
+    ) -> None:
         for m, e in decode_events(role, msgs, self.reject):
             device = e["device_id"]
             self.table.slots([device], [m.partition()])
@@ -137,21 +147,34 @@ class Pipeline:
                 # have been made by the worker that saw it first.
                 fired = not e.get("cleared") and e["severity"] in SEVERITY_BUCKET
                 reason = P.Reason.ALARM if fired else P.Reason.CONTEXT_ONLY
-            self._trigger(Pending(device, m.partition(), reason, [(m, e["event_id"])]), now_ms, mono)
+            self._trigger(
+                Pending(device, m.partition(), reason, [(m, e["event_id"])]), now_ms, mono
+            )
 
     def _ingest_requests(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         for m, r in decode_requests(msgs, self.reject):
             self.table.slots([r.device_id], [m.partition()])
             reason = P.REQUEST_REASON[r.reason]
-            self._trigger(Pending(r.device_id, m.partition(), reason, [(m, r.request_id)],
-                                  requested_at_ms=r.requested_at_ms), now_ms, mono)
+            self._trigger(
+                Pending(
+                    r.device_id,
+                    m.partition(),
+                    reason,
+                    [(m, r.request_id)],
+                    requested_at_ms=r.requested_at_ms,
+                ),
+                now_ms,
+                mono,
+            )
 
     def _trigger(self, item: Pending, now_ms: int, mono: float) -> None:
         """One decision for a low-rate trigger (work order, alarm, request)."""
         s = self.table.slot[item.device]
         reason = item.reason
         if reason.predicts:
-            reason = P.throttle_one(self.cfg.policy, reason, int(self.table.predicted_at[s]), now_ms)
+            reason = P.throttle_one(
+                self.cfg.policy, reason, int(self.table.predicted_at[s]), now_ms
+            )
         self.decisions(reason, 1)
         self._route(item, reason, int(self.table.predicted_at[s]), mono)
 
@@ -197,10 +220,16 @@ class Pipeline:
         ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
         cols.update(context_columns(ctxs, new_t))
         new_x = build_features(cols)
-        decisions = P.decide_heartbeats(self.cfg.policy, has_prediction=tab.valid_until[slots] >= 0,
-                                        last_x=tab.last_x[slots], new_x=new_x, event_time_ms=new_t,
-                                        newest_seen_ms=tab.hb_time[slots], valid_until_ms=tab.valid_until[slots],
-                                        horizon_ms=self.cfg.horizon_ms)
+        decisions = P.decide_heartbeats(
+            self.cfg.policy,
+            has_prediction=tab.valid_until[slots] >= 0,
+            last_x=tab.last_x[slots],
+            new_x=new_x,
+            event_time_ms=new_t,
+            newest_seen_ms=tab.hb_time[slots],
+            valid_until_ms=tab.valid_until[slots],
+            horizon_ms=self.cfg.horizon_ms,
+        )
         wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
         predicted_at = tab.predicted_at[slots]
         decisions = P.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
@@ -219,15 +248,28 @@ class Pipeline:
             M.COALESCED.inc(n - len(devices))
             for i in order:
                 groups[ids[i]].append(i)
-        self._route_heartbeats(hb, devices, parts, ui, decisions, wanted, predicted_at, groups, mono)
+        self._route_heartbeats(
+            hb, devices, parts, ui, decisions, wanted, predicted_at, groups, mono
+        )
 
-    def _route_heartbeats(self, hb: Heartbeats, devices: list[str], parts: list[int], ui: np.ndarray,
-                          decisions: np.ndarray, wanted: np.ndarray, predicted_at: np.ndarray,
-                          groups: dict[str, list[int]], mono: float) -> None:
+    def _route_heartbeats(
+        self,
+        hb: Heartbeats,
+        devices: list[str],
+        parts: list[int],
+        ui: np.ndarray,
+        decisions: np.ndarray,
+        wanted: np.ndarray,
+        predicted_at: np.ndarray,
+        groups: dict[str, list[int]],
+        mono: float,
+    ) -> None:
         msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, self.batcher
 
         def refs(j: int, i: int) -> list[tuple[KafkaMessage, str]]:
-            return [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
+            return (
+                [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
+            )
 
         go = decisions >= _FIRST_PREDICTING
         if not self.deferred and batcher.isdisjoint(devices):
@@ -237,18 +279,28 @@ class Pipeline:
             if groups:
                 new = [Pending(devices[j], parts[j], reason[want[j]], refs(j, 0)) for j in sel]
             else:  # one heartbeat per device: ui is the identity
-                new = [Pending(devices[j], parts[j], reason[want[j]], [(msgs[j], eids[j])]) for j in sel]
+                new = [
+                    Pending(devices[j], parts[j], reason[want[j]], [(msgs[j], eids[j])])
+                    for j in sel
+                ]
             batcher.add_new([devices[j] for j in sel], new, mono)
             rest = np.flatnonzero(decisions == P.Reason.THROTTLED).tolist()
         else:
             rest = np.flatnonzero(go | (decisions == P.Reason.THROTTLED)).tolist()
-            rest += [j for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()
-                     if devices[j] in batcher or devices[j] in self.deferred]
+            rest += [
+                j
+                for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()
+                if devices[j] in batcher or devices[j] in self.deferred
+            ]
             rest.sort()  # in device order, as the batch came
         for j in rest:
             i = int(ui[j])
-            self._route(Pending(devices[j], parts[j], reason[int(wanted[j])], refs(j, i)),
-                        reason[int(decisions[j])], int(predicted_at[j]), mono)
+            self._route(
+                Pending(devices[j], parts[j], reason[int(wanted[j])], refs(j, i)),
+                reason[int(decisions[j])],
+                int(predicted_at[j]),
+                mono,
+            )
 
     # -- batches ------------------------------------------------------------------------------------
     def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
@@ -283,7 +335,9 @@ class Pipeline:
             for j, c in enumerate(ctxs):
                 if c is not None and c.as_of_ms > computed[j]:
                     computed[j] = c.as_of_ms
-        for j in np.flatnonzero(computed < 0).tolist():  # no data at all: a request for a silent device
+        for j in np.flatnonzero(
+            computed < 0
+        ).tolist():  # no data at all: a request for a silent device
             computed[j] = items[j].requested_at_ms or produced_at_ms
         cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         cols.update(context_columns(ctxs, computed))
@@ -293,10 +347,25 @@ class Pipeline:
         t2 = time.perf_counter()
         idx, scores = top_k(probs, self.cfg.top_k)
         t3 = time.perf_counter()
-        out = encode(items, idx, scores, model.labels, model.version, computed, self.cfg.horizon_ms,
-                     produced_at_ms, self.cfg.backfill, round((t2 - t1) * 1000))
+        out = encode(
+            items,
+            idx,
+            scores,
+            model.labels,
+            model.version,
+            computed,
+            self.cfg.horizon_ms,
+            produced_at_ms,
+            self.cfg.backfill,
+            round((t2 - t1) * 1000),
+        )
         t4 = time.perf_counter()
-        for stage, dt in (("features", t1 - t0), ("inference", t2 - t1), ("topk", t3 - t2), ("encode", t4 - t3)):
+        for stage, dt in (
+            ("features", t1 - t0),
+            ("inference", t2 - t1),
+            ("topk", t3 - t2),
+            ("encode", t4 - t3),
+        ):
             M.STAGE[stage].inc(dt)
         return BatchResult(items, out, model.version, x, computed, slots)
 
@@ -331,7 +400,9 @@ class Pipeline:
             del self.deferred[d]
         keep = [it for it in self.batcher if it.partition not in parts]
         if len(keep) != len(self.batcher):
-            self.batcher = MicroBatcher(self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes)
+            self.batcher = MicroBatcher(
+                self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes
+            )
             for it in keep:
                 self.batcher.add(it.device, it, 0.0)
 
@@ -341,10 +412,16 @@ class Pipeline:
         self.deferred.clear()
         self._due.clear()
         self.positions.clear()
-        self.batcher = MicroBatcher(self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes)
+        self.batcher = MicroBatcher(
+            self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes
+        )
 
 
-_TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
+_TOPIC, _PARTITION, _OFFSET = (
+    methodcaller("topic"),
+    methodcaller("partition"),
+    methodcaller("offset"),
+)
 _DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
 _FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)

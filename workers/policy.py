@@ -33,7 +33,7 @@ class Reason(IntEnum):
     UNCHANGED = 0
     STALE = 1
     THROTTLED = 2
-    CONTEXT_ONLY = 3            # a cleared/info alarm: context updated, nothing to precompute
+    CONTEXT_ONLY = 3  # a cleared/info alarm: context updated, nothing to precompute
     FIRST_SEEN = 10
     HEARTBEAT_CHANGED = 11
     REFRESH = 12
@@ -53,18 +53,40 @@ class Reason(IntEnum):
         return self >= Reason.FIRST_SEEN
 
 
-_LABELS = {Reason.UNCHANGED: "unchanged", Reason.STALE: "stale", Reason.THROTTLED: "throttled",
-           Reason.CONTEXT_ONLY: "context_only", Reason.FIRST_SEEN: "first_seen",
-           Reason.HEARTBEAT_CHANGED: "heartbeat_changed", Reason.REFRESH: "refresh_before_expiry",
-           Reason.WORK_ORDER: "work_order", Reason.ALARM: "alarm", Reason.API_MISS: "api_miss",
-           Reason.PREFETCH: "prefetch", Reason.BACKFILL: "backfill", Reason.EXPIRY_REQUEST: "expiry_request"}
+_LABELS = {
+    Reason.UNCHANGED: "unchanged",
+    Reason.STALE: "stale",
+    Reason.THROTTLED: "throttled",
+    Reason.CONTEXT_ONLY: "context_only",
+    Reason.FIRST_SEEN: "first_seen",
+    Reason.HEARTBEAT_CHANGED: "heartbeat_changed",
+    Reason.REFRESH: "refresh_before_expiry",
+    Reason.WORK_ORDER: "work_order",
+    Reason.ALARM: "alarm",
+    Reason.API_MISS: "api_miss",
+    Reason.PREFETCH: "prefetch",
+    Reason.BACKFILL: "backfill",
+    Reason.EXPIRY_REQUEST: "expiry_request",
+}
 
 # PredictionSet.trigger for each predicting reason (schemas.predictions.Trigger).
-TRIGGER = {Reason.FIRST_SEEN: "heartbeat", Reason.HEARTBEAT_CHANGED: "heartbeat", Reason.REFRESH: "expiry",
-           Reason.WORK_ORDER: "work_order", Reason.ALARM: "alarm", Reason.API_MISS: "api_miss",
-           Reason.PREFETCH: "prefetch", Reason.BACKFILL: "backfill", Reason.EXPIRY_REQUEST: "expiry"}
-REQUEST_REASON = {"api_miss": Reason.API_MISS, "prefetch": Reason.PREFETCH, "backfill": Reason.BACKFILL,
-                  "expiry": Reason.EXPIRY_REQUEST}
+TRIGGER = {
+    Reason.FIRST_SEEN: "heartbeat",
+    Reason.HEARTBEAT_CHANGED: "heartbeat",
+    Reason.REFRESH: "expiry",
+    Reason.WORK_ORDER: "work_order",
+    Reason.ALARM: "alarm",
+    Reason.API_MISS: "api_miss",
+    Reason.PREFETCH: "prefetch",
+    Reason.BACKFILL: "backfill",
+    Reason.EXPIRY_REQUEST: "expiry",
+}
+REQUEST_REASON = {
+    "api_miss": Reason.API_MISS,
+    "prefetch": Reason.PREFETCH,
+    "backfill": Reason.BACKFILL,
+    "expiry": Reason.EXPIRY_REQUEST,
+}
 
 
 @dataclass(frozen=True)
@@ -83,9 +105,17 @@ def material_change(last_x: np.ndarray, new_x: np.ndarray) -> np.ndarray:
     return (np.abs(new_x - last_x) / _SCALE).max(axis=1)
 
 
-def decide_heartbeats(cfg: PolicyConfig, *, has_prediction: np.ndarray, last_x: np.ndarray, new_x: np.ndarray,
-                      event_time_ms: np.ndarray, newest_seen_ms: np.ndarray,
-                      valid_until_ms: np.ndarray, horizon_ms: int) -> np.ndarray:
+def decide_heartbeats(
+    cfg: PolicyConfig,
+    *,
+    has_prediction: np.ndarray,
+    last_x: np.ndarray,
+    new_x: np.ndarray,
+    event_time_ms: np.ndarray,
+    newest_seen_ms: np.ndarray,
+    valid_until_ms: np.ndarray,
+    horizon_ms: int,
+) -> np.ndarray:
     """One decision per device's newest heartbeat of a batch (before throttling).
 
     `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
@@ -107,7 +137,9 @@ def decide_heartbeats(cfg: PolicyConfig, *, has_prediction: np.ndarray, last_x: 
     return out
 
 
-def expected_gap(event_time_ms: np.ndarray, newest_seen_ms: np.ndarray, horizon_ms: int) -> np.ndarray:
+def expected_gap(
+    event_time_ms: np.ndarray, newest_seen_ms: np.ndarray, horizon_ms: int
+) -> np.ndarray:
     """How long until each device's next heartbeat, going by its last interval: event time
     minus the previous heartbeat's (0 when there was none), clipped to 0..horizon. A device
     whose next heartbeat would land after its prediction expired is refreshed now instead, so
@@ -116,7 +148,9 @@ def expected_gap(event_time_ms: np.ndarray, newest_seen_ms: np.ndarray, horizon_
     return np.clip(gap, 0, horizon_ms)
 
 
-def throttle(cfg: PolicyConfig, decisions: np.ndarray, last_predicted_ms: np.ndarray, now_ms: int) -> np.ndarray:
+def throttle(
+    cfg: PolicyConfig, decisions: np.ndarray, last_predicted_ms: np.ndarray, now_ms: int
+) -> np.ndarray:
     """Turn predicting decisions for devices predicted within `throttle_ms` into THROTTLED."""
     if cfg.always or cfg.throttle_ms <= 0 or len(decisions) == 0:
         return decisions

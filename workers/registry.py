@@ -29,7 +29,11 @@ def semver_key(version: str) -> tuple[Any, ...] | None:
     if not m:
         return None
     major, minor, patch, pre = m.groups()
-    pre_key = (1,) if pre is None else (0, *((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")))
+    pre_key = (
+        (1,)
+        if pre is None
+        else (0, *((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")))
+    )
     return (int(major), int(minor), int(patch), pre_key)
 
 
@@ -44,7 +48,11 @@ def wanted_version(registry: Path) -> str | None:
     except OSError:
         pass
     try:
-        versions = [p.name for p in registry.iterdir() if (p / "manifest.json").is_file() and semver_key(p.name)]
+        versions = [
+            p.name
+            for p in registry.iterdir()
+            if (p / "manifest.json").is_file() and semver_key(p.name)
+        ]
     except OSError:
         return None
     return max(versions, key=semver_key) if versions else None  # type: ignore[arg-type,return-value]
@@ -54,15 +62,24 @@ class ModelRegistry:
     """`current` is the model to use for the next batch. `poll()` (between batches) starts a
     background load when the registry names another version and swaps when it is ready."""
 
-    def __init__(self, load: Callable[[Path], Any], *, path: Path | None = None, registry: Path | None = None,
-                 poll_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        load: Callable[[Path], Any],
+        *,
+        path: Path | None = None,
+        registry: Path | None = None,
+        poll_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if path is None and registry is None:
             raise ValueError("need a model path or a registry folder")
         self._load, self.registry, self.poll_s, self._clock = load, registry, poll_s, clock
         if registry is not None:
             version = wanted_version(registry)
             if version is None:
-                raise PrecastError(f"model registry {registry} holds no model version (folders with manifest.json)")
+                raise PrecastError(
+                    f"model registry {registry} holds no model version (folders with manifest.json)"
+                )
             path = registry / version
         self.current = load(path)
         M.MODEL_VERSION.labels(self.current.version).set(1)
@@ -90,11 +107,17 @@ class ModelRegistry:
                 model = fut.result()
             except Exception as exc:  # noqa: BLE001 - a bad version must not stop serving
                 self._failed.add(version)
-                log.error("model %s not loaded, still serving %s: %s", version, self.current.version, exc)
+                log.error(
+                    "model %s not loaded, still serving %s: %s", version, self.current.version, exc
+                )
                 return None
             if model.version != version:
                 self._failed.add(version)
-                log.error("registry folder %s holds model version %s; not swapping", version, model.version)
+                log.error(
+                    "registry folder %s holds model version %s; not swapping",
+                    version,
+                    model.version,
+                )
                 return None
             old = self.current.version
             self.current = model

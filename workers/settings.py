@@ -14,10 +14,16 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "fleet-strategy" / "1.0.0
 class ModelOptions(Section):
     # A folder holding model.onnx and manifest.json (see docs/models.md to bring your own).
     path: Path = DEFAULT_MODEL_DIR
-    registry: Path | None = Field(default=None, description=(
-        "folder of model versions (one sub-folder each); when set, the worker serves the version "
-        "named in its ACTIVE file (else the highest semver) and hot-swaps when that changes"))
-    registry_poll_s: float = Field(default=2.0, gt=0, le=3600, description="how often the registry is checked")
+    registry: Path | None = Field(
+        default=None,
+        description=(
+            "folder of model versions (one sub-folder each); when set, the worker serves the version "
+            "named in its ACTIVE file (else the highest semver) and hot-swaps when that changes"
+        ),
+    )
+    registry_poll_s: float = Field(
+        default=2.0, gt=0, le=3600, description="how often the registry is checked"
+    )
     # "auto" = TensorRT/CUDA when the runtime offers them, else CPU.
     provider: str = "auto"
     device_id: int = Field(default=0, ge=0)
@@ -25,35 +31,74 @@ class ModelOptions(Section):
     # Redis on a small machine.
     intra_op_threads: int = Field(default=1, ge=0)
     allow_spinning: bool = False
-    warmup_rows: int = Field(default=64, ge=0, le=100_000, description="rows of the warm-up inference at load")
+    warmup_rows: int = Field(
+        default=64, ge=0, le=100_000, description="rows of the warm-up inference at load"
+    )
     top_k: int = Field(default=3, ge=1, le=32)
 
 
 class WorkerOptions(Section):
     group_id: str = "precast-workers"
     batch_max: int = Field(default=2_000, ge=1, le=100_000)
-    max_queue_delay_ms: float = Field(default=5.0, ge=0, le=10_000, description=(
-        "a batch closes when its oldest trigger has waited this long, or at batch_max"))
-    preferred_batch_sizes: tuple[int, ...] = Field(default=(), description=(
-        "JSON list; a batch also closes as soon as one of these sizes is reached (e.g. for TensorRT profiles)"))
-    consume_max: int = Field(default=5_000, ge=1, le=100_000, description="records per consume() call")
+    max_queue_delay_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=10_000,
+        description=(
+            "a batch closes when its oldest trigger has waited this long, or at batch_max"
+        ),
+    )
+    preferred_batch_sizes: tuple[int, ...] = Field(
+        default=(),
+        description=(
+            "JSON list; a batch also closes as soon as one of these sizes is reached (e.g. for TensorRT profiles)"
+        ),
+    )
+    consume_max: int = Field(
+        default=5_000, ge=1, le=100_000, description="records per consume() call"
+    )
     poll_timeout_s: float = Field(default=0.1, gt=0, le=10)
     horizon_s: float = Field(default=5.0, gt=0, le=86_400)
-    commit_interval_ms: int = Field(default=200, ge=1, le=60_000, description=(
-        "how often outputs are flushed and input offsets committed (or the transaction committed)"))
-    exactly_once: bool = Field(default=False, description="Kafka transactions instead of at-least-once")
-    transaction_timeout_ms: int = Field(default=10_000, ge=1_000, le=900_000, description=(
-        "exactly-once: how long a dead worker's open transaction blocks its partitions"))
-    instance_id: str = Field(default="", description=(
-        "stable member name for the transactional.id (default host-pid); a restart with the same id "
-        "aborts the open transaction of its previous incarnation at once"))
+    commit_interval_ms: int = Field(
+        default=200,
+        ge=1,
+        le=60_000,
+        description=(
+            "how often outputs are flushed and input offsets committed (or the transaction committed)"
+        ),
+    )
+    exactly_once: bool = Field(
+        default=False, description="Kafka transactions instead of at-least-once"
+    )
+    transaction_timeout_ms: int = Field(
+        default=10_000,
+        ge=1_000,
+        le=900_000,
+        description=(
+            "exactly-once: how long a dead worker's open transaction blocks its partitions"
+        ),
+    )
+    instance_id: str = Field(
+        default="",
+        description=(
+            "stable member name for the transactional.id (default host-pid); a restart with the same id "
+            "aborts the open transaction of its previous incarnation at once"
+        ),
+    )
 
 
 class PolicyOptions(Section):
-    min_change: float = Field(default=0.05, ge=0, description=(
-        "material heartbeat change: max over features of abs(delta) / scale"))
-    refresh_lead_ms: int = Field(default=1_000, ge=0, description="refresh this long before valid_until")
-    throttle_ms: int = Field(default=250, ge=0, description="at most one prediction per device per this long")
+    min_change: float = Field(
+        default=0.05,
+        ge=0,
+        description=("material heartbeat change: max over features of abs(delta) / scale"),
+    )
+    refresh_lead_ms: int = Field(
+        default=1_000, ge=0, description="refresh this long before valid_until"
+    )
+    throttle_ms: int = Field(
+        default=250, ge=0, description="at most one prediction per device per this long"
+    )
 
 
 class WorkerSettings(CommonSettings):
@@ -63,12 +108,22 @@ class WorkerSettings(CommonSettings):
 
 
 class ContextOptions(Section):
-    app_id: str = Field(default="precast-context", description=(
-        "faust app id: the consumer group and the prefix of its changelog topic"))
-    commit_interval_s: float = Field(default=1.0, gt=0, le=60, description="how often faust commits offsets")
-    session_timeout_s: float = Field(default=10.0, ge=6, le=300, description=(
-        "how long a dead instance keeps its partitions (faust's default is 60 s)"))
-    data_dir: Path = Field(default=Path(".precast/context"), description="faust's local data folder")
+    app_id: str = Field(
+        default="precast-context",
+        description=("faust app id: the consumer group and the prefix of its changelog topic"),
+    )
+    commit_interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="how often faust commits offsets"
+    )
+    session_timeout_s: float = Field(
+        default=10.0,
+        ge=6,
+        le=300,
+        description=("how long a dead instance keeps its partitions (faust's default is 60 s)"),
+    )
+    data_dir: Path = Field(
+        default=Path(".precast/context"), description="faust's local data folder"
+    )
 
 
 class ContextSettings(CommonSettings):

@@ -26,7 +26,8 @@ class DeviceTable:
         old = getattr(self, "hb", None)
         n = 0 if old is None else len(old)
         grow = {
-            "hb": np.zeros((cap, len(_DEFAULT_HB))), "hb_time": np.full(cap, -1, dtype=np.int64),
+            "hb": np.zeros((cap, len(_DEFAULT_HB))),
+            "hb_time": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, N_FEATURES), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
             "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
@@ -54,8 +55,8 @@ class DeviceTable:
                     fresh[d] = p
             while len(self._free) < len(fresh):
                 self._alloc(2 * len(self.hb))
-            taken = self._free[len(self._free) - len(fresh):][::-1]  # the same order pop() gives
-            del self._free[len(self._free) - len(fresh):]
+            taken = self._free[len(self._free) - len(fresh) :][::-1]  # the same order pop() gives
+            del self._free[len(self._free) - len(fresh) :]
             s = np.array(taken, dtype=np.int64)
             self._reset(s)
             self.partition[s] = list(fresh.values())

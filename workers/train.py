@@ -29,7 +29,9 @@ OUTPUT_NAME = "probabilities"
 DEFAULT_MODELS_DIR = Path(__file__).parent / "models"
 
 
-def synthetic_dataset(n: int, seed: int, label_noise: float = 0.03) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_dataset(
+    n: int, seed: int, label_noise: float = 0.03
+) -> tuple[np.ndarray, np.ndarray]:
     """Labelled samples from the shared fleet ground truth, through the serving feature function."""
     rng = np.random.default_rng(seed)
     cond = fleet.sample_conditions(rng, n)
@@ -44,21 +46,34 @@ def synthetic_dataset(n: int, seed: int, label_noise: float = 0.03) -> tuple[np.
     return x, y
 
 
-def to_onnx(mean: np.ndarray, scale: np.ndarray, coefs: list[np.ndarray], intercepts: list[np.ndarray],
-            opset: int = 17) -> bytes:
+def to_onnx(
+    mean: np.ndarray,
+    scale: np.ndarray,
+    coefs: list[np.ndarray],
+    intercepts: list[np.ndarray],
+    opset: int = 17,
+) -> bytes:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    inits = [numpy_helper.from_array(mean.astype(np.float32), "mean"),
-             numpy_helper.from_array(scale.astype(np.float32), "scale")]
-    nodes = [helper.make_node("Sub", [INPUT_NAME, "mean"], ["centered"]),
-             helper.make_node("Div", ["centered", "scale"], ["h0"])]
+    inits = [
+        numpy_helper.from_array(mean.astype(np.float32), "mean"),
+        numpy_helper.from_array(scale.astype(np.float32), "scale"),
+    ]
+    nodes = [
+        helper.make_node("Sub", [INPUT_NAME, "mean"], ["centered"]),
+        helper.make_node("Div", ["centered", "scale"], ["h0"]),
+    ]
     last = "h0"
     for i, (w, b) in enumerate(zip(coefs, intercepts, strict=True)):
-        inits += [numpy_helper.from_array(w.astype(np.float32), f"W{i}"),
-                  numpy_helper.from_array(b.astype(np.float32), f"b{i}")]
-        nodes += [helper.make_node("MatMul", [last, f"W{i}"], [f"mm{i}"]),
-                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"z{i}"])]
+        inits += [
+            numpy_helper.from_array(w.astype(np.float32), f"W{i}"),
+            numpy_helper.from_array(b.astype(np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [last, f"W{i}"], [f"mm{i}"]),
+            helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"z{i}"]),
+        ]
         last = f"z{i}"
         if i < len(coefs) - 1:
             nodes.append(helper.make_node("Relu", [last], [f"a{i}"]))
@@ -66,12 +81,15 @@ def to_onnx(mean: np.ndarray, scale: np.ndarray, coefs: list[np.ndarray], interc
     nodes.append(helper.make_node("Softmax", [last], [OUTPUT_NAME], axis=-1))
     n_out = coefs[-1].shape[1]
     graph = helper.make_graph(
-        nodes, MODEL_NAME,
+        nodes,
+        MODEL_NAME,
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", len(mean)])],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", n_out])],
-        inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              producer_name="precast.workers.train")
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="precast.workers.train"
+    )
     model.ir_version = 8  # readable by every onnxruntime >= 1.14
     onnx.checker.check_model(model)
     return model.SerializeToString()
@@ -95,16 +113,27 @@ def holdout_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     }
 
 
-def train(version: str, seed: int, n_train: int, n_holdout: int, out_dir: Path,
-          hidden: tuple[int, ...] = (32, 16)) -> dict[str, Any]:
+def train(
+    version: str,
+    seed: int,
+    n_train: int,
+    n_holdout: int,
+    out_dir: Path,
+    hidden: tuple[int, ...] = (32, 16),
+) -> dict[str, Any]:
     from sklearn.neural_network import MLPClassifier
 
     x, y = synthetic_dataset(n_train, seed)
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale < 1e-6] = 1.0
     started = time.perf_counter()
-    clf = MLPClassifier(hidden_layer_sizes=hidden, max_iter=60, random_state=seed,
-                        early_stopping=True, n_iter_no_change=5)
+    clf = MLPClassifier(
+        hidden_layer_sizes=hidden,
+        max_iter=60,
+        random_state=seed,
+        early_stopping=True,
+        n_iter_no_change=5,
+    )
     clf.fit((x - mean) / scale, y)
     if list(clf.classes_) != list(range(len(fleet.STRATEGIES))):
         raise RuntimeError("training data did not cover every strategy; raise --samples")
@@ -112,6 +141,7 @@ def train(version: str, seed: int, n_train: int, n_holdout: int, out_dir: Path,
 
     xh, yh = synthetic_dataset(n_holdout, seed + 1_000_003)
     import onnxruntime as ort
+
     sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
     probs = sess.run([OUTPUT_NAME], {INPUT_NAME: xh})[0]
     sk_probs = clf.predict_proba((xh - mean) / scale)
@@ -128,9 +158,14 @@ def train(version: str, seed: int, n_train: int, n_holdout: int, out_dir: Path,
         "features": list(FEATURE_NAMES),
         "labels": list(fleet.STRATEGIES),
         "sha256": hashlib.sha256(model_bytes).hexdigest(),
-        "training": {"seed": seed, "samples": n_train, "hidden_layers": list(hidden),
-                     "iterations": int(clf.n_iter_), "seconds": round(time.perf_counter() - started, 1),
-                     "data": "schemas.fleet synthetic ground truth, 3% label noise"},
+        "training": {
+            "seed": seed,
+            "samples": n_train,
+            "hidden_layers": list(hidden),
+            "iterations": int(clf.n_iter_),
+            "seconds": round(time.perf_counter() - started, 1),
+            "data": "schemas.fleet synthetic ground truth, 3% label noise",
+        },
         "holdout": holdout_metrics(probs, yh),
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -143,19 +178,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--samples", type=int, default=120_000)
     p.add_argument("--holdout", type=int, default=30_000)
-    p.add_argument("--out", type=Path, default=None, help="default: workers/models/<name>/<version>")
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: workers/models/<name>/<version>"
+    )
     args = p.parse_args(argv)
     try:
         import onnx  # noqa: F401
         import sklearn  # noqa: F401
     except ImportError as exc:
-        print(f"train: missing {exc.name}; install the extra: pip install -e '.[train]'", file=sys.stderr)
+        print(
+            f"train: missing {exc.name}; install the extra: pip install -e '.[train]'",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or DEFAULT_MODELS_DIR / MODEL_NAME / args.version
     m = train(args.version, args.seed, args.samples, args.holdout, out)
     h = m["holdout"]
-    print(f"{MODEL_NAME} {args.version} -> {out}: accuracy {h['accuracy']}, top-3 {h['top3_accuracy']}, "
-          f"macro F1 {h['macro_f1']} on {h['samples']} holdout samples")
+    print(
+        f"{MODEL_NAME} {args.version} -> {out}: accuracy {h['accuracy']}, top-3 {h['top3_accuracy']}, "
+        f"macro F1 {h['macro_f1']} on {h['samples']} holdout samples"
+    )
     return 0
 
 

@@ -42,14 +42,26 @@ _METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality
 
 
 def _struct(name: str, number: Any, forbid: bool) -> type[msgspec.Struct]:
-    metrics = msgspec.defstruct(f"{name}Metrics", [(k, number) for k in _METRICS],
-                                forbid_unknown_fields=forbid, gc=False)
-    return msgspec.defstruct(name, [
-        ("schema_version", Literal[1]), ("event_id", _Text), ("kind", Literal["heartbeat"]),
-        ("device_id", str), ("event_time_ms", _Ms), ("produced_at_ms", _Ms),
-        ("device_type", _Text), ("firmware", _Text), ("metrics", metrics),
-        ("meta", msgspec.Raw, msgspec.Raw()),
-    ], forbid_unknown_fields=forbid, gc=False)
+    metrics = msgspec.defstruct(
+        f"{name}Metrics", [(k, number) for k in _METRICS], forbid_unknown_fields=forbid, gc=False
+    )
+    return msgspec.defstruct(
+        name,
+        [
+            ("schema_version", Literal[1]),
+            ("event_id", _Text),
+            ("kind", Literal["heartbeat"]),
+            ("device_id", str),
+            ("event_time_ms", _Ms),
+            ("produced_at_ms", _Ms),
+            ("device_type", _Text),
+            ("firmware", _Text),
+            ("metrics", metrics),
+            ("meta", msgspec.Raw, msgspec.Raw()),
+        ],
+        forbid_unknown_fields=forbid,
+        gc=False,
+    )
 
 
 # Tried in this order: canonical (numbers, no unknown fields), numbers as text, unknown fields.
@@ -77,11 +89,21 @@ def decode_variant(value: bytes, error: Exception | None = None) -> Any:
 
 
 # Column extraction (C-level attribute access): the first 7 fields, then the metrics struct.
-FIELDS = attrgetter("device_id", "event_id", "event_time_ms", "produced_at_ms", "device_type", "firmware",
-                    "meta", "metrics")
+FIELDS = attrgetter(
+    "device_id",
+    "event_id",
+    "event_time_ms",
+    "produced_at_ms",
+    "device_type",
+    "firmware",
+    "meta",
+    "metrics",
+)
 METRICS = attrgetter(*_METRICS)
 LATEST = frozenset(LATEST_FIRMWARE.items())
-TYPE_INDEX = {t: i for i, t in enumerate(DEVICE_TYPES)}  # unknown types: -1 (features.device_type_index)
+TYPE_INDEX = {
+    t: i for i, t in enumerate(DEVICE_TYPES)
+}  # unknown types: -1 (features.device_type_index)
 
 # -- identifiers ------------------------------------------------------------------------------------
 # EventId is [A-Za-z0-9._:-]{1,64}: drop the punctuation, the rest must be ASCII alphanumerics.
@@ -142,7 +164,11 @@ def meta_ok(meta: Any) -> bool:
         return _info_ok(meta)  # flat
     if type(info) is not dict:
         return False
-    versions = [(int(m.group(1)), k) for k, v in info.items() if type(v) is dict and (m := _VERSION_KEY.fullmatch(k))]
+    versions = [
+        (int(m.group(1)), k)
+        for k, v in info.items()
+        if type(v) is dict and (m := _VERSION_KEY.fullmatch(k))
+    ]
     return _info_ok(info[max(versions)[1]] if versions else info)
 
 
@@ -212,7 +238,13 @@ def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
         return [b"null"] * len(values)
     a = np.frombuffer(b"".join([values[i] for i in rows]), dtype=np.uint8).reshape(len(rows), 55)
     tid = a[:, 3:35]
-    ok = (a[:, 2] == 45) & (a[:, 35] == 45) & (a[:, 52] == 45) & _HEX[tid].all(axis=1) & (tid != 48).any(axis=1)
+    ok = (
+        (a[:, 2] == 45)
+        & (a[:, 35] == 45)
+        & (a[:, 52] == 45)
+        & _HEX[tid].all(axis=1)
+        & (tid != 48).any(axis=1)
+    )
     quoted = np.full((len(rows), 34), 34, dtype=np.uint8)  # '"' + trace id + '"'
     quoted[:, 1:33] = tid
     found = quoted.view("S34").ravel().tolist()

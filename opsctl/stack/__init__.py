@@ -31,8 +31,12 @@ class ComponentStatus:
 class LocalStack:
     def __init__(self, settings: StackSettings | None = None) -> None:
         s = settings or StackSettings()
-        self.settings = s.model_copy(update={"home": Path(s.home).expanduser().resolve(),
-                                             "jar_cache": Path(s.jar_cache).expanduser().resolve()})
+        self.settings = s.model_copy(
+            update={
+                "home": Path(s.home).expanduser().resolve(),
+                "jar_cache": Path(s.jar_cache).expanduser().resolve(),
+            }
+        )
         self.kafka = KafkaNode(self.settings)
         self.redis = RedisNode(self.settings)
 
@@ -74,8 +78,10 @@ class LocalStack:
                 self.kafka.stop()
                 self.redis.stop()
                 raise
-        progress(f"stack ready in {time.monotonic() - started:.1f}s: Kafka {self.bootstrap_servers}, "
-                 f"Redis {self.redis_url} (home {self.settings.home})")
+        progress(
+            f"stack ready in {time.monotonic() - started:.1f}s: Kafka {self.bootstrap_servers}, "
+            f"Redis {self.redis_url} (home {self.settings.home})"
+        )
         return self.status()
 
     def down(self) -> list[str]:

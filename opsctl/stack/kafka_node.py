@@ -39,11 +39,12 @@ Configuration:
 def java_major() -> int:
     java = shutil.which("java")
     if java is None:
-        raise StackError("java not found on PATH: Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+        raise StackError(
+            "java not found on PATH: Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)"
+        )
     out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     m = re.search(r'version "(\d+)', out)
     return int(m.group(1)) if m else 0
-
 
 
 def new_cluster_id() -> str:
@@ -55,6 +56,7 @@ def new_cluster_id() -> str:
         if not cid.startswith("-"):
             return cid
 
+
 class KafkaNode:
     def __init__(self, settings: StackSettings) -> None:
         self.s = settings
@@ -62,7 +64,9 @@ class KafkaNode:
         self.data = self.dir / "data"
         self.logs = self.dir / "logs"
         self.libs = settings.jar_cache / settings.kafka_version / "libs"
-        self.proc = ManagedProcess("Kafka broker", self.dir / "kafka.pid", f"{self.dir}/server.properties")
+        self.proc = ManagedProcess(
+            "Kafka broker", self.dir / "kafka.pid", f"{self.dir}/server.properties"
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -76,21 +80,38 @@ class KafkaNode:
             return self.libs
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise StackError("mvn not found on PATH: needed once to fetch the Kafka jars (apt-get install maven)")
-        progress(f"resolving org.apache.kafka:kafka_2.13:{self.s.kafka_version} from Maven Central ...")
+            raise StackError(
+                "mvn not found on PATH: needed once to fetch the Kafka jars (apt-get install maven)"
+            )
+        progress(
+            f"resolving org.apache.kafka:kafka_2.13:{self.s.kafka_version} from Maven Central ..."
+        )
         pom = resources.files("opsctl.stack").joinpath("kafka-pom.xml")
         tmp = self.libs.parent / "libs.partial"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
         with resources.as_file(pom) as pom_path:
             run = subprocess.run(
-                [mvn, "-q", "-B", "-f", str(pom_path), "dependency:copy-dependencies",
-                 f"-Dkafka.version={self.s.kafka_version}", f"-DoutputDirectory={tmp}",
-                 "-DincludeScope=runtime"],
-                capture_output=True, text=True, check=False)
+                [
+                    mvn,
+                    "-q",
+                    "-B",
+                    "-f",
+                    str(pom_path),
+                    "dependency:copy-dependencies",
+                    f"-Dkafka.version={self.s.kafka_version}",
+                    f"-DoutputDirectory={tmp}",
+                    "-DincludeScope=runtime",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         if run.returncode != 0 or not any(tmp.glob("kafka_2.13-*.jar")):
             last = (run.stdout + run.stderr).strip().splitlines()[-3:]
-            raise StackError(f"mvn could not resolve Kafka {self.s.kafka_version}: {' | '.join(last)}")
+            raise StackError(
+                f"mvn could not resolve Kafka {self.s.kafka_version}: {' | '.join(last)}"
+            )
         shutil.rmtree(self.libs, ignore_errors=True)
         tmp.rename(self.libs)
         done.write_text(self.s.kafka_version + "\n")
@@ -143,12 +164,25 @@ class KafkaNode:
         if not cluster_file.exists() or cluster_file.read_text().startswith("-"):
             cluster_file.write_text(new_cluster_id() + "\n")
         run = subprocess.run(
-            self._java("-Dlog4j2.configurationFile=" + str(self.dir / "log4j2.yaml"),
-                       "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
-                       "-t", cluster_file.read_text().strip(), "-c", str(config)),
-            capture_output=True, text=True, check=False)
+            self._java(
+                "-Dlog4j2.configurationFile=" + str(self.dir / "log4j2.yaml"),
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                "--ignore-formatted",
+                "-t",
+                cluster_file.read_text().strip(),
+                "-c",
+                str(config),
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if run.returncode != 0:
-            raise StackError(f"Kafka storage format failed: {(run.stdout + run.stderr).strip()[-300:]}")
+            raise StackError(
+                f"Kafka storage format failed: {(run.stdout + run.stderr).strip()[-300:]}"
+            )
 
     # -- lifecycle --------------------------------------------------------------------------------
     def running(self) -> bool:
@@ -161,15 +195,24 @@ class KafkaNode:
             raise StackError("Java 17 or newer is needed for Kafka 4 (java -version reports older)")
         for port in (self.s.kafka_port, self.s.controller_port):
             if port_in_use(port):
-                raise StackError(f"port {port} is in use by another process; stop it or choose other "
-                                 "ports (PRECAST_STACK__KAFKA_PORT / PRECAST_STACK__CONTROLLER_PORT)")
+                raise StackError(
+                    f"port {port} is in use by another process; stop it or choose other "
+                    "ports (PRECAST_STACK__KAFKA_PORT / PRECAST_STACK__CONTROLLER_PORT)"
+                )
         self.resolve_jars()
         config = self._write_config()
         self._format(config)
         argv = self._java(
-            "-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}", f"-Dkafka.logs.dir={self.logs}",
-            "kafka.Kafka", str(config), heap=self.s.kafka_heap)
+            "-Xms256m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}",
+            f"-Dkafka.logs.dir={self.logs}",
+            "kafka.Kafka",
+            str(config),
+            heap=self.s.kafka_heap,
+        )
         self.proc.start(argv, self.logs / "stdout.log", self.dir)
 
     def wait_ready(self, timeout: float) -> None:
@@ -185,7 +228,9 @@ class KafkaNode:
                 return
             except Unreachable:
                 if time.monotonic() > deadline:
-                    raise StackError(f"Kafka broker not ready after {timeout:g}s: {self.last_log()}") from None
+                    raise StackError(
+                        f"Kafka broker not ready after {timeout:g}s: {self.last_log()}"
+                    ) from None
 
     def healthy(self, timeout: float = 3.0) -> bool:
         from precast.kafka import Admin
@@ -200,6 +245,13 @@ class KafkaNode:
         return self.proc.stop(timeout=30.0, hard=hard)
 
     def last_log(self) -> str:
-        errors = [line for line in (self.logs / "server.log").read_text(errors="replace").splitlines()
-                  if " ERROR " in line][-2:] if (self.logs / "server.log").exists() else []
+        errors = (
+            [
+                line
+                for line in (self.logs / "server.log").read_text(errors="replace").splitlines()
+                if " ERROR " in line
+            ][-2:]
+            if (self.logs / "server.log").exists()
+            else []
+        )
         return " | ".join(errors) or tail(self.logs / "stdout.log", 3) or "no log output"

@@ -32,7 +32,9 @@ _children: dict[int, subprocess.Popen] = {}
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -53,12 +55,21 @@ class ManagedProcess:
             return pid
         return None
 
-    def start(self, argv: list[str], log_file: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
+    def start(
+        self, argv: list[str], log_file: Path, cwd: Path, env: dict[str, str] | None = None
+    ) -> int:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "ab") as log:
             try:
-                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        cwd=cwd, env=env, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 raise StackError(f"cannot start {self.name}: {exc}") from None
         _children[proc.pid] = proc

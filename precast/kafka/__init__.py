@@ -8,7 +8,18 @@ from precast.kafka.producer import Producer
 from precast.kafka.types import Headers, KafkaMessage, Record, TopicPartitionOffset
 
 __all__ = [
-    "OFFSET_BEGINNING", "OFFSET_END", "Admin", "Consumer", "DeliveryFailed", "EmptyKeyError", "GroupInfo",
-    "Headers", "KafkaFailure", "KafkaMessage", "Producer", "Record", "TopicPartitionOffset",
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "Admin",
+    "Consumer",
+    "DeliveryFailed",
+    "EmptyKeyError",
+    "GroupInfo",
+    "Headers",
+    "KafkaFailure",
+    "KafkaMessage",
+    "Producer",
+    "Record",
+    "TopicPartitionOffset",
     "TopicReport",
 ]

@@ -48,8 +48,12 @@ class GroupInfo:
 class Admin:
     def __init__(self, settings: Any, *, quiet: bool = True) -> None:
         self._settings = settings
-        self._a = build_client(AdminClient, "admin client", admin_config(settings),
-                               logger=_quiet if quiet else logging.getLogger("precast.kafka.librdkafka"))
+        self._a = build_client(
+            AdminClient,
+            "admin client",
+            admin_config(settings),
+            logger=_quiet if quiet else logging.getLogger("precast.kafka.librdkafka"),
+        )
 
     def wait_reachable(self, timeout: float | None = None) -> int:
         """Block until the cluster answers a metadata request; return the broker count."""
@@ -58,8 +62,11 @@ class Admin:
             md = self._a.list_topics(timeout=timeout)
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
-            raise Unreachable("Kafka broker", self._settings.bootstrap_servers,
-                              f"no metadata within {timeout:g}s: {err.name()}") from None
+            raise Unreachable(
+                "Kafka broker",
+                self._settings.bootstrap_servers,
+                f"no metadata within {timeout:g}s: {err.name()}",
+            ) from None
         return len(md.brokers)
 
     def topic_partitions(self, timeout: float = 10.0) -> dict[str, int]:
@@ -75,8 +82,13 @@ class Admin:
         raced: list[TopicSpec] = []  # created by someone else after our metadata snapshot
         if missing:
             futures = self._a.create_topics(
-                [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
-                operation_timeout=timeout, request_timeout=timeout)
+                [
+                    NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config))
+                    for s in missing
+                ],
+                operation_timeout=timeout,
+                request_timeout=timeout,
+            )
             for s in missing:
                 try:
                     futures[s.name].result()
@@ -84,7 +96,9 @@ class Admin:
                 except confluent_kafka.KafkaException as exc:
                     err = exc.args[0]
                     if err.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise KafkaFailure(f"create topic {s.name}: {err.str()}", code=err.name()) from None
+                        raise KafkaFailure(
+                            f"create topic {s.name}: {err.str()}", code=err.name()
+                        ) from None
                     raced.append(s)
         visible = self._wait_visible([s.name for s in missing], timeout) if missing else existing
         self._check_partitions(raced, visible)
@@ -101,7 +115,8 @@ class Admin:
                 raise TopicContractError(
                     f"topic {s.name} has {existing[s.name]} partitions but its contract says "
                     f"{s.partitions}; device co-partitioning needs them equal (recreate the topic "
-                    f"or set PRECAST_TOPICS__PARTITIONS={existing[s.name]})")
+                    f"or set PRECAST_TOPICS__PARTITIONS={existing[s.name]})"
+                )
 
     def _wait_visible(self, names: list[str], timeout: float) -> dict[str, int]:
         """Metadata lags topic creation a little; wait until every name is listed."""
@@ -120,8 +135,11 @@ class Admin:
         out = []
         for spec, res in zip(specs, resources, strict=True):
             actual = {k: v.value for k, v in futures[res].result().items()}
-            diffs = [f"{k}={actual.get(k)!r} (contract {v!r})" for k, v in spec.config.items()
-                     if str(actual.get(k)) != str(v)]
+            diffs = [
+                f"{k}={actual.get(k)!r} (contract {v!r})"
+                for k, v in spec.config.items()
+                if str(actual.get(k)) != str(v)
+            ]
             if diffs:
                 out.append(TopicReport(spec.name, "drift", ", ".join(diffs)))
         return out
@@ -136,13 +154,24 @@ class Admin:
             except confluent_kafka.KafkaException as exc:
                 err = exc.args[0]
                 if err.code() != confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise KafkaFailure(f"delete topic {name}: {err.str()}", code=err.name()) from None
+                    raise KafkaFailure(
+                        f"delete topic {name}: {err.str()}", code=err.name()
+                    ) from None
 
-    def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None,
-                     replication_factor: int = 1, timeout: float = 30.0) -> None:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: dict[str, str] | None = None,
+        replication_factor: int = 1,
+        timeout: float = 30.0,
+    ) -> None:
         """Create one topic outside the contract catalog (tests, scratch topics)."""
-        fut = self._a.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})],
-                                    operation_timeout=timeout, request_timeout=timeout)[name]
+        fut = self._a.create_topics(
+            [NewTopic(name, partitions, replication_factor, config=config or {})],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )[name]
         try:
             fut.result()
         except confluent_kafka.KafkaException as exc:
@@ -162,9 +191,14 @@ class Admin:
             out = []
             for gid in ids:
                 d = described[gid].result()
-                parts = tuple(TopicPartitionOffset(tp.topic, tp.partition)
-                              for m in d.members for tp in (m.assignment.topic_partitions or []))
-                out.append(GroupInfo(gid, str(getattr(d.state, "name", d.state)), len(d.members), parts))
+                parts = tuple(
+                    TopicPartitionOffset(tp.topic, tp.partition)
+                    for m in d.members
+                    for tp in (m.assignment.topic_partitions or [])
+                )
+                out.append(
+                    GroupInfo(gid, str(getattr(d.state, "name", d.state)), len(d.members), parts)
+                )
             return sorted(out, key=lambda g: g.group_id)
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
@@ -180,21 +214,34 @@ class Admin:
             except confluent_kafka.KafkaException as exc:
                 err = exc.args[0]
                 if err.name() not in ("GROUP_ID_NOT_FOUND", "NON_EMPTY_GROUP"):
-                    raise KafkaFailure(f"delete group {gid}: {err.str()}", code=err.name()) from None
+                    raise KafkaFailure(
+                        f"delete group {gid}: {err.str()}", code=err.name()
+                    ) from None
 
     def committed_offsets(self, group_id: str, timeout: float = 10.0) -> list[TopicPartitionOffset]:
         """The group's committed next-offsets, for every partition it has committed on."""
         req = [ConsumerGroupTopicPartitions(group_id)]
         try:
-            res = self._a.list_consumer_group_offsets(req, request_timeout=timeout)[group_id].result()
+            res = self._a.list_consumer_group_offsets(req, request_timeout=timeout)[
+                group_id
+            ].result()
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
-            raise KafkaFailure(f"offsets of group {group_id}: {err.str()}", code=err.name()) from None
-        return sorted((TopicPartitionOffset(tp.topic, tp.partition, tp.offset)
-                       for tp in res.topic_partitions if tp.offset >= 0),
-                      key=lambda t: (t.topic, t.partition))
+            raise KafkaFailure(
+                f"offsets of group {group_id}: {err.str()}", code=err.name()
+            ) from None
+        return sorted(
+            (
+                TopicPartitionOffset(tp.topic, tp.partition, tp.offset)
+                for tp in res.topic_partitions
+                if tp.offset >= 0
+            ),
+            key=lambda t: (t.topic, t.partition),
+        )
 
-    def end_offsets(self, parts: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    def end_offsets(
+        self, parts: list[tuple[str, int]], timeout: float = 10.0
+    ) -> dict[tuple[str, int], int]:
         """Latest offset (the next one to be written) of each partition, as read_committed sees it.
         Retries while leadership settles (a topic created a moment ago answers NOT_LEADER)."""
         if not parts:
@@ -203,9 +250,12 @@ class Admin:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                futures = self._a.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED,
-                                               request_timeout=timeout)
-                return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+                futures = self._a.list_offsets(
+                    req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+                )
+                return {
+                    (tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()
+                }
             except confluent_kafka.KafkaException as exc:
                 err = exc.args[0]
                 settling = err.retriable() or err.name() in _LEADER_SETTLING

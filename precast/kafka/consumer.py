@@ -34,8 +34,9 @@ def _to_native(parts: Sequence[TopicPartitionOffset]) -> list[confluent_kafka.To
 
 
 def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
-    return KafkaFailure(f"{what}: {err.str()}", code=err.name(), fatal=err.fatal(),
-                        retriable=err.retriable())
+    return KafkaFailure(
+        f"{what}: {err.str()}", code=err.name(), fatal=err.fatal(), retriable=err.retriable()
+    )
 
 
 class Consumer:
@@ -58,7 +59,12 @@ class Consumer:
         self._fatal: KafkaFailure | None = None
         self._hooks = (on_assign, on_revoke, on_lost)
         self.group_id = group_id
-        self._c = build_client(confluent_kafka.Consumer, "consumer", conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
+        self._c = build_client(
+            confluent_kafka.Consumer,
+            "consumer",
+            conf,
+            logger=logger or logging.getLogger("precast.kafka.librdkafka"),
+        )
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
         if err.fatal():
@@ -67,8 +73,14 @@ class Consumer:
             log.debug("consumer: %s", err.str())
 
     # -- subscription ---------------------------------------------------------------------------
-    def subscribe(self, topics: Sequence[str], *, on_assign: RebalanceHook | None = None,
-                  on_revoke: RebalanceHook | None = None, on_lost: RebalanceHook | None = None) -> None:
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        on_assign: RebalanceHook | None = None,
+        on_revoke: RebalanceHook | None = None,
+        on_lost: RebalanceHook | None = None,
+    ) -> None:
         """Join the group. Hooks given here win over the constructor's (a caller that needs the
         consumer inside its hooks can only pass them after building it)."""
         on_assign = on_assign or self._hooks[0]
@@ -80,8 +92,15 @@ class Consumer:
                 return None
             return lambda _c, parts: hook(_to_tpo(parts))
 
-        kwargs = {k: v for k, v in (("on_assign", _wrap(on_assign)), ("on_revoke", _wrap(on_revoke)),
-                                    ("on_lost", _wrap(on_lost))) if v is not None}
+        kwargs = {
+            k: v
+            for k, v in (
+                ("on_assign", _wrap(on_assign)),
+                ("on_revoke", _wrap(on_revoke)),
+                ("on_lost", _wrap(on_lost)),
+            )
+            if v is not None
+        }
         self._c.subscribe(list(topics), **kwargs)
 
     def assign(self, parts: Sequence[TopicPartitionOffset]) -> None:
@@ -123,7 +142,9 @@ class Consumer:
         return good
 
     # -- offsets ------------------------------------------------------------------------------------
-    def commit(self, offsets: Sequence[TopicPartitionOffset] | None = None, *, asynchronous: bool = False) -> None:
+    def commit(
+        self, offsets: Sequence[TopicPartitionOffset] | None = None, *, asynchronous: bool = False
+    ) -> None:
         """Commit the given next-offsets (offset of the last processed record + 1)."""
         try:
             if offsets is None:
@@ -136,7 +157,9 @@ class Consumer:
                 return
             raise _failure(err, "commit") from None
 
-    def committed(self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0) -> list[TopicPartitionOffset]:
+    def committed(
+        self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0
+    ) -> list[TopicPartitionOffset]:
         return _to_tpo(self._c.committed(_to_native(parts), timeout=timeout))
 
     def position(self, parts: Sequence[TopicPartitionOffset]) -> list[TopicPartitionOffset]:
@@ -148,12 +171,15 @@ class Consumer:
     def watermarks(self, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
         """(low, high) offsets of a partition as the broker reports them now."""
         try:
-            return self._c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, partition),
-                                                 timeout=timeout, cached=False)
+            return self._c.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), timeout=timeout, cached=False
+            )
         except confluent_kafka.KafkaException as exc:
             raise _failure(exc.args[0], f"watermarks of {topic}[{partition}]") from None
 
-    def offsets_for_times(self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0) -> list[TopicPartitionOffset]:
+    def offsets_for_times(
+        self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0
+    ) -> list[TopicPartitionOffset]:
         """`parts[i].offset` carries a timestamp in ms; returns the first offset at or after it
         (-1 when no such record exists)."""
         try:

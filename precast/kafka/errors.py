@@ -17,8 +17,15 @@ class KafkaFailure(PrecastError):
 
     exit_code = 3
 
-    def __init__(self, message: str, *, code: str = "", fatal: bool = False, retriable: bool = False,
-                 txn_requires_abort: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "",
+        fatal: bool = False,
+        retriable: bool = False,
+        txn_requires_abort: bool = False,
+    ) -> None:
         super().__init__(f"{message} [{code}]" if code else message)
         self.code = code
         self.fatal = fatal
@@ -35,7 +42,6 @@ class EmptyKeyError(PrecastError, ValueError):
 
 class DeliveryFailed(KafkaFailure):
     """At least one produced record was not acknowledged by the broker."""
-
 
 
 def build_client(factory: Callable[..., T], kind: str, *args: Any, **kwargs: Any) -> T:

@@ -19,12 +19,19 @@ log = logging.getLogger("precast.kafka.producer")
 
 DeliveryCallback = Callable[[KafkaFailure | None, Any], None]
 
-DELIVERY_FAILURES = Counter("precast_producer_delivery_failures_total",
-                            "records the broker did not acknowledge", ["topic", "code"])
-BACKPRESSURE_WAITS = Counter("precast_producer_backpressure_waits_total",
-                             "produce calls that waited because the local queue was full")
-BACKPRESSURE_SECONDS = Counter("precast_producer_backpressure_seconds_total",
-                               "time produce calls spent waiting for room in the local queue")
+DELIVERY_FAILURES = Counter(
+    "precast_producer_delivery_failures_total",
+    "records the broker did not acknowledge",
+    ["topic", "code"],
+)
+BACKPRESSURE_WAITS = Counter(
+    "precast_producer_backpressure_waits_total",
+    "produce calls that waited because the local queue was full",
+)
+BACKPRESSURE_SECONDS = Counter(
+    "precast_producer_backpressure_seconds_total",
+    "time produce calls spent waiting for room in the local queue",
+)
 
 
 def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
@@ -63,7 +70,12 @@ class Producer:
         self._on_backpressure = on_backpressure
         self._on_delivery_error = on_delivery_error
         self._fatal: KafkaFailure | None = None
-        self._p = build_client(confluent_kafka.Producer, "producer", conf, logger=logger or logging.getLogger("precast.kafka.librdkafka"))
+        self._p = build_client(
+            confluent_kafka.Producer,
+            "producer",
+            conf,
+            logger=logger or logging.getLogger("precast.kafka.librdkafka"),
+        )
 
     # -- callbacks (run inside poll/flush on the caller's thread) ---------------------------
     def _on_delivery(self, err: confluent_kafka.KafkaError | None, msg: Any) -> None:
@@ -102,8 +114,13 @@ class Producer:
             raise EmptyKeyError(f"refusing to produce a record without a key to {topic!r}")
         if self._fatal is not None:
             raise self._fatal
-        kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers,
-                                  "timestamp": timestamp_ms, "partition": partition}
+        kwargs: dict[str, Any] = {
+            "key": key,
+            "value": value,
+            "headers": headers,
+            "timestamp": timestamp_ms,
+            "partition": partition,
+        }
         if on_delivery is not None:
             kwargs["on_delivery"] = on_delivery
         try:
@@ -131,17 +148,30 @@ class Producer:
         if self._on_backpressure is not None:
             self._on_backpressure(waited)
 
-    def copy(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-             headers: Headers | None, timestamp_ms: int = 0) -> None:
+    def copy(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp_ms: int = 0,
+    ) -> None:
         """Write a record exactly as it was (replay, redrive): an absent key stays absent, which
         is why the partition is explicit. Same backpressure as `produce`; the hot loop of a
         replay, so no per-call dict."""
         try:
             self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)
         except BufferError:
-            self._when_room(lambda: self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers))
+            self._when_room(
+                lambda: self._p.produce(
+                    topic, value, key, partition, None, None, timestamp_ms, headers
+                )
+            )
 
-    def copy_same_partition(self, topic: str, msgs: list[KafkaMessage], keep_timestamps: bool = False) -> None:
+    def copy_same_partition(
+        self, topic: str, msgs: list[KafkaMessage], keep_timestamps: bool = False
+    ) -> None:
         """`copy` for a whole consumed batch into the same partition numbers of `topic`: the
         unfiltered replay's loop, kept here so it calls the client without a wrapper per record."""
         produce = self._p.produce
@@ -183,8 +213,11 @@ class Producer:
                 code=failures[0].code,
             )
         if remaining:
-            raise DeliveryFailed(f"{remaining} record(s) still in flight after {timeout}s",
-                                 code="_TIMED_OUT", retriable=True)
+            raise DeliveryFailed(
+                f"{remaining} record(s) still in flight after {timeout}s",
+                code="_TIMED_OUT",
+                retriable=True,
+            )
 
     @property
     def failed_total(self) -> int:
@@ -197,7 +230,9 @@ class Producer:
     def begin_transaction(self) -> None:
         self._call("begin_transaction")
 
-    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float = 30.0) -> None:
+    def send_offsets_to_transaction(
+        self, offsets: Any, group_metadata: Any, timeout: float = 30.0
+    ) -> None:
         self._call("send_offsets_to_transaction", offsets, group_metadata, timeout)
 
     def commit_transaction(self, timeout: float = 30.0) -> None:

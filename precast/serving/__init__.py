@@ -11,17 +11,30 @@ See docs/api.md ("Serving store").
 """
 
 from precast.serving.entry import (
-           Entry,
-           InvalidPrediction,
-           decode,
-           encode,
-           entry_from_prediction,
-           prediction_item,
-           valid_device_id,
+    Entry,
+    InvalidPrediction,
+    decode,
+    encode,
+    entry_from_prediction,
+    prediction_item,
+    valid_device_id,
 )
 from precast.serving.memory import MemoryStore
 from precast.serving.redis_store import AsyncRedisReader, RedisStore
 from precast.serving.result import EXPIRED, OLDER, STORED
 
-__all__ = ["EXPIRED", "OLDER", "STORED", "AsyncRedisReader", "Entry", "InvalidPrediction", "MemoryStore",
-           "RedisStore", "decode", "encode", "entry_from_prediction", "prediction_item", "valid_device_id"]
+__all__ = [
+    "EXPIRED",
+    "OLDER",
+    "STORED",
+    "AsyncRedisReader",
+    "Entry",
+    "InvalidPrediction",
+    "MemoryStore",
+    "RedisStore",
+    "decode",
+    "encode",
+    "entry_from_prediction",
+    "prediction_item",
+    "valid_device_id",
+]

@@ -43,10 +43,10 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     produced_at_ms: int
     model_version: str
     valid_until_ms: int
-    received_at_ms: int   # when a materializer took it from Kafka (the "kafka" delay ends here)
-    inference_ms: int     # model time reported by the worker; -1 when not reported
-    purge: bool           # a purge marker: served like a miss (docs/architecture.md)
-    body: bytes           # the PredictionSet JSON, served as is
+    received_at_ms: int  # when a materializer took it from Kafka (the "kafka" delay ends here)
+    inference_ms: int  # model time reported by the worker; -1 when not reported
+    purge: bool  # a purge marker: served like a miss (docs/architecture.md)
+    body: bytes  # the PredictionSet JSON, served as is
 
     @property
     def key(self) -> OrderKey:
@@ -95,7 +95,9 @@ def entry_from_prediction(value: bytes, received_at_ms: int, key: bytes | None =
     return prediction_item(value, received_at_ms, key)[1]
 
 
-def prediction_item(value: bytes, received_at_ms: int, key: bytes | None = None) -> tuple[str, Entry]:
+def prediction_item(
+    value: bytes, received_at_ms: int, key: bytes | None = None
+) -> tuple[str, Entry]:
     """(device_id, Entry) from one predictions-topic record value: what `put_many_if_newer`
     takes. The device ID has matched the pattern (and the record key, when given)."""
     try:
@@ -114,19 +116,35 @@ def prediction_item(value: bytes, received_at_ms: int, key: bytes | None = None)
     inf = p.inference_ms
     if value[-1:] != b"}":  # the read path splices fields before the closing brace
         value = value.rstrip()
-    return device_id, Entry(p.computed_at_ms, p.produced_at_ms, mv, p.valid_until_ms, received_at_ms,
-                            inf if type(inf) is int and inf >= 0 else -1, p.trigger == "purge", value)
+    return device_id, Entry(
+        p.computed_at_ms,
+        p.produced_at_ms,
+        mv,
+        p.valid_until_ms,
+        received_at_ms,
+        inf if type(inf) is int and inf >= 0 else -1,
+        p.trigger == "purge",
+        value,
+    )
 
 
 def encode(e: Entry) -> bytes:
     """The Redis value (see the module docstring)."""
     return b"%013d %013d %013d %013d %s %s %s\n%s" % (
-        e.computed_at_ms, e.produced_at_ms, e.valid_until_ms, e.received_at_ms,
-        b"%d" % e.inference_ms if e.inference_ms >= 0 else b"-", b"P" if e.purge else b"-",
-        e.model_version.encode(), e.body)
+        e.computed_at_ms,
+        e.produced_at_ms,
+        e.valid_until_ms,
+        e.received_at_ms,
+        b"%d" % e.inference_ms if e.inference_ms >= 0 else b"-",
+        b"P" if e.purge else b"-",
+        e.model_version.encode(),
+        e.body,
+    )
 
 
 def decode(raw: bytes) -> Entry:
     head, _, body = raw.partition(b"\n")
     c, pr, v, r, inf, purge, mv = head.decode().split(" ", 6)
-    return Entry(int(c), int(pr), mv, int(v), int(r), -1 if inf == "-" else int(inf), purge == "P", body)
+    return Entry(
+        int(c), int(pr), mv, int(v), int(r), -1 if inf == "-" else int(inf), purge == "P", body
+    )

@@ -57,8 +57,13 @@ class MemoryStore:
     def put_if_newer(self, device_id: str, entry: Entry, now_ms: int | None = None) -> int:
         return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
 
-    def put_many_if_newer(self, items: Iterable[tuple[str, Entry]], now_ms: int | None = None, *,
-                          ids_checked: bool = False) -> list[int]:
+    def put_many_if_newer(
+        self,
+        items: Iterable[tuple[str, Entry]],
+        now_ms: int | None = None,
+        *,
+        ids_checked: bool = False,
+    ) -> list[int]:
         """One result per item: STORED, OLDER (not strictly newer: kept the current one) or
         EXPIRED (already past valid_until + grace: not stored). `ids_checked=True` skips the
         device-ID pattern check for items from `prediction_item`, which did it already."""

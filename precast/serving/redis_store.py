@@ -38,7 +38,9 @@ end
 
 # KEYS: entry keys; ARGV[1]: now ms, ARGV[2]: grace ms, ARGV[2+i]: encoded entry for KEYS[i].
 # Returns per key 1 stored, 0 older or duplicate, -1 already expired (see result.py).
-_PUT = _LUA_NEWER + r"""
+_PUT = (
+    _LUA_NEWER
+    + r"""
 local now, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -58,6 +60,7 @@ for i, key in ipairs(KEYS) do
 end
 return out
 """
+)
 
 # KEYS: entry keys; ARGV[i]: the value seen. Deletes only what is unchanged.
 _DELETE_IF_SAME = r"""
@@ -113,7 +116,7 @@ class RedisStore:
         for keys in self._scan(batch):
             for k, raw in zip(keys, self.client.mget(keys), strict=True):
                 if raw is not None:
-                    yield k.decode()[len(self._p):], decode(raw)
+                    yield k.decode()[len(self._p) :], decode(raw)
 
     def _scan(self, batch: int) -> Iterator[list[bytes]]:
         cursor = 0
@@ -131,8 +134,14 @@ class RedisStore:
     def put_if_newer(self, device_id: str, entry: Entry, now_ms: int | None = None) -> int:
         return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
 
-    def put_many_if_newer(self, items: Iterable[tuple[str, Entry]], now_ms: int | None = None,
-                          chunk: int = 500, *, ids_checked: bool = False) -> list[int]:
+    def put_many_if_newer(
+        self,
+        items: Iterable[tuple[str, Entry]],
+        now_ms: int | None = None,
+        chunk: int = 500,
+        *,
+        ids_checked: bool = False,
+    ) -> list[int]:
         """Atomic per key; one script call per `chunk` entries (one round trip each).
         `ids_checked=True`: the IDs come from `prediction_item`, which matched the pattern."""
         items = list(items)
@@ -140,9 +149,11 @@ class RedisStore:
         out: list[int] = []
         key, p = self.key, self._p
         for i in range(0, len(items), chunk):
-            part = items[i:i + chunk]
+            part = items[i : i + chunk]
             keys = [p + d for d, _ in part] if ids_checked else [key(d) for d, _ in part]
-            out.extend(self._put(keys=keys, args=[now, self.grace_ms, *(encode(e) for _, e in part)]))
+            out.extend(
+                self._put(keys=keys, args=[now, self.grace_ms, *(encode(e) for _, e in part)])
+            )
         return out
 
     def delete(self, device_ids: Iterable[str]) -> int:
@@ -155,8 +166,11 @@ class RedisStore:
         n = 0
         for keys in self._scan(batch):
             raws = self.client.mget(keys)
-            hit = [(k, r) for k, r in zip(keys, raws, strict=True)
-                   if r is not None and predicate(k.decode()[len(self._p):], decode(r))]
+            hit = [
+                (k, r)
+                for k, r in zip(keys, raws, strict=True)
+                if r is not None and predicate(k.decode()[len(self._p) :], decode(r))
+            ]
             if hit:
                 n += self._delete_if_same(keys=[k for k, _ in hit], args=[r for _, r in hit])
         return n

@@ -9,25 +9,44 @@ import time
 import orjson
 
 from consumer_api.settings import ApiOptions, ApiSettings
+from opsctl.stack.process import free_port
 from precast.kafka import Producer
 from precast.settings import KafkaSettings, RedisSettings, TopicSettings
-from opsctl.stack.process import free_port
 
 
-def api_settings(kafka: KafkaSettings, topics, redis_url: str = "", key_prefix: str = "t:", **api) -> ApiSettings:
+def api_settings(
+    kafka: KafkaSettings, topics, redis_url: str = "", key_prefix: str = "t:", **api
+) -> ApiSettings:
     prefix = topics.predictions.name.removesuffix("predictions")
-    return ApiSettings(kafka=kafka, topics=TopicSettings(prefix=prefix, partitions=topics.predictions.partitions),
-                       redis=RedisSettings(url=redis_url, key_prefix=key_prefix, connect_timeout_s=1),
-                       api=ApiOptions(**api))
+    return ApiSettings(
+        kafka=kafka,
+        topics=TopicSettings(prefix=prefix, partitions=topics.predictions.partitions),
+        redis=RedisSettings(url=redis_url, key_prefix=key_prefix, connect_timeout_s=1),
+        api=ApiOptions(**api),
+    )
 
 
-def prediction_value(device: str, computed: int, produced: int, version: str = "1.0.0", horizon_ms: int = 600_000,
-                     purge: bool = False) -> bytes:
-    return orjson.dumps({
-        "schema_version": 1, "device_id": device,
-        "candidates": [] if purge else [{"strategy": "replace_part", "score": 0.6}],
-        "model_version": version, "computed_at_ms": computed, "valid_until_ms": computed + horizon_ms,
-        "produced_at_ms": produced, "trigger": "purge" if purge else "heartbeat", "lineage": []})
+def prediction_value(
+    device: str,
+    computed: int,
+    produced: int,
+    version: str = "1.0.0",
+    horizon_ms: int = 600_000,
+    purge: bool = False,
+) -> bytes:
+    return orjson.dumps(
+        {
+            "schema_version": 1,
+            "device_id": device,
+            "candidates": [] if purge else [{"strategy": "replace_part", "score": 0.6}],
+            "model_version": version,
+            "computed_at_ms": computed,
+            "valid_until_ms": computed + horizon_ms,
+            "produced_at_ms": produced,
+            "trigger": "purge" if purge else "heartbeat",
+            "lineage": [],
+        }
+    )
 
 
 def publish(kafka: KafkaSettings, topic: str, records: list[tuple[str, bytes]]) -> None:
@@ -54,8 +73,16 @@ class Served:
         import uvicorn
 
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    access_log=False, lifespan="on"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+            )
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

@@ -7,27 +7,43 @@ import subprocess
 import sys
 from pathlib import Path
 
-from precast.kafka import Admin, Consumer, Producer
 from opsctl.ranges import OffsetRange
 from opsctl.reader import RangeReader, range_consumer
+from precast.kafka import Admin, Consumer, Producer
 from precast.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli_env(kafka: KafkaSettings, state_dir: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-            "PRECAST_OPS__STATE_DIR": str(state_dir), **extra}
+    return {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "PRECAST_OPS__STATE_DIR": str(state_dir),
+        **extra,
+    }
 
 
 def precast(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "opsctl.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "opsctl.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def spawn(env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "opsctl.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "opsctl.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def read_all(kafka: KafkaSettings, topic: str) -> dict[int, list[tuple]]:
@@ -40,7 +56,9 @@ def read_all(kafka: KafkaSettings, topic: str) -> dict[int, list[tuple]]:
     try:
         for msgs in RangeReader(c, topic, [OffsetRange(p, 0, ends[(topic, p)]) for p in range(n)]):
             for m in msgs:
-                out[m.partition()].append((m.offset(), m.key(), m.value(), m.headers() or [], m.timestamp()[1]))
+                out[m.partition()].append(
+                    (m.offset(), m.key(), m.value(), m.headers() or [], m.timestamp()[1])
+                )
     finally:
         c.close()
     return out

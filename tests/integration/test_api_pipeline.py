@@ -35,17 +35,27 @@ def test_misses_ask_for_exactly_one_backfill_each(kafka_settings, topics, unique
         with TestClient(built.app) as client:
             wait_for(lambda: client.get("/readyz").status_code == 200, what="ready")
             for _ in range(30):  # a burst of misses on two devices, a batch and a prefetch hint
-                assert client.get("/v1/devices/dev-miss-1/prediction").json()["source"] == "fallback"
+                assert (
+                    client.get("/v1/devices/dev-miss-1/prediction").json()["source"] == "fallback"
+                )
             client.get("/v1/predictions", params={"ids": "dev-miss-1,dev-miss-2"})
             r = client.post("/v1/prefetch", json={"device_ids": ["dev-miss-2", "dev-miss-3"]})
             assert r.json() == {"sent": 1, "deduplicated": 1, "dropped": 0, "fresh": 0}
     finally:
         built.materializer.stop()
-    msgs = read_all(kafka_settings, topics.precompute_requests.name, topics.precompute_requests.partitions, unique("chk"))
+    msgs = read_all(
+        kafka_settings,
+        topics.precompute_requests.name,
+        topics.precompute_requests.partitions,
+        unique("chk"),
+    )
     reqs = [PrecomputeRequest.model_validate_json(m.value()) for m in msgs]
     assert sorted(r.device_id for r in reqs) == ["dev-miss-1", "dev-miss-2", "dev-miss-3"]
-    assert {r.device_id: r.reason for r in reqs} == {"dev-miss-1": "api_miss", "dev-miss-2": "api_miss",
-                                                     "dev-miss-3": "prefetch"}
+    assert {r.device_id: r.reason for r in reqs} == {
+        "dev-miss-1": "api_miss",
+        "dev-miss-2": "api_miss",
+        "dev-miss-3": "prefetch",
+    }
     assert all(m.key() == r.device_id.encode() for m, r in zip(msgs, reqs, strict=True))
 
 
@@ -72,16 +82,22 @@ def test_newest_wins_over_kafka_and_bad_records_are_dead_lettered(kafka_settings
             assert client.get("/v1/devices/dev-3/prediction").json()["source"] == "fallback"
     finally:
         built.materializer.stop()
-    dead = read_all(kafka_settings, topics.dead_letters.name, topics.dead_letters.partitions, unique("dlq"))
+    dead = read_all(
+        kafka_settings, topics.dead_letters.name, topics.dead_letters.partitions, unique("dlq")
+    )
     assert [(m.key(), m.value(), dict(m.headers())["dlq.reason"]) for m in dead] == [
-        (b"dev-3", b"{not json", b"not_json")]
+        (b"dev-3", b"{not json", b"not_json")
+    ]
 
 
 def test_restart_is_not_ready_until_rebuilt_then_gives_the_same_answers(kafka_settings, topics):
     now = int(time.time() * 1000)
     devices = [f"dev-{i:04d}" for i in range(3000)]
-    publish(kafka_settings, topics.predictions.name,
-            [(d, prediction_value(d, now - 1000 + i % 7, now)) for i, d in enumerate(devices)])
+    publish(
+        kafka_settings,
+        topics.predictions.name,
+        [(d, prediction_value(d, now - 1000 + i % 7, now)) for i, d in enumerate(devices)],
+    )
     sample = ",".join(devices[::60])
 
     def answers(client) -> list[dict]:
@@ -94,7 +110,10 @@ def test_restart_is_not_ready_until_rebuilt_then_gives_the_same_answers(kafka_se
         with TestClient(built.app) as client:
             assert client.get("/readyz").status_code == 503  # nothing read yet
             built.materializer.start()
-            body = wait_for(lambda c=client: c.get("/readyz").status_code == 200 and c.get("/readyz").json(), what="ready")
+            body = wait_for(
+                lambda c=client: c.get("/readyz").status_code == 200 and c.get("/readyz").json(),
+                what="ready",
+            )
             assert body["lag"] == 0 and body["devices"] == len(devices)
             got = answers(client)
         built.materializer.stop()
@@ -105,7 +124,11 @@ def test_restart_is_not_ready_until_rebuilt_then_gives_the_same_answers(kafka_se
 
 def test_event_stream_sends_current_then_newer_answers(kafka_settings, topics):
     now = int(time.time() * 1000)
-    publish(kafka_settings, topics.predictions.name, [("dev-s1", prediction_value("dev-s1", now - 500, now - 400))])
+    publish(
+        kafka_settings,
+        topics.predictions.name,
+        [("dev-s1", prediction_value("dev-s1", now - 500, now - 400))],
+    )
     built = build(api_settings(kafka_settings, topics, sse_keepalive_s=0.5))
     built.materializer.start()
     try:
@@ -115,12 +138,24 @@ def test_event_stream_sends_current_then_newer_answers(kafka_settings, topics):
                 assert r.headers["content-type"].startswith("text/event-stream")
                 events = _events(r.iter_lines())
                 first = [next(events), next(events)]
-                assert [(e["device_id"], e["source"]) for e in first] == [("dev-s1", "precomputed"), ("dev-s2", "fallback")]
-                publish(kafka_settings, topics.predictions.name, [
-                    ("dev-s2", prediction_value("dev-s2", now - 100, now)),
-                    ("dev-s1", prediction_value("dev-s1", now - 900, now))])  # older: never streamed
+                assert [(e["device_id"], e["source"]) for e in first] == [
+                    ("dev-s1", "precomputed"),
+                    ("dev-s2", "fallback"),
+                ]
+                publish(
+                    kafka_settings,
+                    topics.predictions.name,
+                    [
+                        ("dev-s2", prediction_value("dev-s2", now - 100, now)),
+                        ("dev-s1", prediction_value("dev-s1", now - 900, now)),
+                    ],
+                )  # older: never streamed
                 update = next(events)
-                assert (update["device_id"], update["source"], update["computed_at_ms"]) == ("dev-s2", "precomputed", now - 100)
+                assert (update["device_id"], update["source"], update["computed_at_ms"]) == (
+                    "dev-s2",
+                    "precomputed",
+                    now - 100,
+                )
     finally:
         built.materializer.stop()
 
@@ -132,15 +167,22 @@ def test_event_streams_are_capped_per_replica(kafka_settings, topics):
         with Served(built.app) as srv, httpx2.Client(timeout=20) as http:
             wait_for(lambda: http.get(srv.url + "/readyz").status_code == 200, what="ready")
             with http.stream("GET", srv.url + "/v1/stream", params={"ids": "dev-c1"}) as first:
-                events = _events(first.iter_lines())  # held: a collected generator closes the stream
+                events = _events(
+                    first.iter_lines()
+                )  # held: a collected generator closes the stream
                 assert next(events)["device_id"] == "dev-c1"
                 refused = http.get(srv.url + "/v1/stream", params={"ids": "dev-c2"})
                 assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
                 assert refused.json()["error"] == "too_many_streams"
+
             # the closed stream gives its place back (the server notices on its next write)
             def accepted():
                 with http.stream("GET", srv.url + "/v1/stream", params={"ids": "dev-c2"}) as again:
-                    return again.status_code == 200 and next(_events(again.iter_lines()))["device_id"] == "dev-c2"
+                    return (
+                        again.status_code == 200
+                        and next(_events(again.iter_lines()))["device_id"] == "dev-c2"
+                    )
+
             wait_for(accepted, what="a new stream accepted after the first closed")
     finally:
         built.materializer.stop()

@@ -10,10 +10,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from consumer_api.cli import build
-from precast.serving import RedisStore
 from opsctl.settings import StackSettings
 from opsctl.stack.process import free_port
 from opsctl.stack.redis_node import RedisNode
+from precast.serving import RedisStore
 from tests.integration.api_helpers import api_settings, prediction_value, publish, wait_for
 
 DEVICES = [f"dev-r{i:03d}" for i in range(200)]
@@ -31,10 +31,18 @@ def private_redis(tmp_path):
 
 
 @pytest.mark.parametrize("local_view", [False, True], ids=["redis-reads", "local-view"])
-def test_redis_restart_then_recovery_without_api_restart(kafka_settings, topics, private_redis, local_view):
+def test_redis_restart_then_recovery_without_api_restart(
+    kafka_settings, topics, private_redis, local_view
+):
     now = int(time.time() * 1000)
-    publish(kafka_settings, topics.predictions.name, [(d, prediction_value(d, now - 200, now - 100)) for d in DEVICES])
-    settings = api_settings(kafka_settings, topics, redis_url=private_redis.url, local_view=local_view)
+    publish(
+        kafka_settings,
+        topics.predictions.name,
+        [(d, prediction_value(d, now - 200, now - 100)) for d in DEVICES],
+    )
+    settings = api_settings(
+        kafka_settings, topics, redis_url=private_redis.url, local_view=local_view
+    )
     built = build(settings)
     store = RedisStore.from_settings(settings.redis)
     one = "/v1/devices/dev-r007/prediction"
@@ -50,17 +58,33 @@ def test_redis_restart_then_recovery_without_api_restart(kafka_settings, topics,
             if local_view:
                 assert body["source"] == "precomputed"  # reads never touch Redis
             else:
-                assert (body["source"], body["reason"], body["delay_origin"]) == ("fallback", "store_unavailable", "fallback")
-                batch = client.get("/v1/predictions", params={"ids": "dev-r001,dev-r002"}).json()["predictions"]
+                assert (body["source"], body["reason"], body["delay_origin"]) == (
+                    "fallback",
+                    "store_unavailable",
+                    "fallback",
+                )
+                batch = client.get("/v1/predictions", params={"ids": "dev-r001,dev-r002"}).json()[
+                    "predictions"
+                ]
                 assert {a["reason"] for a in batch} == {"store_unavailable"}
-            wait_for(lambda: client.get("/readyz").json()["redis"] == "down", what="redis reported down")
+            wait_for(
+                lambda: client.get("/readyz").json()["redis"] == "down", what="redis reported down"
+            )
 
             private_redis.start()  # same port, empty
             private_redis.wait_ready(20)
-            wait_for(lambda: client.get(one).json()["source"] == "precomputed", what="answers recovered")
-            wait_for(lambda: store.count() == len(DEVICES) and store.loaded(), what="Redis replayed")
+            wait_for(
+                lambda: client.get(one).json()["source"] == "precomputed", what="answers recovered"
+            )
+            wait_for(
+                lambda: store.count() == len(DEVICES) and store.loaded(), what="Redis replayed"
+            )
             assert client.get("/readyz").json()["redis"] == "up"
-            assert all(a["source"] == "precomputed" for a in client.get(
-                "/v1/predictions", params={"ids": ",".join(DEVICES[:100])}).json()["predictions"])
+            assert all(
+                a["source"] == "precomputed"
+                for a in client.get(
+                    "/v1/predictions", params={"ids": ",".join(DEVICES[:100])}
+                ).json()["predictions"]
+            )
     finally:
         built.materializer.stop()

@@ -12,9 +12,9 @@ import time
 import orjson
 import pytest
 
+from opsctl.stack.process import free_port
 from precast.deadletter import dead_letter_info
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from opsctl.stack.process import free_port
 from tests.integration.worker_support import ROOT, wait_ready
 from tests.worker_events import alarm, work_order
 from workers.context import DeviceContext
@@ -26,10 +26,22 @@ def events(n, devices=40, t0=1_800_000_000_000):
     for i in range(n):
         d, t = f"dev-{rng.randrange(devices):03d}", t0 + i * 1000
         if rng.random() < 0.5:
-            out.append(("work_orders", work_order(d, t, f"w{rng.randrange(200)}", rng.choice(["opened", "closed"]),
-                                                  rng.choice(["low", "high"]))))
+            out.append(
+                (
+                    "work_orders",
+                    work_order(
+                        d,
+                        t,
+                        f"w{rng.randrange(200)}",
+                        rng.choice(["opened", "closed"]),
+                        rng.choice(["low", "high"]),
+                    ),
+                )
+            )
         else:
-            out.append(("alarms", alarm(d, t, f"a{i}", rng.choice(["critical", "warning", "info"]))))
+            out.append(
+                ("alarms", alarm(d, t, f"a{i}", rng.choice(["critical", "warning", "info"])))
+            )
     return out
 
 
@@ -44,7 +56,9 @@ def expected_context(evs):
 def essence(contexts, at_ms):
     """What the features see (snapshots are published on change only, so `as_of_ms` and
     already-expired alarms may lag behind the reducer run over every event)."""
-    return {d: (c.open_work_orders, c.last_work_order_ms, c.columns(at_ms)) for d, c in contexts.items()}
+    return {
+        d: (c.open_work_orders, c.last_work_order_ms, c.columns(at_ms)) for d, c in contexts.items()
+    }
 
 
 def latest_snapshots(kafka_settings, topic, group):
@@ -64,17 +78,29 @@ def latest_snapshots(kafka_settings, topic, group):
 def aggregator(kafka_settings, topics, unique, tmp_path, admin):
     app_id = unique("ctx")
     port = free_port()
-    env = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-           "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-           "PRECAST_TOPICS__PARTITIONS": "3", "PRECAST_CONTEXT__APP_ID": app_id,
-           "PRECAST_CONTEXT__DATA_DIR": str(tmp_path / "faust"), "PRECAST_METRICS__PORT": str(port)}
+    env = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
+        "PRECAST_TOPICS__PARTITIONS": "3",
+        "PRECAST_CONTEXT__APP_ID": app_id,
+        "PRECAST_CONTEXT__DATA_DIR": str(tmp_path / "faust"),
+        "PRECAST_METRICS__PORT": str(port),
+    }
     procs = []
 
     def start():
         with (tmp_path / f"agg{len(procs)}.log").open("wb") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "workers.aggregator"], env=env, cwd=ROOT,
-                                          stdin=subprocess.DEVNULL,
-                                          stdout=log, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "workers.aggregator"],
+                    env=env,
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         return procs[-1], port
 
     yield start
@@ -85,7 +111,9 @@ def aggregator(kafka_settings, topics, unique, tmp_path, admin):
     admin.delete_topics([n for n in admin.topic_partitions() if n.startswith(app_id)])
 
 
-def test_context_aggregation_survives_kill_9_and_matches_the_reducer(kafka_settings, topics, unique, aggregator):
+def test_context_aggregation_survives_kill_9_and_matches_the_reducer(
+    kafka_settings, topics, unique, aggregator
+):
     evs = events(1200)
     p = Producer(kafka_settings)  # lz4, like every precast producer
     name = {"work_orders": topics.work_orders.name, "alarms": topics.alarms.name}
@@ -118,7 +146,9 @@ def test_context_aggregation_survives_kill_9_and_matches_the_reducer(kafka_setti
     want = essence(expected_context(evs), end)
     deadline, got = time.monotonic() + 60, {}
     while time.monotonic() < deadline:
-        got = essence(latest_snapshots(kafka_settings, topics.device_context.name, unique("r")), end)
+        got = essence(
+            latest_snapshots(kafka_settings, topics.device_context.name, unique("r")), end
+        )
         if got == want:
             break
         time.sleep(1.0)
@@ -127,12 +157,20 @@ def test_context_aggregation_survives_kill_9_and_matches_the_reducer(kafka_setti
     proc.terminate()
     assert proc.wait(30) == 0
     c = Consumer(kafka_settings, unique("dl"))
-    c.assign([TopicPartitionOffset(topics.dead_letters.name, q, OFFSET_BEGINNING) for q in range(3)])
+    c.assign(
+        [TopicPartitionOffset(topics.dead_letters.name, q, OFFSET_BEGINNING) for q in range(3)]
+    )
     dead, deadline = [], time.monotonic() + 10
     while not dead and time.monotonic() < deadline:
         dead = c.consume(100, 0.5)
     c.close()
     info = dead_letter_info(dead[0].headers())
-    assert (info["reason"], info["component"], dead[0].value()) == ("not_json", "context", b"\x00garbage")
-    print(f"\nfaust aggregator: ready {ready_s:.1f}s after start, ready again {recovered_s:.1f}s after kill -9, "
-          f"context complete {done_s:.1f}s after restart ({len(want)} devices, {len(evs)} events)")
+    assert (info["reason"], info["component"], dead[0].value()) == (
+        "not_json",
+        "context",
+        b"\x00garbage",
+    )
+    print(
+        f"\nfaust aggregator: ready {ready_s:.1f}s after start, ready again {recovered_s:.1f}s after kill -9, "
+        f"context complete {done_s:.1f}s after restart ({len(want)} devices, {len(evs)} events)"
+    )

@@ -8,19 +8,32 @@ import time
 
 from precast.deadletter import DeadLetters, dead_letter_info, original_headers, original_key
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
-from tests.integration.validating_consumer import ValidatingConsumer
 from producers.badrecords import BAD_KINDS, H_BAD_KIND, BadRecord
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet
 from schemas.deadletters import Reason
+from tests.integration.validating_consumer import ValidatingConsumer
 
 BAD_TARGET = 10_000
 
 
-def read_all(kafka_settings, group: str, topic_names: list[str], partitions: int, expect: int, timeout: float = 60):
+def read_all(
+    kafka_settings,
+    group: str,
+    topic_names: list[str],
+    partitions: int,
+    expect: int,
+    timeout: float = 60,
+):
     """Every record of the given topics, from the beginning (assign, no group commits)."""
     c = Consumer(kafka_settings, group)
-    c.assign([TopicPartitionOffset(t, p, OFFSET_BEGINNING) for t in topic_names for p in range(partitions)])
+    c.assign(
+        [
+            TopicPartitionOffset(t, p, OFFSET_BEGINNING)
+            for t in topic_names
+            for p in range(partitions)
+        ]
+    )
     out, deadline = [], time.monotonic() + timeout
     while len(out) < expect and time.monotonic() < deadline:
         out += c.consume(5000, 0.5)
@@ -51,8 +64,13 @@ def test_fuzzed_bad_records_all_dead_lettered_with_reasons(kafka_settings, topic
     roles = {t.name: t.role for t in topics.events()}
     producer = Producer(kafka_settings)
     consumer = Consumer(kafka_settings, unique("dlq-consumer"))
-    vc = ValidatingConsumer(consumer, producer, roles,
-                            DeadLetters(producer, topics.dead_letters.name, "test-consumer"), batch_max=2_000)
+    vc = ValidatingConsumer(
+        consumer,
+        producer,
+        roles,
+        DeadLetters(producer, topics.dead_letters.name, "test-consumer"),
+        batch_max=2_000,
+    )
     vc.subscribe()
     accepted: collections.Counter[str] = collections.Counter()
     total, rejected = len(sent_bad) + len(sent_good), 0
@@ -73,9 +91,13 @@ def test_fuzzed_bad_records_all_dead_lettered_with_reasons(kafka_settings, topic
     assert set(accepted) == set(sent_good) and max(accepted.values()) == 1
 
     parts = topics.dead_letters.partitions
-    letters = read_all(kafka_settings, unique("dlq-read"), [topics.dead_letters.name], parts, BAD_TARGET)
+    letters = read_all(
+        kafka_settings, unique("dlq-read"), [topics.dead_letters.name], parts, BAD_TARGET
+    )
     assert len(letters) == BAD_TARGET
-    sources = read_all(kafka_settings, unique("src-read"), list(roles), topics.heartbeats.partitions, total)
+    sources = read_all(
+        kafka_settings, unique("src-read"), list(roles), topics.heartbeats.partitions, total
+    )
     by_position = {(m.topic(), m.partition(), m.offset()): m for m in sources}
     reasons: collections.Counter[str] = collections.Counter()
     for d in letters:
@@ -83,7 +105,9 @@ def test_fuzzed_bad_records_all_dead_lettered_with_reasons(kafka_settings, topic
         kind = dict(original_headers(d.headers()))[H_BAD_KIND].decode()
         assert info["reason"] == BAD_KINDS[kind].value, (kind, info)
         assert info["detail"] and info["component"] == "test-consumer"
-        src = by_position[(info["source.topic"], int(info["source.partition"]), int(info["source.offset"]))]
+        src = by_position[
+            (info["source.topic"], int(info["source.partition"]), int(info["source.offset"]))
+        ]
         # original key, value and headers, byte for byte
         assert original_key(d.key(), d.headers()) == src.key()
         assert d.value() == src.value()

@@ -22,8 +22,15 @@ def dead(kafka_settings, topics):
     for i in range(30):
         src = topics.heartbeats.name if i < 20 else topics.alarms.name
         key = None if i == 3 else f"dev-{i % 7:03d}".encode()
-        rec = Record(src, i % 3, 1000 + i, key, b"\xffnot json %d" % i, [("traceparent", b"tp-%d" % i)],
-                     1_750_000_000_000 + i)
+        rec = Record(
+            src,
+            i % 3,
+            1000 + i,
+            key,
+            b"\xffnot json %d" % i,
+            [("traceparent", b"tp-%d" % i)],
+            1_750_000_000_000 + i,
+        )
         dlq.send(rec, Reason.NOT_JSON if i < 20 else Reason.INVALID, f"detail {i}")
         originals.append(rec)
     producer.flush()
@@ -33,25 +40,47 @@ def dead(kafka_settings, topics):
 @pytest.fixture
 def env(kafka_settings, topics, tmp_path):
     prefix = topics.heartbeats.name.removesuffix("heartbeats")
-    return cli_env(kafka_settings, tmp_path / "state", PRECAST_TOPICS__PREFIX=prefix, PRECAST_TOPICS__PARTITIONS="3")
+    return cli_env(
+        kafka_settings,
+        tmp_path / "state",
+        PRECAST_TOPICS__PREFIX=prefix,
+        PRECAST_TOPICS__PARTITIONS="3",
+    )
 
 
 def test_list_counts_by_reason_and_filters(dead, env):
     out = precast(env, "deadletters", "list", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "30 dead letters match" in out.stdout
-    assert any(ln.split()[:3] == ["not_json", "test-worker", "20"] for ln in out.stdout.splitlines())
+    assert any(
+        ln.split()[:3] == ["not_json", "test-worker", "20"] for ln in out.stdout.splitlines()
+    )
     assert any(ln.split()[:3] == ["invalid", "test-worker", "10"] for ln in out.stdout.splitlines())
-    only = precast(env, "deadletters", "list", "--reason", "invalid", "--device", "dev-001", "--no-progress")
+    only = precast(
+        env, "deadletters", "list", "--reason", "invalid", "--device", "dev-001", "--no-progress"
+    )
     want = sum(1 for i in range(20, 30) if i % 7 == 1)
     assert f"{want} dead letters match" in only.stdout
     bad = precast(env, "deadletters", "list", "--reason", "no_such_reason")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown dead-letter reason" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and bad.stderr.count("\n") == 1
+        and "unknown dead-letter reason" in bad.stderr
+    )
 
 
 def test_export_is_lossless_and_inspect_shows_one(dead, env, tmp_path):
     out_file = tmp_path / "dl.jsonl"
-    out = precast(env, "deadletters", "export", "--out", str(out_file), "--reason", "not_json", "--no-progress")
+    out = precast(
+        env,
+        "deadletters",
+        "export",
+        "--out",
+        str(out_file),
+        "--reason",
+        "not_json",
+        "--no-progress",
+    )
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert len(rows) == 20
@@ -73,7 +102,9 @@ def test_export_is_lossless_and_inspect_shows_one(dead, env, tmp_path):
 
 
 def test_redrive_sends_originals_back_once(dead, env, kafka_settings, topics):
-    dry = precast(env, "deadletters", "redrive", "--reason", "not_json", "--dry-run", "--no-progress")
+    dry = precast(
+        env, "deadletters", "redrive", "--reason", "not_json", "--dry-run", "--no-progress"
+    )
     assert dry.returncode == 0, dry.stderr
     assert "20 dead letters would be sent" in dry.stdout
     assert sum(len(v) for v in read_all(kafka_settings, topics.heartbeats.name).values()) == 0

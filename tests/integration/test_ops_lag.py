@@ -13,15 +13,26 @@ def test_lag_in_records_and_time(kafka_settings, topic_factory, unique, tmp_path
     topic = topic_factory("lag", 2)
     now = int(time.time() * 1000)
     # Partition 0: 50 records from two minutes ago; partition 1: 30 from one minute ago.
-    produce(kafka_settings, topic, [(0, b"dev-1", b"x", [], now - 120_000 + 10 * i) for i in range(50)]
-            + [(1, b"dev-2", b"y", [], now - 60_000 + 10 * i) for i in range(30)])
+    produce(
+        kafka_settings,
+        topic,
+        [(0, b"dev-1", b"x", [], now - 120_000 + 10 * i) for i in range(50)]
+        + [(1, b"dev-2", b"y", [], now - 60_000 + 10 * i) for i in range(30)],
+    )
     group = unique("lag-group")
     c = Consumer(kafka_settings, group)
-    c.commit([TopicPartitionOffset(topic, 0, 10), TopicPartitionOffset(topic, 1, 30)], asynchronous=False)
+    c.commit(
+        [TopicPartitionOffset(topic, 0, 10), TopicPartitionOffset(topic, 1, 30)], asynchronous=False
+    )
     c.close()
     prefix = topics.heartbeats.name.removesuffix("heartbeats")
-    env = cli_env(kafka_settings, tmp_path / "state", PRECAST_TOPICS__PREFIX=prefix, PRECAST_TOPICS__PARTITIONS="3",
-                  PRECAST_REDIS__URL="")
+    env = cli_env(
+        kafka_settings,
+        tmp_path / "state",
+        PRECAST_TOPICS__PREFIX=prefix,
+        PRECAST_TOPICS__PARTITIONS="3",
+        PRECAST_REDIS__URL="",
+    )
     out = precast(env, "lag", "--group", group, "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -16,30 +16,55 @@ from precast.serving import MemoryStore, RedisStore
 from precast.settings import RedisSettings
 from tests.integration.ops_support import cli_env, precast, read_all
 
-VERSIONS = {"dev-a": "1.3.0", "dev-b": "1.3.7-rc.1", "dev-c": "v1.3.7-hotfix", "dev-d": "1.3.7+build.5",
-            "dev-e": "1.30.0", "dev-f": "1.2.9", "dev-g": "1.4.0-rc.1", "dev-h": "13.0.0", "dev-i": "legacy-model"}
+VERSIONS = {
+    "dev-a": "1.3.0",
+    "dev-b": "1.3.7-rc.1",
+    "dev-c": "v1.3.7-hotfix",
+    "dev-d": "1.3.7+build.5",
+    "dev-e": "1.30.0",
+    "dev-f": "1.2.9",
+    "dev-g": "1.4.0-rc.1",
+    "dev-h": "13.0.0",
+    "dev-i": "legacy-model",
+}
 PURGED = {"dev-a", "dev-b", "dev-c", "dev-d"}
 
 
 def prediction(device: str, version: str, computed: int) -> bytes:
-    return orjson.dumps({"schema_version": 1, "device_id": device, "model_version": version,
-                         "candidates": [{"strategy": "remote_restart", "score": 0.7}],
-                         "computed_at_ms": computed, "valid_until_ms": computed + 3_600_000,
-                         "produced_at_ms": computed + 5, "trigger": "heartbeat", "lineage": []})
+    return orjson.dumps(
+        {
+            "schema_version": 1,
+            "device_id": device,
+            "model_version": version,
+            "candidates": [{"strategy": "remote_restart", "score": 0.7}],
+            "computed_at_ms": computed,
+            "valid_until_ms": computed + 3_600_000,
+            "produced_at_ms": computed + 5,
+            "trigger": "heartbeat",
+            "lineage": [],
+        }
+    )
 
 
 @pytest.fixture
 def env(kafka_settings, redis_settings, topics, tmp_path):
     prefix = topics.heartbeats.name.removesuffix("heartbeats")
-    return cli_env(kafka_settings, tmp_path / "state", PRECAST_TOPICS__PREFIX=prefix,
-                   PRECAST_TOPICS__PARTITIONS="3", PRECAST_REDIS__URL=redis_settings.url,
-                   PRECAST_REDIS__KEY_PREFIX=f"{redis_settings.key_prefix}{uuid.uuid4().hex[:6]}:")
+    return cli_env(
+        kafka_settings,
+        tmp_path / "state",
+        PRECAST_TOPICS__PREFIX=prefix,
+        PRECAST_TOPICS__PARTITIONS="3",
+        PRECAST_REDIS__URL=redis_settings.url,
+        PRECAST_REDIS__KEY_PREFIX=f"{redis_settings.key_prefix}{uuid.uuid4().hex[:6]}:",
+    )
 
 
 @pytest.fixture
 def store(env):
-    s = RedisStore.from_settings(RedisSettings(url=env["PRECAST_REDIS__URL"],
-                                               key_prefix=env["PRECAST_REDIS__KEY_PREFIX"]), grace_ms=30_000)
+    s = RedisStore.from_settings(
+        RedisSettings(url=env["PRECAST_REDIS__URL"], key_prefix=env["PRECAST_REDIS__KEY_PREFIX"]),
+        grace_ms=30_000,
+    )
     yield s
     s.clear()
 
@@ -57,8 +82,12 @@ def _served(store: RedisStore) -> dict[str, tuple[str, bool]]:
 
 def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store):
     now = int(time.time() * 1000)
-    _publish(kafka_settings, topics.predictions.name,
-             [(d, v, now - 60_000) for d, v in VERSIONS.items()] + [(d, v, now - 30_000) for d, v in VERSIONS.items()])
+    _publish(
+        kafka_settings,
+        topics.predictions.name,
+        [(d, v, now - 60_000) for d, v in VERSIONS.items()]
+        + [(d, v, now - 30_000) for d, v in VERSIONS.items()],
+    )
     built = precast(env, "rebuild", "--no-progress")
     assert built.returncode == 0, built.stderr
     assert {d: v for d, (v, _p) in _served(store).items()} == VERSIONS
@@ -75,15 +104,27 @@ def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store
     served = _served(store)
     for d in PURGED:  # gone, or already replaced by the marker a materializer applied
         assert d not in served or served[d][1]
-    assert {d: served[d][0] for d in VERSIONS.keys() - PURGED} == {d: VERSIONS[d] for d in VERSIONS.keys() - PURGED}
-    markers = [orjson.loads(r[2]) for recs in read_all(kafka_settings, topics.predictions.name).values()
-               for r in recs if b'"purge"' in r[2]]
+    assert {d: served[d][0] for d in VERSIONS.keys() - PURGED} == {
+        d: VERSIONS[d] for d in VERSIONS.keys() - PURGED
+    }
+    markers = [
+        orjson.loads(r[2])
+        for recs in read_all(kafka_settings, topics.predictions.name).values()
+        for r in recs
+        if b'"purge"' in r[2]
+    ]
     assert sorted(m["device_id"] for m in markers) == sorted(PURGED)
     assert all(m["candidates"] == [] and m["computed_at_ms"] == now - 30_000 for m in markers)
 
     # The read API's own rebuild (a fresh replica's materializer) keeps them purged...
     view = MemoryStore(grace_ms=30_000)
-    mat = Materializer(kafka_settings, topics.predictions.name, 3, view=view, group_prefix=f"test-{uuid.uuid4().hex[:6]}")
+    mat = Materializer(
+        kafka_settings,
+        topics.predictions.name,
+        3,
+        view=view,
+        group_prefix=f"test-{uuid.uuid4().hex[:6]}",
+    )
     mat.start()
     try:
         deadline = time.monotonic() + 30
@@ -114,7 +155,9 @@ def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store
 
 def test_purge_from_the_topic_without_redis(kafka_settings, topics, env):
     now = int(time.time() * 1000)
-    _publish(kafka_settings, topics.predictions.name, [(d, v, now - 10_000) for d, v in VERSIONS.items()])
+    _publish(
+        kafka_settings, topics.predictions.name, [(d, v, now - 10_000) for d, v in VERSIONS.items()]
+    )
     no_redis = {**env, "PRECAST_REDIS__URL": ""}
     dry = precast(no_redis, "purge", "1.3", "--dry-run", "--no-progress")
     assert dry.returncode == 0, dry.stderr

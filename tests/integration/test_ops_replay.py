@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import pytest
 
-from precast.kafka import Consumer
 from opsctl.ranges import format_time
+from precast.kafka import Consumer
 from tests.integration.ops_support import (
     cli_env,
     content,
@@ -31,10 +31,16 @@ def _varied(n: int, partitions: int = 3, step_ms: int = 10) -> list[tuple]:
     out = []
     for i in range(n):
         key = None if i == 7 else f"dev-{i % 40:03d}".encode()
-        value = None if i == 11 else json.dumps({"kind": "heartbeat" if i % 2 else "alarm", "i": i}).encode()
+        value = (
+            None
+            if i == 11
+            else json.dumps({"kind": "heartbeat" if i % 2 else "alarm", "i": i}).encode()
+        )
         if i % 9 == 0:
             value += b"\x00\xff"  # not JSON any more: payload filters must leave it out
-        headers = [] if i % 5 == 0 else [("event_id", str(i).encode()), ("dup", b"a"), ("dup", b"b\x00")]
+        headers = (
+            [] if i % 5 == 0 else [("event_id", str(i).encode()), ("dup", b"a"), ("dup", b"b\x00")]
+        )
         out.append((i % partitions, key, value, headers, BASE + i * step_ms))
     return out
 
@@ -51,15 +57,26 @@ def env(kafka_settings, tmp_path):
     return cli_env(kafka_settings, tmp_path / "state")
 
 
-def test_time_range_replay_reproduces_exactly_the_records_in_range(kafka_settings, topic_factory, env):
+def test_time_range_replay_reproduces_exactly_the_records_in_range(
+    kafka_settings, topic_factory, env
+):
     src, dst = topic_factory("rp-src", 3), topic_factory("rp-dst", 3)
     produce(kafka_settings, src, _varied(1500))
     start, end = BASE + 3000, BASE + 9000  # records 300..899
     # The target is reached through its own cluster settings (another spelling of the broker).
     port = kafka_settings.bootstrap_servers.rsplit(":", 1)[1]
-    out = precast({**env, "PRECAST_OPS__TARGET_KAFKA__BOOTSTRAP_SERVERS": f"localhost:{port}"},
-                  "replay", src, dst, "--from", format_time(start), "--to", format_time(end),
-                  "--keep-timestamps", "--no-progress")
+    out = precast(
+        {**env, "PRECAST_OPS__TARGET_KAFKA__BOOTSTRAP_SERVERS": f"localhost:{port}"},
+        "replay",
+        src,
+        dst,
+        "--from",
+        format_time(start),
+        "--to",
+        format_time(end),
+        "--keep-timestamps",
+        "--no-progress",
+    )
     assert out.returncode == 0, out.stderr
     source, target = read_all(kafka_settings, src), read_all(kafka_settings, dst)
     for p in range(3):
@@ -70,12 +87,26 @@ def test_time_range_replay_reproduces_exactly_the_records_in_range(kafka_setting
     assert "600" in out.stdout  # the summary's total
 
 
-def test_dry_run_counts_per_partition_and_writes_nothing(kafka_settings, topic_factory, env, tmp_path):
+def test_dry_run_counts_per_partition_and_writes_nothing(
+    kafka_settings, topic_factory, env, tmp_path
+):
     src, dst = topic_factory("rp-src", 3), topic_factory("rp-dst", 3)
     records = _varied(600)
     produce(kafka_settings, src, records)
-    out = precast(env, "replay", src, dst, "--offsets", "*:0-", "--device", "dev-001,dev-004",
-                  "--event-type", "heartbeat", "--dry-run", "--no-progress")
+    out = precast(
+        env,
+        "replay",
+        src,
+        dst,
+        "--offsets",
+        "*:0-",
+        "--device",
+        "dev-001,dev-004",
+        "--event-type",
+        "heartbeat",
+        "--dry-run",
+        "--no-progress",
+    )
     assert out.returncode == 0, out.stderr
     want = defaultdict(int)
     for p, key, value, _h, _t in records:
@@ -117,7 +148,9 @@ def _kill_mid_chunk(proc, state_dir, kafka_settings, dst: str) -> None:
 
 
 @pytest.mark.parametrize("layout", ["same-partitions", "by-key-filtered"])
-def test_kill_9_then_resume_writes_everything_once(kafka_settings, topic_factory, env, tmp_path, layout):
+def test_kill_9_then_resume_writes_everything_once(
+    kafka_settings, topic_factory, env, tmp_path, layout
+):
     src = topic_factory("rp-src", 3)
     dst = topic_factory("rp-dst", 3 if layout == "same-partitions" else 2)
     records = _varied(9000)
@@ -140,13 +173,17 @@ def test_kill_9_then_resume_writes_everything_once(kafka_settings, topic_factory
         for p in range(3):
             assert content(target[p]) == content(source[p])
     else:
+
         def per_key(parts):
             seq = defaultdict(list)
             for recs in parts.values():
                 for _o, k, v, h, _t in recs:
                     seq[k].append((v, h))
             return seq
-        want = per_key({p: [r for r in recs if _kind(r[2]) == "heartbeat"] for p, recs in source.items()})
+
+        want = per_key(
+            {p: [r for r in recs if _kind(r[2]) == "heartbeat"] for p, recs in source.items()}
+        )
         got = per_key(target)
         assert sum(map(len, got.values())) == sum(map(len, want.values())) > 3000
         assert got == want  # every record once, and each device's records in their order
@@ -159,7 +196,9 @@ def test_rate_limit_is_kept(kafka_settings, topic_factory, env):
     src, dst = topic_factory("rp-src", 3), topic_factory("rp-dst", 3)
     n, rate = 2400, 1200.0
     produce(kafka_settings, src, _varied(n))
-    out = precast(env, "replay", src, dst, "--offsets", "*:0-", "--rate", str(rate), "--no-progress")
+    out = precast(
+        env, "replay", src, dst, "--offsets", "*:0-", "--rate", str(rate), "--no-progress"
+    )
     assert out.returncode == 0, out.stderr
     stamps = sorted(r[4] for recs in read_all(kafka_settings, dst).values() for r in recs)
     assert len(stamps) == n
@@ -177,18 +216,32 @@ def test_speed_factor_follows_original_timing(kafka_settings, topic_factory, env
     assert 2.0 * 0.9 <= span <= 2.0 * 1.1, span
 
 
-@pytest.mark.parametrize("case", [
-    ("--from", "2025-06-01T10:00:00Z", "--to", "2025-06-01T09:00:00Z"),
-    ("--offsets", "0:500-100"),
-    ("--from", "2025-13-45T99:00:00Z"),
-    ("--from", "last tuesday"),
-    ("--offsets", "7:0-10"),
-    ("--offsets", "0:0-10", "--rate", "0"),
-    ("UNKNOWN-SOURCE", "--offsets", "0:0-10"),
-    ("UNKNOWN-TARGET", "--offsets", "0:0-10"),
-], ids=["reversed-time", "reversed-offsets", "bad-date", "not-a-time", "no-such-partition", "zero-rate",
-        "unknown-source", "unknown-target"])
-def test_bad_arguments_fail_with_one_line_and_write_nothing(kafka_settings, topic_factory, env, tmp_path, case):
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("--from", "2025-06-01T10:00:00Z", "--to", "2025-06-01T09:00:00Z"),
+        ("--offsets", "0:500-100"),
+        ("--from", "2025-13-45T99:00:00Z"),
+        ("--from", "last tuesday"),
+        ("--offsets", "7:0-10"),
+        ("--offsets", "0:0-10", "--rate", "0"),
+        ("UNKNOWN-SOURCE", "--offsets", "0:0-10"),
+        ("UNKNOWN-TARGET", "--offsets", "0:0-10"),
+    ],
+    ids=[
+        "reversed-time",
+        "reversed-offsets",
+        "bad-date",
+        "not-a-time",
+        "no-such-partition",
+        "zero-rate",
+        "unknown-source",
+        "unknown-target",
+    ],
+)
+def test_bad_arguments_fail_with_one_line_and_write_nothing(
+    kafka_settings, topic_factory, env, tmp_path, case
+):
     src, dst = topic_factory("rp-src", 3), topic_factory("rp-dst", 3)
     produce(kafka_settings, src, _varied(30))
     args = list(case)
@@ -216,9 +269,14 @@ def test_refuses_a_live_input_topic_unless_allowed(kafka_settings, topic_factory
     try:
         refused = precast(env, "replay", src, dst, "--offsets", "*:0-", "--no-progress")
         assert refused.returncode == 2
-        assert "refusing to write into live input topic" in refused.stderr and live.group_id in refused.stderr
+        assert (
+            "refusing to write into live input topic" in refused.stderr
+            and live.group_id in refused.stderr
+        )
         assert end_total(kafka_settings, dst) == 0
-        allowed = precast(env, "replay", src, dst, "--offsets", "*:0-", "--allow-live-target", "--no-progress")
+        allowed = precast(
+            env, "replay", src, dst, "--offsets", "*:0-", "--allow-live-target", "--no-progress"
+        )
         assert allowed.returncode == 0, allowed.stderr
         assert end_total(kafka_settings, dst) == 90
     finally:

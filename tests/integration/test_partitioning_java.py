@@ -16,16 +16,25 @@ def device_ids(n: int = 1500) -> list[str]:
     rng = random.Random(20261129)
     ids = [f"dev-{i:06d}" for i in range(n // 3)]
     alphabet = "äöüßéñ漢字デバイス🚀Ωж"
-    ids += [f"{i}-" + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))) for i in range(n // 3)]
+    ids += [
+        f"{i}-" + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+        for i in range(n // 3)
+    ]
     ids += [f"site-{i}:" + "x" * rng.randint(100, 400) + str(i) for i in range(n - 2 * (n // 3))]
     assert len(set(ids)) == len(ids)
     return ids
 
 
 def java_partitions(stack, ids: list[str]) -> list[int]:
-    run = subprocess.run(["java", "-cp", f"{stack.kafka.libs}/*", str(JAVA_SRC), str(PARTITIONS)],
-                         input="\n".join(ids) + "\n", capture_output=True, text=True, encoding="utf-8",
-                         check=True, timeout=120)
+    run = subprocess.run(
+        ["java", "-cp", f"{stack.kafka.libs}/*", str(JAVA_SRC), str(PARTITIONS)],
+        input="\n".join(ids) + "\n",
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        check=True,
+        timeout=120,
+    )
     return [int(x) for x in run.stdout.split()]
 
 

@@ -10,12 +10,12 @@ import time
 import orjson
 from prometheus_client import REGISTRY
 
-from precast.kafka import Admin, Consumer, Producer
-from precast.settings import KafkaSettings
 from opsctl.settings import StackSettings
 from opsctl.stack import LocalStack
 from opsctl.stack.process import free_port
-from producers.pacing import Pacer
+from precast.kafka import Admin, Consumer, Producer
+from precast.settings import KafkaSettings
+from producers.pacing import RateLimiter
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet
 from schemas.topics import catalog
@@ -29,8 +29,14 @@ def _waits() -> float:
 
 
 def test_no_loss_no_duplicates_across_broker_restart(tmp_path):
-    stack = LocalStack(StackSettings(home=tmp_path, kafka_port=free_port(), controller_port=free_port(),
-                                     redis_port=free_port()))
+    stack = LocalStack(
+        StackSettings(
+            home=tmp_path,
+            kafka_port=free_port(),
+            controller_port=free_port(),
+            redis_port=free_port(),
+        )
+    )
     try:
         stack.up(progress=lambda m: None)
         ks = KafkaSettings(bootstrap_servers=stack.bootstrap_servers)
@@ -55,8 +61,10 @@ def test_no_loss_no_duplicates_across_broker_restart(tmp_path):
         t.start()
         sent: list[str] = []
         produced_during_outage = 0
-        pacer = Pacer(RATE)
-        while t.is_alive() or ("restarted" in timeline and time.monotonic() < timeline["restarted"] + 3.0):
+        pacer = RateLimiter(RATE)
+        while t.is_alive() or (
+            "restarted" in timeline and time.monotonic() < timeline["restarted"] + 3.0
+        ):
             batch = fleet.heartbeats(100, int(time.time() * 1000))
             pacer.wait(len(batch))
             for e in batch:
@@ -85,7 +93,9 @@ def test_no_loss_no_duplicates_across_broker_restart(tmp_path):
         consumer.close()
         assert len(seen) == len(set(seen)) == len(sent)
         assert set(seen) == set(sent)
-        print(f"broker restart: {len(sent):,} published, {in_topic:,} in topic, {len(set(seen)):,} distinct "
-              f"event_ids, {produced_during_outage:,} accepted during the {OUTAGE_S:.0f} s outage")
+        print(
+            f"broker restart: {len(sent):,} published, {in_topic:,} in topic, {len(set(seen)):,} distinct "
+            f"event_ids, {produced_during_outage:,} accepted during the {OUTAGE_S:.0f} s outage"
+        )
     finally:
         stack.down()

@@ -24,7 +24,9 @@ def store(redis_settings):
 
 
 def fresh(redis_settings) -> RedisStore:
-    return RedisStore(connect(redis_settings), f"{redis_settings.key_prefix}{uuid.uuid4().hex[:8]}:")
+    return RedisStore(
+        connect(redis_settings), f"{redis_settings.key_prefix}{uuid.uuid4().hex[:8]}:"
+    )
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -69,7 +71,9 @@ def test_tie_break_is_byte_order_like_python(store):
     for a, b in [("1.9.0", "1.10.0"), ("z-1", "é-1"), ("2.0.0", "2.0.0-rc1")]:
         lo, hi = sorted([a, b])
         store.put_if_newer("dev-t", prediction("dev-t", BASE_MS, BASE_MS, hi), BASE_MS)
-        assert store.put_if_newer("dev-t", prediction("dev-t", BASE_MS, BASE_MS, lo), BASE_MS) == OLDER
+        assert (
+            store.put_if_newer("dev-t", prediction("dev-t", BASE_MS, BASE_MS, lo), BASE_MS) == OLDER
+        )
         assert store.get("dev-t").model_version == hi
         store.delete(["dev-t"])
 
@@ -83,13 +87,20 @@ def test_results_ttl_and_values_round_trip(store):
     assert store.get_many(["dev-1", "dev-2"]) == [e, None]
     ttl = store.client.pttl(store.key("dev-1"))
     assert 1_000 < ttl <= 2_000  # valid_until + grace (0) - now
-    assert store.put_if_newer("dev-2", prediction("dev-2", now - 10_000, now, "1", horizon_ms=5_000)) == EXPIRED
+    assert (
+        store.put_if_newer("dev-2", prediction("dev-2", now - 10_000, now, "1", horizon_ms=5_000))
+        == EXPIRED
+    )
     assert store.get("dev-2") is None
 
 
 def test_purge_is_compare_and_delete(store):
     for i in range(30):
-        store.put_if_newer(f"dev-{i}", prediction(f"dev-{i}", BASE_MS, BASE_MS, "1.0.0" if i % 3 else "2.0.0"), BASE_MS)
+        store.put_if_newer(
+            f"dev-{i}",
+            prediction(f"dev-{i}", BASE_MS, BASE_MS, "1.0.0" if i % 3 else "2.0.0"),
+            BASE_MS,
+        )
     newer = prediction("dev-1", BASE_MS + 1, BASE_MS, "1.0.0")
 
     def predicate(d, e):

@@ -11,19 +11,48 @@ import sys
 from precast.kafka import Consumer
 
 
-def run(module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+def run(
+    module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def test_simulator_sends_exactly_count_records_with_progress(kafka_settings, topics):
     prefix = topics.heartbeats.name.removesuffix("heartbeats")
-    env = {"PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers, "PRECAST_TOPICS__PREFIX": prefix,
-           "PRECAST_TOPICS__PARTITIONS": "3", "PRECAST_SIMULATOR__PROGRESS_EVERY_S": "0.2"}
-    out = run("producers.cli", "--devices", "300", "--hb-interval", "0.05", "--rate", "3000", "--count", "3000",
-              "--bad-rate", "0.1", "--speedup", "5000", "--seed", "2", env=env)
+    env = {
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": prefix,
+        "PRECAST_TOPICS__PARTITIONS": "3",
+        "PRECAST_SIMULATOR__PROGRESS_EVERY_S": "0.2",
+    }
+    out = run(
+        "producers.cli",
+        "--devices",
+        "300",
+        "--hb-interval",
+        "0.05",
+        "--rate",
+        "3000",
+        "--count",
+        "3000",
+        "--bad-rate",
+        "0.1",
+        "--speedup",
+        "5000",
+        "--seed",
+        "2",
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
-    assert "/s now" in out.stderr and "/s average" in out.stderr  # progress lines with the achieved rate
+    assert (
+        "/s now" in out.stderr and "/s average" in out.stderr
+    )  # progress lines with the achieved rate
     summary = out.stderr.strip().splitlines()[-1]
     assert "done, 3,000 records" in summary and "0 delivery failures" in summary
     c = Consumer(kafka_settings, "count")

@@ -5,26 +5,37 @@ import sys
 
 import pytest
 
-from precast.errors import StackError, TopicContractError
 from opsctl.settings import StackSettings
 from opsctl.stack import LocalStack
 from opsctl.stack.process import free_port
+from precast.errors import StackError, TopicContractError
 from schemas.topics import catalog
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "opsctl.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "opsctl.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def test_ensure_is_idempotent_and_refuses_wrong_partitions(admin, stack, unique):
     prefix = unique("ens") + "."
-    env = {"PRECAST_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap_servers, "PRECAST_TOPICS__PREFIX": prefix,
-           "PRECAST_TOPICS__PARTITIONS": "3"}
+    env = {
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": prefix,
+        "PRECAST_TOPICS__PARTITIONS": "3",
+    }
     try:
         first = cli("topics", "ensure", env=env)
         assert first.returncode == 0, first.stderr
         assert "7 created" in first.stdout
+
         def ours() -> dict[str, int]:  # other tests create topics on the shared broker meanwhile
             return {n: p for n, p in admin.topic_partitions().items() if n.startswith(prefix)}
 
@@ -37,7 +48,10 @@ def test_ensure_is_idempotent_and_refuses_wrong_partitions(admin, stack, unique)
 
         wrong = cli("topics", "ensure", env={**env, "PRECAST_TOPICS__PARTITIONS": "4"})
         assert wrong.returncode == TopicContractError.exit_code
-        assert wrong.stderr.count("\n") == 1 and "has 3 partitions but its contract says 4" in wrong.stderr
+        assert (
+            wrong.stderr.count("\n") == 1
+            and "has 3 partitions but its contract says 4" in wrong.stderr
+        )
         assert "Traceback" not in wrong.stderr
     finally:
         admin.delete_topics([t.name for t in catalog(prefix, 3)])
@@ -70,16 +84,25 @@ def test_port_in_use_is_one_clear_error(tmp_path):
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         busy = blocker.getsockname()[1]
-        s = LocalStack(StackSettings(home=tmp_path, kafka_port=free_port(), controller_port=free_port(),
-                                     redis_port=busy))
+        s = LocalStack(
+            StackSettings(
+                home=tmp_path, kafka_port=free_port(), controller_port=free_port(), redis_port=busy
+            )
+        )
         with pytest.raises(StackError, match=f"port {busy} is in use"):
             s.up(progress=lambda m: None)
         assert all(c.state == "stopped" for c in s.status())
 
 
 def test_private_stack_starts_stops_and_down_leaves_others_alone(tmp_path, stack):
-    s = LocalStack(StackSettings(home=tmp_path, kafka_port=free_port(), controller_port=free_port(),
-                                 redis_port=free_port()))
+    s = LocalStack(
+        StackSettings(
+            home=tmp_path,
+            kafka_port=free_port(),
+            controller_port=free_port(),
+            redis_port=free_port(),
+        )
+    )
     try:
         s.up(progress=lambda m: None)
         assert all(c.state == "healthy" for c in s.status())

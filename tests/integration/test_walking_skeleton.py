@@ -6,8 +6,8 @@ import orjson
 from starlette.testclient import TestClient
 
 from consumer_api.app import create_app
-from consumer_api.backfill import Backfill
 from consumer_api.materializer import Materializer
+from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.service import Service
 from consumer_api.settings import ApiOptions
 from precast.kafka import Producer
@@ -31,13 +31,22 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
 
     model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
     registry = ModelRegistry(lambda _p: model, path=DEFAULT_MODEL_DIR)
-    worker = Worker(kafka_settings, topics, registry, PipelineConfig(max_batch=64),
-                    LoopConfig(group_id=unique("workers"), poll_timeout_s=0.2))
+    worker = Worker(
+        kafka_settings,
+        topics,
+        registry,
+        PipelineConfig(max_batch=64),
+        LoopConfig(group_id=unique("workers"), poll_timeout_s=0.2),
+    )
     worker.start()
     deadline = time.monotonic() + 60
-    while worker.pipeline.positions.get((topics.heartbeats.name, 0), 0) + \
-            worker.pipeline.positions.get((topics.heartbeats.name, 1), 0) + \
-            worker.pipeline.positions.get((topics.heartbeats.name, 2), 0) < 200 and time.monotonic() < deadline:
+    while (
+        worker.pipeline.positions.get((topics.heartbeats.name, 0), 0)
+        + worker.pipeline.positions.get((topics.heartbeats.name, 1), 0)
+        + worker.pipeline.positions.get((topics.heartbeats.name, 2), 0)
+        < 200
+        and time.monotonic() < deadline
+    ):
         worker.step()
     done = sum(o for (t, _), o in worker.pipeline.positions.items() if t == topics.heartbeats.name)
     worker.drain()
@@ -46,8 +55,13 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
     assert done == 200
 
     store = MemoryStore()
-    mat = Materializer(kafka_settings, topics.predictions.name, topics.predictions.partitions, view=store,
-                       group_prefix=unique("api"))
+    mat = Materializer(
+        kafka_settings,
+        topics.predictions.name,
+        topics.predictions.partitions,
+        view=store,
+        group_prefix=unique("api"),
+    )
     mat.start()
     deadline = time.monotonic() + 30
     while not mat.ready and time.monotonic() < deadline:
@@ -55,8 +69,13 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
     mat.stop()
     assert mat.ready and len(store) == 50
 
-    svc = Service(ApiOptions(), store, None, Backfill(None, topics.precompute_requests.name, 5000),
-                  readiness=lambda: (mat.ready, {}))
+    svc = Service(
+        ApiOptions(),
+        store,
+        None,
+        PrecomputeAsker(None, topics.precompute_requests.name, 5000),
+        readiness=lambda: (mat.ready, {}),
+    )
     client = TestClient(create_app(svc))
     r = client.get("/v1/devices/dev-000007/prediction")
     assert r.status_code == 200

@@ -17,15 +17,34 @@ from tests.integration.worker_support import (
     wait_ready,
 )
 
-EOS = {"PRECAST_WORKER__EXACTLY_ONCE": "true", "PRECAST_WORKER__TRANSACTION_TIMEOUT_MS": "5000",
-       "PRECAST_WORKER__COMMIT_INTERVAL_MS": "1000"}
+EOS = {
+    "PRECAST_WORKER__EXACTLY_ONCE": "true",
+    "PRECAST_WORKER__TRANSACTION_TIMEOUT_MS": "5000",
+    "PRECAST_WORKER__COMMIT_INTERVAL_MS": "1000",
+}
 
 
-def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(kafka_settings, topics, unique, tmp_path):
+def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
+    kafka_settings, topics, unique, tmp_path
+):
     group = unique("eos")
     ports = free_port(), free_port()
-    a = spawn_worker(kafka_settings, topics, group, tmp_path / "a.log", **EOS, PRECAST_METRICS__PORT=str(ports[0]))
-    b = spawn_worker(kafka_settings, topics, group, tmp_path / "b.log", **EOS, PRECAST_METRICS__PORT=str(ports[1]))
+    a = spawn_worker(
+        kafka_settings,
+        topics,
+        group,
+        tmp_path / "a.log",
+        **EOS,
+        PRECAST_METRICS__PORT=str(ports[0]),
+    )
+    b = spawn_worker(
+        kafka_settings,
+        topics,
+        group,
+        tmp_path / "b.log",
+        **EOS,
+        PRECAST_METRICS__PORT=str(ports[1]),
+    )
     try:
         load = Load(kafka_settings, topics, seconds=6.0)
         load.start()
@@ -41,8 +60,15 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(kafka_se
         def complete(preds):
             return expected <= set(lineage_refs(preds))
 
-        committed = read_predictions(kafka_settings, topics.predictions.name, 3, unique("rc"),
-                                     committed_only=True, until=complete, timeout=100)
+        committed = read_predictions(
+            kafka_settings,
+            topics.predictions.name,
+            3,
+            unique("rc"),
+            committed_only=True,
+            until=complete,
+            timeout=100,
+        )
         assert stop(b) == 0
     finally:
         for p in (a, b):
@@ -53,8 +79,18 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(kafka_se
     twice = {k: n for k, n in refs.items() if n > 1}
     assert not missing, f"{len(missing)} inputs without a committed prediction"
     assert not twice, f"{len(twice)} inputs predicted more than once, e.g. {list(twice)[:3]}"
-    everything = read_predictions(kafka_settings, topics.predictions.name, 3, unique("ru"), committed_only=False,
-                                  until=lambda p: True, timeout=20, quiet_s=1.0)
+    everything = read_predictions(
+        kafka_settings,
+        topics.predictions.name,
+        3,
+        unique("ru"),
+        committed_only=False,
+        until=lambda p: True,
+        timeout=20,
+        quiet_s=1.0,
+    )
     aborted = len(everything) - len(committed)
-    print(f"\n{len(expected)} inputs -> {len(committed)} committed predictions, each input exactly once; "
-          f"{aborted} records of aborted transactions hidden from read_committed")
+    print(
+        f"\n{len(expected)} inputs -> {len(committed)} committed predictions, each input exactly once; "
+        f"{aborted} records of aborted transactions hidden from read_committed"
+    )

@@ -21,8 +21,12 @@ from tests.integration.worker_support import (
 def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, unique, tmp_path):
     group = unique("workers")
     ports = free_port(), free_port()
-    a = spawn_worker(kafka_settings, topics, group, tmp_path / "a.log", PRECAST_METRICS__PORT=str(ports[0]))
-    b = spawn_worker(kafka_settings, topics, group, tmp_path / "b.log", PRECAST_METRICS__PORT=str(ports[1]))
+    a = spawn_worker(
+        kafka_settings, topics, group, tmp_path / "a.log", PRECAST_METRICS__PORT=str(ports[0])
+    )
+    b = spawn_worker(
+        kafka_settings, topics, group, tmp_path / "b.log", PRECAST_METRICS__PORT=str(ports[1])
+    )
     try:
         load = Load(kafka_settings, topics, seconds=6.0)
         load.start()
@@ -39,10 +43,19 @@ def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, uniq
         def covered(preds):
             return expected <= set(lineage_refs(preds))
 
-        preds = read_predictions(kafka_settings, topics.predictions.name, 3, unique("reader"),
-                                 committed_only=False, until=covered, timeout=90)
+        preds = read_predictions(
+            kafka_settings,
+            topics.predictions.name,
+            3,
+            unique("reader"),
+            committed_only=False,
+            until=covered,
+            timeout=90,
+        )
         missing = expected - set(lineage_refs(preds))
-        assert not missing, f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
+        assert not missing, (
+            f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
+        )
         assert stop(b) == 0  # SIGTERM: drain, flush, commit, exit 0
     finally:
         for p in (a, b):
@@ -50,9 +63,13 @@ def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, uniq
                 p.kill()
     dupes = sum(n - 1 for n in Counter(lineage_refs(preds)).values() if n > 1)
     triggers = Counter(p["trigger"] for p in preds)
-    print(f"\n{len(expected)} inputs, {len(preds)} predictions {dict(triggers)}, "
-          f"{dupes} re-predicted after the kill (at-least-once)")
-    assert {"heartbeat", "alarm", "api_miss"} <= set(triggers)  # a work order merges into its alarm here
+    print(
+        f"\n{len(expected)} inputs, {len(preds)} predictions {dict(triggers)}, "
+        f"{dupes} re-predicted after the kill (at-least-once)"
+    )
+    assert {"heartbeat", "alarm", "api_miss"} <= set(
+        triggers
+    )  # a work order merges into its alarm here
     # Every prediction is keyed into the partition of its device's inputs (co-partitioning).
     assert all(r["partition"] == p["_partition"] for p in preds for r in p["lineage"])
     # The survivor committed everything it was given: nothing left for a restart to redo.

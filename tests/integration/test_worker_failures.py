@@ -50,10 +50,17 @@ def run_until(worker, cond, timeout=30):
     worker.commit(sync=True)
 
 
-def test_bad_records_and_model_failures_are_dead_lettered_and_the_worker_goes_on(kafka_settings, topics, unique):
+def test_bad_records_and_model_failures_are_dead_lettered_and_the_worker_goes_on(
+    kafka_settings, topics, unique
+):
     model = Flaky()
-    worker = Worker(kafka_settings, topics, ModelRegistry(lambda _p: model, path=DEFAULT_MODEL_DIR),
-                    PipelineConfig(policy=PolicyConfig(throttle_ms=0)), LoopConfig(group_id=unique("f")))
+    worker = Worker(
+        kafka_settings,
+        topics,
+        ModelRegistry(lambda _p: model, path=DEFAULT_MODEL_DIR),
+        PipelineConfig(policy=PolicyConfig(throttle_ms=0)),
+        LoopConfig(group_id=unique("f")),
+    )
     p = Producer(kafka_settings)
     hb = topics.heartbeats.name
     p.produce(hb, b"d1", orjson.dumps(heartbeat("d1")))
@@ -62,7 +69,9 @@ def test_bad_records_and_model_failures_are_dead_lettered_and_the_worker_goes_on
     p.produce(hb, b"d4", orjson.dumps({**heartbeat("d4"), "metrics": {"cpu_pct": "hot"}}))
     p.flush()
     worker.start()
-    run_until(worker, lambda: sum(o for (t, _), o in worker.pipeline.positions.items() if t == hb) >= 4)
+    run_until(
+        worker, lambda: sum(o for (t, _), o in worker.pipeline.positions.items() if t == hb) >= 4
+    )
     model.poisoned = True
     p.produce(hb, b"d5", orjson.dumps(heartbeat("d5")))
     p.flush()
@@ -75,7 +84,12 @@ def test_bad_records_and_model_failures_are_dead_lettered_and_the_worker_goes_on
 
     dead = read_all(kafka_settings, topics.dead_letters.name, unique("dl"), 4)
     reasons = {m.key(): dead_letter_info(m.headers())["reason"] for m in dead}
-    assert reasons == {b"d2": "not_json", b"d3": "key_mismatch", b"d4": "invalid", b"d5": "model_failure"}
+    assert reasons == {
+        b"d2": "not_json",
+        b"d3": "key_mismatch",
+        b"d4": "invalid",
+        b"d5": "model_failure",
+    }
     d5 = next(m for m in dead if m.key() == b"d5")
     assert orjson.loads(d5.value())["device_id"] == "d5"  # original bytes kept
     assert "illegal memory access" in dead_letter_info(d5.headers())["detail"]
@@ -84,33 +98,58 @@ def test_bad_records_and_model_failures_are_dead_lettered_and_the_worker_goes_on
     assert sorted(m.key() for m in preds) == [b"d1", b"d6"]
 
 
-def test_context_restored_from_the_compacted_topic_and_from_work_orders(kafka_settings, topics, unique):
+def test_context_restored_from_the_compacted_topic_and_from_work_orders(
+    kafka_settings, topics, unique
+):
     p = Producer(kafka_settings)
     ctx = DeviceContext("d1")
     ctx.apply_work_order(work_order("d1", 1_800_000_000_000, "w-old", priority="critical"))
     p.produce(topics.device_context.name, b"d1", ctx.to_json(0))
     p.flush()
-    worker = Worker(kafka_settings, topics,
-                    ModelRegistry(lambda path: ModelSession(path, provider="cpu"), path=DEFAULT_MODEL_DIR),
-                    PipelineConfig(policy=PolicyConfig(throttle_ms=0)), LoopConfig(group_id=unique("c")))
+    worker = Worker(
+        kafka_settings,
+        topics,
+        ModelRegistry(lambda path: ModelSession(path, provider="cpu"), path=DEFAULT_MODEL_DIR),
+        PipelineConfig(policy=PolicyConfig(throttle_ms=0)),
+        LoopConfig(group_id=unique("c")),
+    )
     worker.start()
     run_until(worker, lambda: worker.ready and "d1" in worker.pipeline.table.contexts)
     p.produce(topics.heartbeats.name, b"d1", orjson.dumps(heartbeat("d1", 1_800_000_001_000)))
-    p.produce(topics.work_orders.name, b"d1", orjson.dumps(work_order("d1", 1_800_000_002_000, "w-new")))
+    p.produce(
+        topics.work_orders.name, b"d1", orjson.dumps(work_order("d1", 1_800_000_002_000, "w-new"))
+    )
     p.flush()
-    run_until(worker, lambda: worker.batches >= 1 and not worker.pipeline.pending
-              and len(worker.pipeline.table.contexts["d1"].open_work_orders) == 2)
+    run_until(
+        worker,
+        lambda: (
+            worker.batches >= 1
+            and not worker.pipeline.pending
+            and len(worker.pipeline.table.contexts["d1"].open_work_orders) == 2
+        ),
+    )
     worker._update_lag()  # from cached high watermarks: everything read, so no lag
     from prometheus_client import REGISTRY
 
     from schemas.partitioning import partition_for
 
     part = str(partition_for(b"d1", 3))
-    lag = {s.labels["topic"]: s.value for m in REGISTRY.collect() if m.name == "precast_worker_consumer_lag"
-           for s in m.samples if s.labels["partition"] == part
-           and s.labels["topic"] in (topics.heartbeats.name, topics.work_orders.name)}
+    lag = {
+        s.labels["topic"]: s.value
+        for m in REGISTRY.collect()
+        if m.name == "precast_worker_consumer_lag"
+        for s in m.samples
+        if s.labels["partition"] == part
+        and s.labels["topic"] in (topics.heartbeats.name, topics.work_orders.name)
+    }
     assert lag == {topics.heartbeats.name: 0.0, topics.work_orders.name: 0.0}
     worker.close()
-    preds = [orjson.loads(m.value()) for m in read_all(kafka_settings, topics.predictions.name, unique("p"), 1)]
+    preds = [
+        orjson.loads(m.value())
+        for m in read_all(kafka_settings, topics.predictions.name, unique("p"), 1)
+    ]
     assert preds and preds[-1]["computed_at_ms"] == 1_800_000_002_000
-    assert {r["topic"] for pr in preds for r in pr["lineage"]} == {topics.heartbeats.name, topics.work_orders.name}
+    assert {r["topic"] for pr in preds for r in pr["lineage"]} == {
+        topics.heartbeats.name,
+        topics.work_orders.name,
+    }

@@ -17,13 +17,22 @@ from workers.registry import ModelRegistry
 from workers.settings import DEFAULT_MODEL_DIR
 
 
-def test_versions_switch_once_per_partition_and_never_inside_a_batch(kafka_settings, topics, unique, tmp_path):
+def test_versions_switch_once_per_partition_and_never_inside_a_batch(
+    kafka_settings, topics, unique, tmp_path
+):
     for v in ("1.0.0", "1.1.0"):
         shutil.copytree(DEFAULT_MODEL_DIR.parent / v, tmp_path / v)
     (tmp_path / "ACTIVE").write_text("1.0.0")
-    registry = ModelRegistry(lambda p: ModelSession(p, provider="cpu"), registry=tmp_path, poll_s=0.05)
-    worker = Worker(kafka_settings, topics, registry, PipelineConfig(policy=PolicyConfig(min_change=0, throttle_ms=0),
-                    max_batch=256), LoopConfig(group_id=unique("swap")))
+    registry = ModelRegistry(
+        lambda p: ModelSession(p, provider="cpu"), registry=tmp_path, poll_s=0.05
+    )
+    worker = Worker(
+        kafka_settings,
+        topics,
+        registry,
+        PipelineConfig(policy=PolicyConfig(min_change=0, throttle_ms=0), max_batch=256),
+        LoopConfig(group_id=unique("swap")),
+    )
     batches: list[set[str]] = []
     produced = [0]
     produce = worker.sink.produce
@@ -40,7 +49,9 @@ def test_versions_switch_once_per_partition_and_never_inside_a_batch(kafka_setti
     swapper.start()
     worker.start()
     deadline = time.monotonic() + 60
-    while (load.is_alive() or worker.pipeline.pending or not batches) and time.monotonic() < deadline:
+    while (
+        load.is_alive() or worker.pipeline.pending or not batches
+    ) and time.monotonic() < deadline:
         worker.step()
     for _ in range(20):
         worker.step()
@@ -52,9 +63,21 @@ def test_versions_switch_once_per_partition_and_never_inside_a_batch(kafka_setti
     assert all(len(b) == 1 for b in batches), "a batch mixed model versions"
     flat = [next(iter(b)) for b in batches]
     assert [k for k, _ in groupby(flat)] == ["1.0.0", "1.1.0"]
-    preds = read_predictions(kafka_settings, topics.predictions.name, 3, unique("r"), committed_only=False,
-                             until=lambda p: len(p) >= produced[0], timeout=30, quiet_s=0.5)
+    preds = read_predictions(
+        kafka_settings,
+        topics.predictions.name,
+        3,
+        unique("r"),
+        committed_only=False,
+        until=lambda p: len(p) >= produced[0],
+        timeout=30,
+        quiet_s=0.5,
+    )
     assert len(preds) == produced[0]
     for part in range(3):
-        seq = [p["model_version"] for p in sorted(preds, key=lambda p: p["_offset"]) if p["_partition"] == part]
+        seq = [
+            p["model_version"]
+            for p in sorted(preds, key=lambda p: p["_offset"])
+            if p["_partition"] == part
+        ]
         assert [k for k, _ in groupby(seq)] == ["1.0.0", "1.1.0"], f"partition {part}"

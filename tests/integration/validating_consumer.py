@@ -19,8 +19,11 @@ from precast.deadletter import DeadLetters
 from precast.kafka import Consumer, KafkaMessage, Producer, TopicPartitionOffset
 from schemas.validation import Accepted, validate_event
 
-ACCEPTED = Counter("precast_events_accepted_total", "records that passed validation, by wire variant",
-                   ["component", "role", "variant"])
+ACCEPTED = Counter(
+    "precast_events_accepted_total",
+    "records that passed validation, by wire variant",
+    ["component", "role", "variant"],
+)
 
 Handler = Callable[[list[tuple[KafkaMessage, Accepted]]], None]
 
@@ -48,8 +51,16 @@ class ValidatingConsumer:
     `producer` carries the dead letters and whatever the handler produces; it is flushed
     before every commit."""
 
-    def __init__(self, consumer: Consumer, producer: Producer, roles: Mapping[str, str],
-                 dead_letters: DeadLetters, *, batch_max: int = 1000, poll_timeout_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        producer: Producer,
+        roles: Mapping[str, str],
+        dead_letters: DeadLetters,
+        *,
+        batch_max: int = 1000,
+        poll_timeout_s: float = 0.5,
+    ) -> None:
         self.consumer, self.producer, self.roles = consumer, producer, dict(roles)
         self.dead_letters = dead_letters
         self.batch_max, self.poll_timeout_s = batch_max, poll_timeout_s

@@ -35,14 +35,26 @@ def wait_ready(port: int, timeout: float = 60.0) -> dict:
 
 
 def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> subprocess.Popen:
-    e = {**os.environ, "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
-         "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-         "PRECAST_TOPICS__PARTITIONS": str(topics.heartbeats.partitions), "PRECAST_WORKER__GROUP_ID": group,
-         "PRECAST_MODEL__PROVIDER": "cpu", "PRECAST_POLICY__THROTTLE_MS": "0", "PRECAST_POLICY__MIN_CHANGE": "0",
-         "PRECAST_LOG_LEVEL": "INFO", **env}
+    e = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
+        "PRECAST_TOPICS__PARTITIONS": str(topics.heartbeats.partitions),
+        "PRECAST_WORKER__GROUP_ID": group,
+        "PRECAST_MODEL__PROVIDER": "cpu",
+        "PRECAST_POLICY__THROTTLE_MS": "0",
+        "PRECAST_POLICY__MIN_CHANGE": "0",
+        "PRECAST_LOG_LEVEL": "INFO",
+        **env,
+    }
     with log.open("wb") as out:  # the child keeps its own descriptor
-        return subprocess.Popen([sys.executable, "-m", "workers.cli"], env=e, cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "workers.cli"],
+            env=e,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 class Load(threading.Thread):
@@ -50,15 +62,25 @@ class Load(threading.Thread):
     alarm and a precompute request mixed in every `every` heartbeats. Event times increase
     per device, so with min_change=0 and no throttle every record is a trigger."""
 
-    def __init__(self, kafka_settings, topics, *, devices=300, rate=2_000, seconds=6.0, every=50) -> None:
+    def __init__(
+        self, kafka_settings, topics, *, devices=300, rate=2_000, seconds=6.0, every=50
+    ) -> None:
         super().__init__(daemon=True)
         self.p = Producer(kafka_settings)
-        self.topics, self.devices, self.rate, self.seconds, self.every = topics, devices, rate, seconds, every
+        self.topics, self.devices, self.rate, self.seconds, self.every = (
+            topics,
+            devices,
+            rate,
+            seconds,
+            every,
+        )
         self.sent = 0
         self.error: BaseException | None = None
 
     def _send(self, topic: str, event: dict) -> None:
-        self.p.produce(topic, event["device_id"].encode(), orjson.dumps(event), [("traceparent", _TRACE())])
+        self.p.produce(
+            topic, event["device_id"].encode(), orjson.dumps(event), [("traceparent", _TRACE())]
+        )
         self.sent += 1
 
     def run(self) -> None:
@@ -72,7 +94,9 @@ class Load(threading.Thread):
                     if i % self.every == 0:
                         self._send(self.topics.work_orders.name, work_order(d, t, f"wo-{i}"))
                         self._send(self.topics.alarms.name, alarm(d, t, f"al-{i}"))
-                        self._send(self.topics.precompute_requests.name, request(f"dev-x{i % 7}", t))
+                        self._send(
+                            self.topics.precompute_requests.name, request(f"dev-x{i % 7}", t)
+                        )
                     i += 1
                 self.p.poll(0)
                 time.sleep(0.05)
@@ -93,8 +117,17 @@ def input_offsets(kafka_settings, topics, group: str) -> set[tuple[str, int, int
     return out
 
 
-def read_predictions(kafka_settings, topic: str, partitions: int, group: str, *, committed_only: bool,
-                     until=lambda preds: False, timeout: float = 60.0, quiet_s: float = 2.0) -> list[dict]:
+def read_predictions(
+    kafka_settings,
+    topic: str,
+    partitions: int,
+    group: str,
+    *,
+    committed_only: bool,
+    until=lambda preds: False,
+    timeout: float = 60.0,
+    quiet_s: float = 2.0,
+) -> list[dict]:
     """Every prediction record (plus its partition/offset), reading until `until(preds)` holds
     and nothing new arrived for `quiet_s`, or `timeout`."""
     iso = "read_committed" if committed_only else "read_uncommitted"
@@ -105,7 +138,9 @@ def read_predictions(kafka_settings, topic: str, partitions: int, group: str, *,
     while time.monotonic() < deadline:
         msgs = c.consume(5_000, 0.2)
         for m in msgs:
-            preds.append({**orjson.loads(m.value()), "_partition": m.partition(), "_offset": m.offset()})
+            preds.append(
+                {**orjson.loads(m.value()), "_partition": m.partition(), "_offset": m.offset()}
+            )
         if msgs:
             last_new = time.monotonic()
         elif time.monotonic() - last_new > quiet_s and until(preds):

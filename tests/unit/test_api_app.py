@@ -29,7 +29,9 @@ def client(svc):
 
 def test_precomputed_answer_and_headers(svc, client):
     now = now_ms()
-    e = prediction("dev-1", now - 100, horizon_ms=30_000, produced=now - 70, received=now - 60, inference_ms=10)
+    e = prediction(
+        "dev-1", now - 100, horizon_ms=30_000, produced=now - 70, received=now - 60, inference_ms=10
+    )
     svc.view.put_if_newer("dev-1", e)
     r = client.get(ONE.format(d="dev-1"))
     assert r.status_code == 200
@@ -39,7 +41,9 @@ def test_precomputed_answer_and_headers(svc, client):
     assert body["model_version"] == "1.0.0" == r.headers["x-model-version"]
     assert body["computed_at_ms"] == now - 100 and body["valid_until_ms"] == now + 29_900
     assert 100 <= body["age_ms"] < 2_000
-    assert body["delay_origin"] == "cache"  # now - received (>= 60 ms) beats queue 20, model 10, kafka 10
+    assert (
+        body["delay_origin"] == "cache"
+    )  # now - received (>= 60 ms) beats queue 20, model 10, kafka 10
     max_age = int(r.headers["cache-control"].removeprefix("max-age="))
     assert 27 <= max_age <= 29  # floor((valid_until - now) / 1000)
     timing = dict(part.split(";dur=") for part in r.headers["server-timing"].split(", "))
@@ -48,7 +52,9 @@ def test_precomputed_answer_and_headers(svc, client):
     assert etag.startswith('W/"')
     r304 = client.get(ONE.format(d="dev-1"), headers={"If-None-Match": etag})
     assert r304.status_code == 304 and r304.content == b"" and r304.headers["etag"] == etag
-    assert client.get(ONE.format(d="dev-1"), headers={"If-None-Match": 'W/"other"'}).status_code == 200
+    assert (
+        client.get(ONE.format(d="dev-1"), headers={"If-None-Match": 'W/"other"'}).status_code == 200
+    )
 
 
 def test_newer_prediction_changes_etag(svc, client):
@@ -64,7 +70,11 @@ def test_miss_is_the_default_strategy_marked_fallback(client):
     r = client.get(ONE.format(d="dev-404"))
     body = r.json()
     assert r.status_code == 200
-    assert body["source"] == "fallback" and body["delay_origin"] == "fallback" and body["reason"] == "miss"
+    assert (
+        body["source"] == "fallback"
+        and body["delay_origin"] == "fallback"
+        and body["reason"] == "miss"
+    )
     assert body["candidates"] == [{"strategy": "monitor_only", "score": 1.0}]
     assert body["model_version"] is None and "x-model-version" not in r.headers
     assert r.headers["cache-control"] == "no-store" and "etag" not in r.headers
@@ -107,9 +117,16 @@ def test_batch_keeps_order_and_removes_duplicates(svc, client):
     body = r.json()
     assert body["count"] == 3
     assert [(p["device_id"], p["source"]) for p in body["predictions"]] == [
-        ("dev-3", "precomputed"), ("dev-2", "fallback"), ("dev-1", "precomputed")]
+        ("dev-3", "precomputed"),
+        ("dev-2", "fallback"),
+        ("dev-1", "precomputed"),
+    ]
     assert r.headers["cache-control"] == "no-cache"
-    again = client.get("/v1/predictions", params={"ids": "dev-3,dev-2,dev-1"}, headers={"If-None-Match": r.headers["etag"]})
+    again = client.get(
+        "/v1/predictions",
+        params={"ids": "dev-3,dev-2,dev-1"},
+        headers={"If-None-Match": r.headers["etag"]},
+    )
     assert again.status_code == 304
 
 
@@ -121,8 +138,9 @@ def test_delay_origin_segments():
 
 
 def test_beacon_shares_and_front_jank(client):
-    t = Beacon.model_validate({"timings": [{"input_to_shown_ms": 300, "network_ms": 100,
-                                            "server_timing": {"cache": 50}}]}).timings[0]
+    t = Beacon.model_validate(
+        {"timings": [{"input_to_shown_ms": 300, "network_ms": 100, "server_timing": {"cache": 50}}]}
+    ).timings[0]
     assert split(t)["front_jank"] == 200 and split(t)["network_qoe"] == 100
     shares = DelayShares(clock=iter([0.0, 0.0, 60.0]).__next__)
     shares.add({"front_jank": 100})
@@ -151,7 +169,9 @@ def test_probes_and_openapi(client):
 
 def test_every_route_is_documented_and_every_documented_path_exists(svc):
     app = make_app(svc)
-    routes = {r.path for r in app.app.routes if isinstance(r, Route)} | {"/v1/devices/{device_id}/prediction"}
+    routes = {r.path for r in app.app.routes if isinstance(r, Route)} | {
+        "/v1/devices/{device_id}/prediction"
+    }
     assert routes == set(SPEC["paths"])
     for r in app.app.routes:
         documented = {m.upper() for m in SPEC["paths"][r.path]}
@@ -178,32 +198,130 @@ BAD_INPUTS = [
     ("GET", "/v1/predictions?ids=a,b%20c", {}, 400, "invalid_device_id", "ids"),
     ("GET", "/v1/predictions?ids=a&ids=b", {}, 400, "repeated_parameter", "ids"),
     ("GET", "/v1/predictions?ids=a&limit=3", {}, 400, "unknown_parameter", "limit"),
-    ("GET", "/v1/predictions?ids=" + ",".join(f"d{i}" for i in range(101)), {}, 400, "too_many_devices", "ids"),
+    (
+        "GET",
+        "/v1/predictions?ids=" + ",".join(f"d{i}" for i in range(101)),
+        {},
+        400,
+        "too_many_devices",
+        "ids",
+    ),
     ("GET", "/v1/stream", {}, 400, "missing_parameter", "ids"),
     ("GET", "/v1/stream?ids=x*", {}, 400, "invalid_device_id", "ids"),
     ("GET", "/v1/stream?ids=a&since=3", {}, 400, "unknown_parameter", "since"),
-    ("GET", "/v1/stream?ids=" + ",".join(f"d{i}" for i in range(201)), {}, 400, "too_many_devices", "ids"),
-    ("POST", "/v1/prefetch", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json", None),
-    ("POST", "/v1/prefetch", {"content": b"[]", "headers": {"content-type": "text/plain"}}, 415, "unsupported_media_type", "content-type"),
-    ("POST", "/v1/prefetch", {"json": {"device_ids": ["ok", "bad id"]}}, 422, "invalid_body", "device_ids.1"),
+    (
+        "GET",
+        "/v1/stream?ids=" + ",".join(f"d{i}" for i in range(201)),
+        {},
+        400,
+        "too_many_devices",
+        "ids",
+    ),
+    (
+        "POST",
+        "/v1/prefetch",
+        {"content": b"{", "headers": {"content-type": "application/json"}},
+        400,
+        "invalid_json",
+        None,
+    ),
+    (
+        "POST",
+        "/v1/prefetch",
+        {"content": b"[]", "headers": {"content-type": "text/plain"}},
+        415,
+        "unsupported_media_type",
+        "content-type",
+    ),
+    (
+        "POST",
+        "/v1/prefetch",
+        {"json": {"device_ids": ["ok", "bad id"]}},
+        422,
+        "invalid_body",
+        "device_ids.1",
+    ),
     ("POST", "/v1/prefetch", {"json": {"device_ids": []}}, 422, "invalid_body", "device_ids"),
-    ("POST", "/v1/prefetch", {"json": {"device_ids": ["a"], "force": True}}, 422, "invalid_body", "force"),
-    ("POST", "/v1/prefetch", {"json": {"device_ids": [f"d{i}" for i in range(101)]}}, 400, "too_many_devices", "device_ids"),
+    (
+        "POST",
+        "/v1/prefetch",
+        {"json": {"device_ids": ["a"], "force": True}},
+        422,
+        "invalid_body",
+        "force",
+    ),
+    (
+        "POST",
+        "/v1/prefetch",
+        {"json": {"device_ids": [f"d{i}" for i in range(101)]}},
+        400,
+        "too_many_devices",
+        "device_ids",
+    ),
     ("POST", "/v1/prefetch?x=1", {"json": {"device_ids": ["a"]}}, 400, "unknown_parameter", "x"),
-    ("POST", "/v1/prefetch", {"content": b" " * 70_000, "headers": {"content-type": "application/json"}}, 413, "body_too_large", None),
+    (
+        "POST",
+        "/v1/prefetch",
+        {"content": b" " * 70_000, "headers": {"content-type": "application/json"}},
+        413,
+        "body_too_large",
+        None,
+    ),
     ("GET", "/v1/prefetch", {}, 405, "method_not_allowed", None),
-    ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": -1, "network_ms": 1}]}}, 422, "invalid_body", "timings.0.input_to_shown_ms"),
-    ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": 1}]}}, 422, "invalid_body", "timings.0.network_ms"),
-    ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1, "fps": 3}]}}, 422, "invalid_body", "timings.0.fps"),
-    ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1, "server_timing": {"db": 1}}]}}, 422, "invalid_body", "timings.0.server_timing.db"),
+    (
+        "POST",
+        "/v1/beacon",
+        {"json": {"timings": [{"input_to_shown_ms": -1, "network_ms": 1}]}},
+        422,
+        "invalid_body",
+        "timings.0.input_to_shown_ms",
+    ),
+    (
+        "POST",
+        "/v1/beacon",
+        {"json": {"timings": [{"input_to_shown_ms": 1}]}},
+        422,
+        "invalid_body",
+        "timings.0.network_ms",
+    ),
+    (
+        "POST",
+        "/v1/beacon",
+        {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1, "fps": 3}]}},
+        422,
+        "invalid_body",
+        "timings.0.fps",
+    ),
+    (
+        "POST",
+        "/v1/beacon",
+        {
+            "json": {
+                "timings": [{"input_to_shown_ms": 1, "network_ms": 1, "server_timing": {"db": 1}}]
+            }
+        },
+        422,
+        "invalid_body",
+        "timings.0.server_timing.db",
+    ),
     ("POST", "/v1/beacon", {"json": {"timings": []}}, 422, "invalid_body", "timings"),
-    ("POST", "/v1/beacon", {"content": b"NaN", "headers": {"content-type": "application/json"}}, 400, "invalid_json", None),
+    (
+        "POST",
+        "/v1/beacon",
+        {"content": b"NaN", "headers": {"content-type": "application/json"}},
+        400,
+        "invalid_json",
+        None,
+    ),
     ("GET", "/v1/nothing", {}, 404, "not_found", None),
 ]
 
 
-@pytest.mark.parametrize("method, path, kwargs, status, code, parameter", BAD_INPUTS,
-                         ids=[f"{m} {p[:40]} {c}" for m, p, _, _, c, _ in BAD_INPUTS])
+@pytest.mark.parametrize(
+    "method, path, kwargs, status, code, parameter",
+    BAD_INPUTS,
+    ids=[f"{m} {p[:40]} {c}" for m, p, _, _, c, _ in BAD_INPUTS],
+)
 def test_bad_input_matrix(client, method, path, kwargs, status, code, parameter):
     r = client.request(method, path, **kwargs)
     assert r.status_code == status, r.text
@@ -216,12 +334,18 @@ def test_every_v1_endpoint_is_covered_by_the_bad_input_matrix():
     covered = {p.split("?")[0] for _, p, *_ in BAD_INPUTS}
     for path in SPEC["paths"]:
         if path.startswith("/v1/"):
-            assert any(path == c or ("{" in path and c.startswith("/v1/devices/")) for c in covered), path
+            assert any(
+                path == c or ("{" in path and c.startswith("/v1/devices/")) for c in covered
+            ), path
 
 
-AUTH_CALLS = [("GET", ONE.format(d="dev-1"), {}), ("GET", "/v1/predictions?ids=a", {}),
-              ("GET", "/v1/stream?ids=a", {}), ("POST", "/v1/prefetch", {"json": {"device_ids": ["a"]}}),
-              ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1}]}})]
+AUTH_CALLS = [
+    ("GET", ONE.format(d="dev-1"), {}),
+    ("GET", "/v1/predictions?ids=a", {}),
+    ("GET", "/v1/stream?ids=a", {}),
+    ("POST", "/v1/prefetch", {"json": {"device_ids": ["a"]}}),
+    ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1}]}}),
+]
 
 
 @pytest.mark.parametrize("method, path, kwargs", AUTH_CALLS, ids=[p for _, p, _ in AUTH_CALLS])
@@ -247,19 +371,36 @@ def test_body_is_the_stored_bytes_plus_serving_fields(svc, client):
     svc.view.put_if_newer("dev-1", e)
     served = client.get(ONE.format(d="dev-1")).content
     assert served.startswith(e.body[:-1])
-    assert set(orjson.loads(served)) - set(orjson.loads(e.body)) == {"source", "age_ms", "delay_origin"}
+    assert set(orjson.loads(served)) - set(orjson.loads(e.body)) == {
+        "source",
+        "age_ms",
+        "delay_origin",
+    }
 
 
-@given(st.integers(0, 5_000), st.integers(-50, 5_000), st.integers(-50, 5_000), st.integers(0, 100_000),
-       st.one_of(st.none(), st.integers(0, 3_000)))
-def test_hot_path_rendering_matches_the_documented_segments(queue, kafka, horizon_extra, cache, inference):
+@given(
+    st.integers(0, 5_000),
+    st.integers(-50, 5_000),
+    st.integers(-50, 5_000),
+    st.integers(0, 100_000),
+    st.one_of(st.none(), st.integers(0, 3_000)),
+)
+def test_hot_path_rendering_matches_the_documented_segments(
+    queue, kafka, horizon_extra, cache, inference
+):
     # answers.fresh (the hot path) against segments/origin (the reference used everywhere else)
     computed = 1_800_000_000_000
     produced = computed + queue + (inference or 0)
     received = produced + kafka
     now = received + cache
-    e = prediction("dev-1", computed, produced=produced, received=received, inference_ms=inference,
-                   horizon_ms=200_000 + horizon_extra)
+    e = prediction(
+        "dev-1",
+        computed,
+        produced=produced,
+        received=received,
+        inference_ms=inference,
+        horizon_ms=200_000 + horizon_extra,
+    )
     body, headers, etag, max_age = fresh(e, now)
     seg = segments(e, now)
     doc = orjson.loads(body)
@@ -268,13 +409,20 @@ def test_hot_path_rendering_matches_the_documented_segments(queue, kafka, horizo
     h = dict(headers)
     assert h[b"server-timing"] == b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d" % seg
     assert h[b"etag"] == etag == e.etag.encode() and h[b"x-model-version"] == b"1.0.0"
-    assert h[b"cache-control"] == b"max-age=%d" % max_age and max_age == (e.valid_until_ms - now) // 1000
+    assert (
+        h[b"cache-control"] == b"max-age=%d" % max_age
+        and max_age == (e.valid_until_ms - now) // 1000
+    )
 
 
 def test_every_read_is_counted_by_source(svc, client):
     def count(source: str) -> float:
         line = f'precast_api_reads_total{{source="{source}"}} '
-        return float(next(x for x in client.get("/metrics").text.splitlines() if x.startswith(line)).split()[-1])
+        return float(
+            next(x for x in client.get("/metrics").text.splitlines() if x.startswith(line)).split()[
+                -1
+            ]
+        )
 
     svc.view.put_if_newer("dev-1", prediction("dev-1", now_ms() - 100))
     before = count("precomputed"), count("fallback")

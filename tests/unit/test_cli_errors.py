@@ -6,14 +6,22 @@ import sys
 
 import pytest
 
-ENTRY_POINTS = ["opsctl.cli", "producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator",
-                "workers.backfill", "workers.gpu_check"]
+ENTRY_POINTS = [
+    "opsctl.cli",
+    "producers.cli",
+    "workers.cli",
+    "consumer_api.cli",
+    "workers.aggregator",
+    "workers.backfill",
+    "workers.gpu_check",
+]
 
 
 @pytest.mark.parametrize("module", ENTRY_POINTS)
 def test_unknown_flag_is_one_line(module):
-    run = subprocess.run([sys.executable, "-m", module, "--no-such-flag"], capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", module, "--no-such-flag"], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
@@ -21,18 +29,32 @@ def test_unknown_flag_is_one_line(module):
 
 
 def test_subcommand_errors_are_one_line_too():
-    run = subprocess.run([sys.executable, "-m", "opsctl.cli", "purge", "--what"], capture_output=True,
-                         text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "opsctl.cli", "purge", "--what"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
     assert run.stderr.startswith("precast purge: error:")
 
 
-@pytest.mark.parametrize("module", ["producers.cli", "workers.cli", "consumer_api.cli", "opsctl.cli topics ensure"])
+@pytest.mark.parametrize(
+    "module", ["producers.cli", "workers.cli", "consumer_api.cli", "opsctl.cli topics ensure"]
+)
 def test_kafka_configuration_librdkafka_refuses_is_one_line(module):
     # librdkafka validates pass-through properties when a client is built, before any connection
-    run = subprocess.run([sys.executable, "-m", *module.split()], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PRECAST_KAFKA__EXTRA": '{"no.such.prop": "1"}'})
+    run = subprocess.run(
+        [sys.executable, "-m", *module.split()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PRECAST_KAFKA__EXTRA": '{"no.such.prop": "1"}'},
+    )
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and 'configuration refused: No such configuration property: "no.such.prop"' in lines[0]
+    assert (
+        len(lines) == 1
+        and 'configuration refused: No such configuration property: "no.such.prop"' in lines[0]
+    )

@@ -19,9 +19,16 @@ from workers.settings import ContextSettings, WorkerSettings
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-SETTINGS_OF = {"precast": StackCliSettings, "precast-simulator": SimulatorSettings,
-               "precast-worker": WorkerSettings, "precast-api": ApiSettings, "precast-context": ContextSettings}
-PRECAST_SERVICES = {n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")}
+SETTINGS_OF = {
+    "precast": StackCliSettings,
+    "precast-simulator": SimulatorSettings,
+    "precast-worker": WorkerSettings,
+    "precast-api": ApiSettings,
+    "precast-context": ContextSettings,
+}
+PRECAST_SERVICES = {
+    n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")
+}
 
 
 def resolve(model: type[BaseModel], env_name: str) -> bool:

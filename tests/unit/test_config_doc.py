@@ -14,8 +14,13 @@ from producers.settings import SimulatorSettings
 from workers.settings import ContextSettings, WorkerSettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-PROCESSES = {"precast (CLI, stack, demo)": StackCliSettings, "precast-simulator": SimulatorSettings,
-             "precast-worker": WorkerSettings, "precast-api": ApiSettings, "precast-context": ContextSettings}
+PROCESSES = {
+    "precast (CLI, stack, demo)": StackCliSettings,
+    "precast-simulator": SimulatorSettings,
+    "precast-worker": WorkerSettings,
+    "precast-api": ApiSettings,
+    "precast-context": ContextSettings,
+}
 
 
 def env_vars(model: type[BaseModel], prefix: str = "PRECAST_") -> list[tuple[str, object, str]]:

@@ -13,11 +13,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "workers.gpu_check", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "workers.gpu_check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
-@pytest.mark.skipif(Path("/proc/driver/nvidia/version").exists(), reason="this machine has an NVIDIA GPU")
+@pytest.mark.skipif(
+    Path("/proc/driver/nvidia/version").exists(), reason="this machine has an NVIDIA GPU"
+)
 def test_without_a_gpu_it_fails_with_one_line_and_a_non_zero_exit():
     r = run(timeout=60)
     assert r.returncode == 3

@@ -54,26 +54,39 @@ def imports(pkg: str) -> dict[Path, set[str]]:
 @pytest.mark.parametrize("app", APPS)
 def test_applications_do_not_import_each_other(app):
     others = set(APPS) - {app}
-    bad = {str(p.relative_to(ROOT)): sorted(n & others) for p, n in imports(app).items() if n & others}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(n & others) for p, n in imports(app).items() if n & others
+    }
     assert not bad
 
 
 @pytest.mark.parametrize("pkg", [*APPS, *SHARED, "bench"])
 def test_confluent_kafka_only_in_the_adapter(pkg):
     adapter = ROOT / "precast" / "kafka"
-    bad = [str(p.relative_to(ROOT)) for p, n in imports(pkg).items()
-           if "confluent_kafka" in n and adapter not in p.parents]
+    bad = [
+        str(p.relative_to(ROOT))
+        for p, n in imports(pkg).items()
+        if "confluent_kafka" in n and adapter not in p.parents
+    ]
     assert not bad
 
 
 def test_schemas_are_pure():
     io_libs = {"confluent_kafka", "redis", "precast", "socket", "requests", *APPS}
-    bad = {str(p.relative_to(ROOT)): sorted(n & io_libs) for p, n in imports("schemas").items() if n & io_libs}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(n & io_libs)
+        for p, n in imports("schemas").items()
+        if n & io_libs
+    }
     assert not bad
 
 
 def test_shared_package_does_not_import_applications():
-    bad = {str(p.relative_to(ROOT)): sorted(n & set(APPS)) for p, n in imports("precast").items() if n & set(APPS)}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(n & set(APPS))
+        for p, n in imports("precast").items()
+        if n & set(APPS)
+    }
     assert not bad
 
 
@@ -105,7 +118,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state and (found := visit(dep)):
                 return found
         stack.pop()

@@ -12,14 +12,22 @@ from workers.topk import top_k
 
 
 def test_features_shape_and_one_hot():
-    cols = {"cpu_pct": np.array([10.0, 90.0]), "mem_pct": np.array([20.0, 80.0]),
-            "temperature_c": np.array([40.0, 70.0]), "error_rate": np.array([0.0, 0.2]),
-            "signal_quality": np.array([0.9, 0.5]), "uptime_s": np.array([3600.0, 0.0]),
-            "firmware_is_latest": np.array([1.0, 0.0]), "device_type_idx": np.array([1, -1])}
+    cols = {
+        "cpu_pct": np.array([10.0, 90.0]),
+        "mem_pct": np.array([20.0, 80.0]),
+        "temperature_c": np.array([40.0, 70.0]),
+        "error_rate": np.array([0.0, 0.2]),
+        "signal_quality": np.array([0.9, 0.5]),
+        "uptime_s": np.array([3600.0, 0.0]),
+        "firmware_is_latest": np.array([1.0, 0.0]),
+        "device_type_idx": np.array([1, -1]),
+    }
     cols.update({k: np.full(2, v) for k, v in EMPTY_CONTEXT.items()})
     x = build_features(cols)
     assert x.shape == (2, len(FEATURE_NAMES)) and x.dtype == np.float32
-    onehot = x[:, FEATURE_NAMES.index("type_gateway"):FEATURE_NAMES.index("type_pump_controller") + 1]
+    onehot = x[
+        :, FEATURE_NAMES.index("type_gateway") : FEATURE_NAMES.index("type_pump_controller") + 1
+    ]
     assert onehot.tolist() == [[0, 1, 0, 0], [0, 0, 0, 0]]  # unknown type -> all zero
     assert x[0, FEATURE_NAMES.index("log_uptime_h")] == pytest.approx(np.log1p(1.0))
 
@@ -60,7 +68,10 @@ def test_tampered_model_is_refused(tmp_path):
 def test_provider_choice():
     avail = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     assert choose_providers("auto", avail, gpu_present=False) == ["CPUExecutionProvider"]
-    assert choose_providers("auto", avail, 1, gpu_present=True)[0] == ("TensorrtExecutionProvider", {"device_id": 1})
+    assert choose_providers("auto", avail, 1, gpu_present=True)[0] == (
+        "TensorrtExecutionProvider",
+        {"device_id": 1},
+    )
     with pytest.raises(ConfigError, match="not available"):
         choose_providers("cuda", ["CPUExecutionProvider"])
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from precast.errors import ConfigError
 from opsctl.checkpoint import Checkpoint, fingerprint
 from opsctl.filters import RecordFilter
-from opsctl.pacing import Pacer
+from opsctl.pacing import ReplaySchedule
 from opsctl.ranges import TimeRange, parse_offsets, parse_time, parse_time_range
 from opsctl.resume import Matcher, decode_skips, digest, encode_skips
+from precast.errors import ConfigError
 
 
 def test_times_are_utc_iso8601():
@@ -25,16 +25,27 @@ def test_times_are_utc_iso8601():
 
 
 def test_time_range_must_go_forward():
-    assert parse_time_range("2025-01-01T00:00:00Z", "2025-01-01T01:00:00Z", 0) == \
-        TimeRange(1_735_689_600_000, 1_735_693_200_000)
-    assert parse_time_range("2025-01-01T00:00:00Z", None, 1_735_700_000_000).end_ms == 1_735_700_000_000
-    for a, b in (("2025-01-01T01:00:00Z", "2025-01-01T00:00:00Z"), ("2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z")):
+    assert parse_time_range("2025-01-01T00:00:00Z", "2025-01-01T01:00:00Z", 0) == TimeRange(
+        1_735_689_600_000, 1_735_693_200_000
+    )
+    assert (
+        parse_time_range("2025-01-01T00:00:00Z", None, 1_735_700_000_000).end_ms
+        == 1_735_700_000_000
+    )
+    for a, b in (
+        ("2025-01-01T01:00:00Z", "2025-01-01T00:00:00Z"),
+        ("2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z"),
+    ):
         with pytest.raises(ConfigError, match="reversed or empty"):
             parse_time_range(a, b, 0)
 
 
 def test_offset_specs():
-    assert parse_offsets("0:100-200, 1:50-,2:-10").items == ((0, 100, 200), (1, 50, None), (2, None, 10))
+    assert parse_offsets("0:100-200, 1:50-,2:-10").items == (
+        (0, 100, 200),
+        (1, 50, None),
+        (2, None, 10),
+    )
     assert parse_offsets("*:0-1000").items == ((None, 0, 1000),)
     with pytest.raises(ConfigError, match="reversed offset range"):
         parse_offsets("0:200-100")
@@ -81,7 +92,7 @@ class FakeClock:
 
 def test_rate_pacing_holds_the_long_run_rate():
     clock = FakeClock()
-    p = Pacer(rate=1000, clock=clock, sleep=clock.sleep)
+    p = ReplaySchedule(rate=1000, clock=clock, sleep=clock.sleep)
     for _ in range(5001):
         p.wait(0)
         clock.t += 0.0001  # the work itself takes time too
@@ -90,7 +101,7 @@ def test_rate_pacing_holds_the_long_run_rate():
 
 def test_speed_pacing_follows_record_times():
     clock = FakeClock()
-    p = Pacer(speed=2.0, clock=clock, sleep=clock.sleep)
+    p = ReplaySchedule(speed=2.0, clock=clock, sleep=clock.sleep)
     for ts in range(0, 10_001, 10):  # 10 s of history
         p.wait(1_000_000 + ts)
     assert clock.t == pytest.approx(5.0, abs=0.01)
@@ -99,8 +110,8 @@ def test_speed_pacing_follows_record_times():
 def test_pacer_rejects_nonsense():
     for kw in ({"rate": 0}, {"rate": -5}, {"speed": 0}, {"rate": 10, "speed": 2}):
         with pytest.raises(ConfigError):
-            Pacer(**kw)
-    assert not Pacer().active
+            ReplaySchedule(**kw)
+    assert not ReplaySchedule().active
 
 
 def test_matcher_finds_the_crashed_runs_prefixes():
@@ -137,8 +148,15 @@ def test_digest_sees_headers_and_timestamps():
 
 def test_checkpoint_round_trip_and_atomic_file(tmp_path):
     path = tmp_path / "cp.json"
-    cp = Checkpoint(fingerprint=fingerprint({"a": 1}), run_id="r", source_topic="s", ranges={0: [0, 10], 1: [5, 5]},
-                    next={0: 3, 1: 5}, scan_from={"0@t": 7}, skip={"0|0@t": 2})
+    cp = Checkpoint(
+        fingerprint=fingerprint({"a": 1}),
+        run_id="r",
+        source_topic="s",
+        ranges={0: [0, 10], 1: [5, 5]},
+        next={0: 3, 1: 5},
+        scan_from={"0@t": 7},
+        skip={"0|0@t": 2},
+    )
     cp.save(path)
     back = Checkpoint.load(path)
     assert back == cp and back.remaining() == 7
@@ -147,4 +165,8 @@ def test_checkpoint_round_trip_and_atomic_file(tmp_path):
     with pytest.raises(ConfigError, match="unreadable checkpoint"):
         Checkpoint.load(path)
     assert Checkpoint.load(tmp_path / "missing.json") is None
-    assert fingerprint({"a": 1, "b": [1]}) == fingerprint({"b": [1], "a": 1}) != fingerprint({"a": 2, "b": [1]})
+    assert (
+        fingerprint({"a": 1, "b": [1]})
+        == fingerprint({"b": [1], "a": 1})
+        != fingerprint({"a": 2, "b": [1]})
+    )

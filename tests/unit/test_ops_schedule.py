@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from precast.errors import ConfigError
 from opsctl.schedule import next_run, parse_schedule, run_forever
+from precast.errors import ConfigError
 
 
 def ts(*a: int) -> float:
@@ -19,7 +19,15 @@ def test_shorthands_and_cron():
     assert parse_schedule("daily@4:30") == "30 4 * * *"
     assert parse_schedule("hourly@:15") == "15 * * * *"
     assert parse_schedule("*/10 * * * 1-5") == "*/10 * * * 1-5"
-    for bad in ("daily@25:00", "daily@04:60", "hourly@:99", "every day", "0 4 * *", "0 4 * * * *", ""):
+    for bad in (
+        "daily@25:00",
+        "daily@04:60",
+        "hourly@:99",
+        "every day",
+        "0 4 * *",
+        "0 4 * * * *",
+        "",
+    ):
         with pytest.raises(ConfigError, match="malformed schedule"):
             parse_schedule(bad)
 
@@ -39,8 +47,14 @@ def test_run_forever_fires_at_each_time():
         assert 0 < s <= 30.0  # short steps, so a stop is noticed
         now[0] += s
 
-    runs = run_forever(parse_schedule("daily@04:00"), lambda: fired.append(now[0]), announced.append,
-                       clock=lambda: now[0], sleep=sleep, max_runs=3)
+    runs = run_forever(
+        parse_schedule("daily@04:00"),
+        lambda: fired.append(now[0]),
+        announced.append,
+        clock=lambda: now[0],
+        sleep=sleep,
+        max_runs=3,
+    )
     assert runs == 3
     assert fired == [ts(2025, 3, 2, 4, 0), ts(2025, 3, 3, 4, 0), ts(2025, 3, 4, 4, 0)]
     assert announced == fired

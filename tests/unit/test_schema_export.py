@@ -22,7 +22,11 @@ def test_one_schema_per_contract_in_canonical_form():
     assert hb["$schema"].endswith("2020-12/schema")
     assert hb["properties"]["meta"]["properties"]["info"]["$ref"] == "#/$defs/DeviceInfo"
     assert hb["$defs"]["HeartbeatMetrics"]["properties"]["cpu_pct"] == {
-        "maximum": 100, "minimum": 0, "title": "Cpu Pct", "type": "number"}
+        "maximum": 100,
+        "minimum": 0,
+        "title": "Cpu Pct",
+        "type": "number",
+    }
     assert "additionalProperties" not in json.dumps(schemas)  # readers ignore unknown fields
 
 
@@ -43,7 +47,10 @@ def test_breaking_changes_are_detected():
     new["required"].append("ticket")
     new["properties"]["note"] = {"type": "string"}  # optional addition: fine
     assert sorted(breaking_changes(old, new)) == [
-        "code: removed", "severity: type ('string',) -> ('integer',)", "ticket: became required"]
+        "code: removed",
+        "severity: type ('string',) -> ('integer',)",
+        "ticket: became required",
+    ]
 
 
 def test_consumers_accept_current_and_previous_version():

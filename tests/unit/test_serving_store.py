@@ -23,7 +23,9 @@ from precast.serving import (
 from schemas.predictions import supersedes
 from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
 
-keys = st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from(["1.9.0", "1.10.0", "é", "z"]))
+keys = st.tuples(
+    st.integers(0, 3), st.integers(0, 3), st.sampled_from(["1.9.0", "1.10.0", "é", "z"])
+)
 
 
 @given(keys, keys)
@@ -98,14 +100,24 @@ def test_expiry_after_valid_until_plus_grace_and_sweep():
 def test_purge_and_delete():
     s = MemoryStore()
     for i in range(10):
-        s.put_if_newer(f"dev-{i}", prediction(f"dev-{i}", BASE_MS, BASE_MS, "1.0.0" if i % 2 else "2.0.0"), BASE_MS)
+        s.put_if_newer(
+            f"dev-{i}",
+            prediction(f"dev-{i}", BASE_MS, BASE_MS, "1.0.0" if i % 2 else "2.0.0"),
+            BASE_MS,
+        )
     assert s.purge(lambda d, e: e.model_version == "1.0.0") == 5
     assert s.delete(["dev-0", "dev-missing"]) == 1
     assert sorted(d for d, _ in s.iterate()) == ["dev-2", "dev-4", "dev-6", "dev-8"]
 
 
-@given(st.integers(0, 10**13 - 1), st.integers(0, 10**13 - 1), st.text(min_size=1).filter(lambda v: "\n" not in v),
-       st.integers(-1, 10**6), st.booleans(), st.binary())
+@given(
+    st.integers(0, 10**13 - 1),
+    st.integers(0, 10**13 - 1),
+    st.text(min_size=1).filter(lambda v: "\n" not in v),
+    st.integers(-1, 10**6),
+    st.booleans(),
+    st.binary(),
+)
 def test_codec_round_trip(c, p, version, inf, purge, body):
     from precast.serving import Entry
 
@@ -113,17 +125,56 @@ def test_codec_round_trip(c, p, version, inf, purge, body):
     assert decode(encode(e)) == e
 
 
-@pytest.mark.parametrize("value, reason", [
-    (b"not json", "not_json"),
-    (b"[1]", "invalid"),
-    (b'{"device_id":"dev-1"}', "invalid"),
-    (orjson.dumps({"device_id": "bad id", "computed_at_ms": 1, "produced_at_ms": 1, "valid_until_ms": 1,
-                   "model_version": "1", "trigger": "heartbeat", "candidates": []}), "invalid"),
-    (orjson.dumps({"device_id": "dev-1", "computed_at_ms": "1", "produced_at_ms": 1, "valid_until_ms": 1,
-                   "model_version": "1", "trigger": "heartbeat", "candidates": []}), "invalid"),
-    (orjson.dumps({"device_id": "dev-1", "computed_at_ms": 1, "produced_at_ms": 1, "valid_until_ms": 1,
-                   "model_version": "a\nb", "trigger": "heartbeat", "candidates": []}), "invalid"),
-])
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        (b"not json", "not_json"),
+        (b"[1]", "invalid"),
+        (b'{"device_id":"dev-1"}', "invalid"),
+        (
+            orjson.dumps(
+                {
+                    "device_id": "bad id",
+                    "computed_at_ms": 1,
+                    "produced_at_ms": 1,
+                    "valid_until_ms": 1,
+                    "model_version": "1",
+                    "trigger": "heartbeat",
+                    "candidates": [],
+                }
+            ),
+            "invalid",
+        ),
+        (
+            orjson.dumps(
+                {
+                    "device_id": "dev-1",
+                    "computed_at_ms": "1",
+                    "produced_at_ms": 1,
+                    "valid_until_ms": 1,
+                    "model_version": "1",
+                    "trigger": "heartbeat",
+                    "candidates": [],
+                }
+            ),
+            "invalid",
+        ),
+        (
+            orjson.dumps(
+                {
+                    "device_id": "dev-1",
+                    "computed_at_ms": 1,
+                    "produced_at_ms": 1,
+                    "valid_until_ms": 1,
+                    "model_version": "a\nb",
+                    "trigger": "heartbeat",
+                    "candidates": [],
+                }
+            ),
+            "invalid",
+        ),
+    ],
+)
 def test_bad_records_are_rejected_with_a_reason(value, reason):
     with pytest.raises(InvalidPrediction) as err:
         entry_from_prediction(value, 0)

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 
 from producers.badrecords import BAD_KINDS, BadRecord
-from producers.pacing import Pacer
+from producers.pacing import RateLimiter
 from producers.publisher import TraceIds, topic_role
 from producers.simulator import WIRE_STYLES, Fleet
 from schemas import fleet as truth
@@ -19,7 +19,9 @@ NOW = 1_700_000_000_000
 
 
 def wire(records) -> list[tuple]:
-    return [(r.role, r.key, r.value) if isinstance(r, BadRecord) else orjson.dumps(r) for r in records]
+    return [
+        (r.role, r.key, r.value) if isinstance(r, BadRecord) else orjson.dumps(r) for r in records
+    ]
 
 
 def test_same_seed_same_records_different_seed_different():
@@ -57,7 +59,10 @@ def test_every_bad_kind_gets_the_reason_it_was_built_for():
     for r in f.step(5_000, NOW):
         if isinstance(r, BadRecord):
             verdict = validate_event(r.role, r.key, r.value)
-            assert isinstance(verdict, Rejected) and verdict.reason == r.expected_reason, (r, verdict)
+            assert isinstance(verdict, Rejected) and verdict.reason == r.expected_reason, (
+                r,
+                verdict,
+            )
             seen[r.kind] += 1
     assert set(seen) == set(BAD_KINDS)
     share = sum(seen.values()) / sum(f.counts.values())
@@ -74,8 +79,10 @@ def test_incidents_follow_device_health():
     cond = f.conditions
     healthy = truth.CONDITION_NAMES.index("healthy")
     fault = truth.CONDITION_NAMES.index("hardware_fault")
-    per_device = {c: sum(alarms[i] for i in np.flatnonzero(cond == c)) / max(1, (cond == c).sum())
-                  for c in (healthy, fault)}
+    per_device = {
+        c: sum(alarms[i] for i in np.flatnonzero(cond == c)) / max(1, (cond == c).sum())
+        for c in (healthy, fault)
+    }
     assert per_device[fault] > 4 * per_device[healthy] > 0
 
 
@@ -94,14 +101,18 @@ def test_drifting_devices_change_condition_and_metrics():
     target_mem = np.array([truth.CONDITIONS[c].mem[0] for c in f.drift_target[drifting]])
 
     def gap(events):
-        return np.abs(np.array([float(events[i]["metrics"]["mem_pct"]) for i in drifting]) - target_mem).mean()
+        return np.abs(
+            np.array([float(events[i]["metrics"]["mem_pct"]) for i in drifting]) - target_mem
+        ).mean()
 
     assert gap(late) < 0.6 * gap(early)
 
 
 def test_pacer_holds_the_long_run_rate_and_does_not_burst_after_a_stall():
     clock = [0.0]
-    pacer = Pacer(1_000, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    pacer = RateLimiter(
+        1_000, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)
+    )
     for _ in range(100):
         pacer.wait(50)
     assert abs(clock[0] - 5.0) < 1e-9  # 5,000 records at 1,000/s

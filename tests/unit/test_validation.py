@@ -33,27 +33,59 @@ def pct(lo: float, hi: float):
     return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
 
 
-metrics = st.builds(HeartbeatMetrics, cpu_pct=pct(0, 100), mem_pct=pct(0, 100),
-                    temperature_c=pct(-80, 250), error_rate=pct(0, 1), signal_quality=pct(0, 1),
-                    uptime_s=pct(0, 1e12))
-infos = st.builds(DeviceInfo, site=st.none() | texts, hw_model=st.none() | texts,
-                  hw_rev=st.none() | st.integers(0, 10_000), serial=st.none() | texts)
+metrics = st.builds(
+    HeartbeatMetrics,
+    cpu_pct=pct(0, 100),
+    mem_pct=pct(0, 100),
+    temperature_c=pct(-80, 250),
+    error_rate=pct(0, 1),
+    signal_quality=pct(0, 1),
+    uptime_s=pct(0, 1e12),
+)
+infos = st.builds(
+    DeviceInfo,
+    site=st.none() | texts,
+    hw_model=st.none() | texts,
+    hw_rev=st.none() | st.integers(0, 10_000),
+    serial=st.none() | texts,
+)
 
 
 @st.composite
 def envelopes(draw):
     t = draw(times)
-    return {"event_id": draw(ids), "device_id": draw(ids), "event_time_ms": t,
-            "produced_at_ms": draw(st.integers(t, MAX_TIME_MS))}
+    return {
+        "event_id": draw(ids),
+        "device_id": draw(ids),
+        "event_time_ms": t,
+        "produced_at_ms": draw(st.integers(t, MAX_TIME_MS)),
+    }
 
 
-heartbeats = st.builds(lambda e, m, i, dt, fw: Heartbeat(**e, metrics=m, meta=i, device_type=dt, firmware=fw),
-                       envelopes(), metrics, infos, texts, texts)
-work_orders = st.builds(lambda e, wo, s, p, c: WorkOrderEvent(**e, work_order_id=wo, status=s, priority=p, category=c),
-                        envelopes(), ids, st.sampled_from(["opened", "updated", "closed"]),
-                        st.sampled_from(["low", "medium", "high", "critical"]), texts)
-alarms = st.builds(lambda e, a, s, c, cl: Alarm(**e, alarm_id=a, severity=s, code=c, cleared=cl),
-                   envelopes(), ids, st.sampled_from(["info", "warning", "major", "critical"]), texts, st.booleans())
+heartbeats = st.builds(
+    lambda e, m, i, dt, fw: Heartbeat(**e, metrics=m, meta=i, device_type=dt, firmware=fw),
+    envelopes(),
+    metrics,
+    infos,
+    texts,
+    texts,
+)
+work_orders = st.builds(
+    lambda e, wo, s, p, c: WorkOrderEvent(**e, work_order_id=wo, status=s, priority=p, category=c),
+    envelopes(),
+    ids,
+    st.sampled_from(["opened", "updated", "closed"]),
+    st.sampled_from(["low", "medium", "high", "critical"]),
+    texts,
+)
+alarms = st.builds(
+    lambda e, a, s, c, cl: Alarm(**e, alarm_id=a, severity=s, code=c, cleared=cl),
+    envelopes(),
+    ids,
+    st.sampled_from(["info", "warning", "major", "critical"]),
+    texts,
+    st.booleans(),
+)
 ROLE = {Heartbeat: "heartbeats", WorkOrderEvent: "work_orders", Alarm: "alarms"}
 
 
@@ -68,7 +100,9 @@ def check(event, wire: dict) -> Accepted:
 @given(st.one_of(heartbeats, work_orders, alarms))
 def test_any_valid_event_survives_encode_decode_unchanged(event):
     r = check(event, canonical_dict(event))
-    assert r.variant.coerced == () and r.variant.extra == () and r.variant.layout in ("none", "nested")
+    assert (
+        r.variant.coerced == () and r.variant.extra == () and r.variant.layout in ("none", "nested")
+    )
     # canonical form is a fixed point: encoding the decoded event gives the same bytes
     assert encode(canonical_dict(r.event)) == encode(canonical_dict(event))
 
@@ -84,17 +118,27 @@ def _strings(obj, paths: list[str], prefix: str = ""):
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(heartbeats, st.sampled_from(["flat", "nested", "versioned"]), st.booleans(), st.booleans(),
-       st.integers(2, 9))
-def test_every_metadata_variant_normalizes_to_the_same_model(hb, layout, as_strings, extra, version):
+@given(
+    heartbeats,
+    st.sampled_from(["flat", "nested", "versioned"]),
+    st.booleans(),
+    st.booleans(),
+    st.integers(2, 9),
+)
+def test_every_metadata_variant_normalizes_to_the_same_model(
+    hb, layout, as_strings, extra, version
+):
     wire = canonical_dict(hb)
     info = wire["meta"].get("info", {})
     if extra:
         info = {**info, "firmware_channel": "beta"}
         wire["metrics"]["fan_rpm"] = 1200
         wire["vendor"] = {"x": 1}
-    wire["meta"] = {"flat": info, "nested": {"info": info},
-                    "versioned": {"info": {f"v{version}": info}}}[layout]
+    wire["meta"] = {
+        "flat": info,
+        "nested": {"info": info},
+        "versioned": {"info": {f"v{version}": info}},
+    }[layout]
     paths: list[str] = []
     if as_strings:
         wire = _strings(wire, paths)
@@ -109,11 +153,25 @@ def test_every_metadata_variant_normalizes_to_the_same_model(hb, layout, as_stri
 
 
 def _hb() -> dict:
-    return canonical_dict(Heartbeat(event_id="e-1", device_id="dev-000001", event_time_ms=1_700_000_000_000,
-                                    produced_at_ms=1_700_000_000_000, device_type="camera", firmware="6.0.0",
-                                    metrics=HeartbeatMetrics(cpu_pct=10, mem_pct=20, temperature_c=30,
-                                                             error_rate=0.01, signal_quality=0.9, uptime_s=100),
-                                    meta=DeviceInfo(site="s1", hw_rev=2)))
+    return canonical_dict(
+        Heartbeat(
+            event_id="e-1",
+            device_id="dev-000001",
+            event_time_ms=1_700_000_000_000,
+            produced_at_ms=1_700_000_000_000,
+            device_type="camera",
+            firmware="6.0.0",
+            metrics=HeartbeatMetrics(
+                cpu_pct=10,
+                mem_pct=20,
+                temperature_c=30,
+                error_rate=0.01,
+                signal_quality=0.9,
+                uptime_s=100,
+            ),
+            meta=DeviceInfo(site="s1", hw_rev=2),
+        )
+    )
 
 
 def _with(path: str, value) -> bytes:
@@ -134,22 +192,52 @@ BAD = [
     ("oversized", KEY, _with("meta.info.serial", "x" * MAX_EVENT_BYTES), Reason.OVERSIZED),
     ("not json", KEY, b"\x00\xff{not json", Reason.NOT_JSON),
     ("truncated", KEY, orjson.dumps(_hb())[:-3], Reason.NOT_JSON),
-    ("NaN literal", KEY, orjson.dumps(_hb()).replace(b'"cpu_pct":10.0', b'"cpu_pct":NaN'), Reason.NON_FINITE),
-    ("Infinity literal", KEY, orjson.dumps(_hb()).replace(b'"cpu_pct":10.0', b'"cpu_pct":-Infinity'), Reason.NON_FINITE),
-    ("overflow", KEY, orjson.dumps(_hb()).replace(b'"cpu_pct":10.0', b'"cpu_pct":1e999'), Reason.NON_FINITE),
+    (
+        "NaN literal",
+        KEY,
+        orjson.dumps(_hb()).replace(b'"cpu_pct":10.0', b'"cpu_pct":NaN'),
+        Reason.NON_FINITE,
+    ),
+    (
+        "Infinity literal",
+        KEY,
+        orjson.dumps(_hb()).replace(b'"cpu_pct":10.0', b'"cpu_pct":-Infinity'),
+        Reason.NON_FINITE,
+    ),
+    (
+        "overflow",
+        KEY,
+        orjson.dumps(_hb()).replace(b'"cpu_pct":10.0', b'"cpu_pct":1e999'),
+        Reason.NON_FINITE,
+    ),
     ("NaN string", KEY, _with("metrics.cpu_pct", "NaN"), Reason.NON_FINITE),
     ("not an object", KEY, b"[1, 2]", Reason.INVALID),
     ("wrong type", KEY, _with("metrics.cpu_pct", "high"), Reason.INVALID),
     ("wrong type bool", KEY, _with("metrics.cpu_pct", True), Reason.INVALID),
-    ("missing field", KEY, orjson.dumps({k: v for k, v in _hb().items() if k != "firmware"}), Reason.INVALID),
+    (
+        "missing field",
+        KEY,
+        orjson.dumps({k: v for k, v in _hb().items() if k != "firmware"}),
+        Reason.INVALID,
+    ),
     ("out of range", KEY, _with("metrics.cpu_pct", 101), Reason.INVALID),
     ("bad device id", b"dev 1", _with("device_id", "dev 1"), Reason.INVALID),
     ("time in 1970", KEY, _with("event_time_ms", 5), Reason.INVALID),
-    ("event after produce", KEY, _with("event_time_ms", 1_700_000_000_000 + MAX_CLOCK_SKEW_MS + 1), Reason.INVALID),
+    (
+        "event after produce",
+        KEY,
+        _with("event_time_ms", 1_700_000_000_000 + MAX_CLOCK_SKEW_MS + 1),
+        Reason.INVALID,
+    ),
     ("wrong kind", KEY, _with("kind", "alarm"), Reason.INVALID),
     ("float time", KEY, _with("event_time_ms", 1.7e12), Reason.INVALID),
     ("meta not object", KEY, _with("meta", [1]), Reason.INVALID),
-    ("no schema_version", KEY, orjson.dumps({k: v for k, v in _hb().items() if k != "schema_version"}), Reason.INVALID),
+    (
+        "no schema_version",
+        KEY,
+        orjson.dumps({k: v for k, v in _hb().items() if k != "schema_version"}),
+        Reason.INVALID,
+    ),
     ("unknown schema_version", KEY, _with("schema_version", 99), Reason.UNKNOWN_SCHEMA_VERSION),
     ("schema_version 0", KEY, _with("schema_version", "0"), Reason.UNKNOWN_SCHEMA_VERSION),
     ("key mismatch", b"dev-000002", orjson.dumps(_hb()), Reason.KEY_MISMATCH),
@@ -171,8 +259,11 @@ def test_unknown_role_is_a_rejection_not_an_exception():
 
 
 @settings(max_examples=500)
-@given(st.one_of(st.none(), st.binary(max_size=300)), st.one_of(st.none(), st.binary(max_size=40)),
-       st.sampled_from(["heartbeats", "work_orders", "alarms", "predictions", "precompute_requests"]))
+@given(
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.one_of(st.none(), st.binary(max_size=40)),
+    st.sampled_from(["heartbeats", "work_orders", "alarms", "predictions", "precompute_requests"]),
+)
 def test_never_raises_on_arbitrary_bytes(value, key, role):
     r = validate_event(role, key, value)
     assert isinstance(r, (Accepted, Rejected))
@@ -181,9 +272,13 @@ def test_never_raises_on_arbitrary_bytes(value, key, role):
 
 
 @settings(max_examples=300)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+        max_leaves=20,
+    )
+)
 def test_never_raises_on_arbitrary_json(doc):
     value = json.dumps({**_hb(), "metrics": doc} if isinstance(doc, dict) else doc).encode()
     r = validate_event("heartbeats", KEY, value)

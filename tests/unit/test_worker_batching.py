@@ -33,7 +33,7 @@ def test_more_than_max_is_cut_into_max_sized_batches_in_arrival_order():
     b = filled(10)
     assert b.take(0.0)[0] == [0, 1, 2, 3]
     assert b.take(0.0)[0] == [4, 5, 6, 7]
-    assert b.take(0.0)[0] == []          # 2 left, delay not reached
+    assert b.take(0.0)[0] == []  # 2 left, delay not reached
     assert b.take(1.0)[0] == [8, 9]
 
 
@@ -47,7 +47,7 @@ def test_preferred_size_closes_early_with_the_largest_fitting_size():
     assert b.ready(0.0)
     assert b.take(0.0)[0] == [0, 1, 2, 3]
     assert b.take(0.0)[0] == [4, 5]
-    assert b.take(0.0)[0] == []          # 1 left: below every preferred size, waits for the delay
+    assert b.take(0.0)[0] == []  # 1 left: below every preferred size, waits for the delay
     assert b.take(0.02)[0] == [6]
 
 

@@ -17,7 +17,9 @@ def test_work_orders_open_update_close_and_priority_counts():
     assert c.columns(T0 + 2)[:2] == (2.0, 2.0)
     assert c.apply_work_order(work_order("d", T0 + 3, "w1", "closed"))
     assert c.columns(T0 + 3)[:2] == (1.0, 1.0)
-    assert c.columns(T0 + 1 + 2 * HOUR_MS)[4] == pytest.approx(2.0, abs=1e-6)  # hours since last opened
+    assert c.columns(T0 + 1 + 2 * HOUR_MS)[4] == pytest.approx(
+        2.0, abs=1e-6
+    )  # hours since last opened
 
 
 def test_reducer_is_idempotent_so_redelivery_and_snapshots_combine_safely():
@@ -74,9 +76,16 @@ def test_context_columns_feed_the_one_feature_function():
     cols = context_columns([None, c], np.array([T0, T0 + HOUR_MS]))
     assert list(cols) == list(CONTEXT_COLUMNS)
     assert cols["open_work_orders"].tolist() == [EMPTY_CONTEXT["open_work_orders"], 1.0]
-    hb = {"cpu_pct": np.array([1.0, 2.0]), "mem_pct": np.zeros(2), "temperature_c": np.zeros(2),
-          "error_rate": np.zeros(2), "signal_quality": np.ones(2), "uptime_s": np.zeros(2),
-          "firmware_is_latest": np.ones(2), "device_type_idx": np.array([0, 3])}
+    hb = {
+        "cpu_pct": np.array([1.0, 2.0]),
+        "mem_pct": np.zeros(2),
+        "temperature_c": np.zeros(2),
+        "error_rate": np.zeros(2),
+        "signal_quality": np.ones(2),
+        "uptime_s": np.zeros(2),
+        "firmware_is_latest": np.ones(2),
+        "device_type_idx": np.array([0, 3]),
+    }
     x = build_features({**hb, **cols})
     assert x.shape == (2, len(FEATURE_NAMES))
     assert x[1, FEATURE_NAMES.index("open_high_priority")] == 1.0

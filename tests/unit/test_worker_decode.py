@@ -17,22 +17,38 @@ def run(records):
 
 
 def test_canonical_heartbeats_decode_to_columns():
-    hb, rejected = run([record(TOPIC, heartbeat("d1", T0, cpu_pct=12.5), 0),
-                        record(TOPIC, heartbeat("d2", T0 + 1), 1)])
+    hb, rejected = run(
+        [
+            record(TOPIC, heartbeat("d1", T0, cpu_pct=12.5), 0),
+            record(TOPIC, heartbeat("d2", T0 + 1), 1),
+        ]
+    )
     assert rejected == []
     assert hb.device_ids == ["d1", "d2"]
     assert hb.event_time_ms.tolist() == [T0, T0 + 1]
-    assert hb.cols[0].tolist() == [12.5, 40.0, 45.0, 0.01, 0.9, 36_000.0, 1.0, 0.0]  # latest fw, gateway
+    assert hb.cols[0].tolist() == [
+        12.5,
+        40.0,
+        45.0,
+        0.01,
+        0.9,
+        36_000.0,
+        1.0,
+        0.0,
+    ]  # latest fw, gateway
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (lambda e: b"{nope", "not_json"),
-    (lambda e: orjson.dumps({**e, "metrics": {**e["metrics"], "cpu_pct": 101}}), "invalid"),
-    (lambda e: orjson.dumps({**e, "metrics": {**e["metrics"], "cpu_pct": None}}), "invalid"),
-    (lambda e: orjson.dumps({**e, "event_time_ms": 5}), "invalid"),
-    (lambda e: orjson.dumps({**e, "schema_version": 99}), "unknown_schema_version"),
-    (lambda e: orjson.dumps({k: v for k, v in e.items() if k != "event_id"}), "invalid"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (lambda e: b"{nope", "not_json"),
+        (lambda e: orjson.dumps({**e, "metrics": {**e["metrics"], "cpu_pct": 101}}), "invalid"),
+        (lambda e: orjson.dumps({**e, "metrics": {**e["metrics"], "cpu_pct": None}}), "invalid"),
+        (lambda e: orjson.dumps({**e, "event_time_ms": 5}), "invalid"),
+        (lambda e: orjson.dumps({**e, "schema_version": 99}), "unknown_schema_version"),
+        (lambda e: orjson.dumps({k: v for k, v in e.items() if k != "event_id"}), "invalid"),
+    ],
+)
 def test_bad_records_are_rejected_with_a_reason_and_good_ones_survive(bad, reason):
     e = heartbeat("d1")
     hb, rejected = run([record(TOPIC, heartbeat("d0"), 0), record(TOPIC, e, 1, value=bad(e))])
@@ -94,17 +110,35 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     for r, e in zip(recs, events, strict=True):
         v, reason, _ = real("heartbeats", r)
         assert v is not None, reason
-        assert by_id[e["device_id"]][:6] == [float(v["metrics"][k]) for k in
-                                             ("cpu_pct", "mem_pct", "temperature_c", "error_rate",
-                                              "signal_quality", "uptime_s")]
+        assert by_id[e["device_id"]][:6] == [
+            float(v["metrics"][k])
+            for k in (
+                "cpu_pct",
+                "mem_pct",
+                "temperature_c",
+                "error_rate",
+                "signal_quality",
+                "uptime_s",
+            )
+        ]
 
 
-@pytest.mark.parametrize("meta, ok", [
-    (None, True), ({}, True), ({"info": {"site": "s", "hw_rev": 2}}, True), ({"site": "s"}, True),
-    ({"info": {"v2": {"site": "s"}, "v10": {"hw_rev": 3}}}, True), ({"info": {"hw_rev": -1}}, False),
-    ({"info": {"site": ""}}, False), ({"info": "x"}, False), ([], False), ({"hw_rev": True}, False),
-    ({"info": {"v2": {"site": 5}}}, False),
-])
+@pytest.mark.parametrize(
+    "meta, ok",
+    [
+        (None, True),
+        ({}, True),
+        ({"info": {"site": "s", "hw_rev": 2}}, True),
+        ({"site": "s"}, True),
+        ({"info": {"v2": {"site": "s"}, "v10": {"hw_rev": 3}}}, True),
+        ({"info": {"hw_rev": -1}}, False),
+        ({"info": {"site": ""}}, False),
+        ({"info": "x"}, False),
+        ([], False),
+        ({"hw_rev": True}, False),
+        ({"info": {"v2": {"site": 5}}}, False),
+    ],
+)
 def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
     from workers.decode import validate
     from workers.wire import meta_ok as _meta_ok
@@ -114,9 +148,19 @@ def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
     assert (validate("heartbeats", record(TOPIC, e, 0))[0] is not None) is ok
 
 
-@pytest.mark.parametrize("text, reason", [("12,5", "invalid"), ("NaN", "non_finite"), ("1e999", "non_finite"),
-                                          (" 12", "invalid"), ("0x10", "invalid")])
-def test_numbers_as_text_outside_the_json_grammar_leave_the_fast_path_and_are_rejected(text, reason):
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("12,5", "invalid"),
+        ("NaN", "non_finite"),
+        ("1e999", "non_finite"),
+        (" 12", "invalid"),
+        ("0x10", "invalid"),
+    ],
+)
+def test_numbers_as_text_outside_the_json_grammar_leave_the_fast_path_and_are_rejected(
+    text, reason
+):
     e = heartbeat("d1")
     e["metrics"]["cpu_pct"] = text
     hb, rejected = run([record(TOPIC, heartbeat("d0"), 0), record(TOPIC, e, 1)])

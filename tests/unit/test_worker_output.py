@@ -1,4 +1,4 @@
-"""PredictionSet records built column-wise (workers.output): every field round-trips through the
+"""PredictionSet records built column-wise (workers.encode): every field round-trips through the
 contract (pydantic, via the one validator) and the serving store's decoder, for one input per
 prediction, several (coalesced), backfill runs; scores keep exactly the 6-decimal values."""
 
@@ -9,7 +9,7 @@ import pytest
 from precast.serving.entry import entry_from_prediction
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
-from workers.output import Pending, encode, score_text
+from workers.encode import Pending, encode, score_text
 from workers.policy import Reason
 from workers.topk import top_k
 
@@ -23,7 +23,9 @@ def batch(n, refs_per_item=1, reasons=None, rng=None):
     for i in range(n):
         refs = []
         for _ in range(refs_per_item if isinstance(refs_per_item, int) else refs_per_item[i]):
-            refs.append((record("p.heartbeats", heartbeat(f"d{i}"), off, partition=i % 3), f"e{off}"))
+            refs.append(
+                (record("p.heartbeats", heartbeat(f"d{i}"), off, partition=i % 3), f"e{off}")
+            )
             off += 1
         items.append(Pending(f"d{i}", i % 3, (reasons or [Reason.HEARTBEAT_CHANGED] * n)[i], refs))
     probs = rng.random((n, len(LABELS))).astype(np.float32)
@@ -51,12 +53,17 @@ def test_every_field_round_trips_through_the_contract(refs_per_item):
     assert out.keys == [b"d0", b"d1", b"d2", b"d3"]
     for j, (p, it) in enumerate(zip(preds, items, strict=True)):
         assert p.device_id == it.device and p.model_version == "1.2.3-rc%1"
-        assert p.computed_at_ms == T0 + j and p.valid_until_ms == T0 + j + 5_000 and p.produced_at_ms == T0 + 50
+        assert (
+            p.computed_at_ms == T0 + j
+            and p.valid_until_ms == T0 + j + 5_000
+            and p.produced_at_ms == T0 + 50
+        )
         assert p.trigger == "heartbeat" and p.backfill is False and p.inference_ms == 7
         assert [c.strategy for c in p.candidates] == [LABELS[c] for c in idx[j]]
         assert [c.score for c in p.candidates] == np.round(scores[j].astype(np.float64), 6).tolist()
         assert [(r.topic, r.partition, r.offset, r.event_id, r.trace_id) for r in p.lineage] == [
-            (m.topic(), m.partition(), m.offset(), e, TRACE) for m, e in it.refs]
+            (m.topic(), m.partition(), m.offset(), e, TRACE) for m, e in it.refs
+        ]
 
 
 def test_triggers_and_backfill_flags():
@@ -64,8 +71,12 @@ def test_triggers_and_backfill_flags():
     items, idx, scores = batch(4, reasons=reasons)
     comp = np.full(4, T0, dtype=np.int64)
     preds = decoded(encode(items, idx, scores, LABELS, "1", comp, 5_000, T0, False))
-    assert [(p.trigger, p.backfill) for p in preds] == [("work_order", False), ("backfill", True),
-                                                        ("expiry", False), ("api_miss", False)]
+    assert [(p.trigger, p.backfill) for p in preds] == [
+        ("work_order", False),
+        ("backfill", True),
+        ("expiry", False),
+        ("api_miss", False),
+    ]
     preds = decoded(encode(items, idx, scores, LABELS, "1", comp, 5_000, T0, True))
     assert {(p.trigger, p.backfill) for p in preds} == {("backfill", True)}
 
@@ -75,12 +86,18 @@ def test_a_reference_without_a_trace_id_says_null():
     items[1].refs[0][0].headers_ = []
     (a, b) = decoded(encode(items, idx, scores, LABELS, "1", np.full(2, T0), 5_000, T0, False))
     assert a.lineage[0].trace_id == TRACE and b.lineage[0].trace_id is None
-    assert orjson.loads(encode(items, idx, scores, LABELS, "1", np.full(2, T0), 5_000, T0, False)
-                        .values[1])["lineage"][0]["trace_id"] is None
+    assert (
+        orjson.loads(
+            encode(items, idx, scores, LABELS, "1", np.full(2, T0), 5_000, T0, False).values[1]
+        )["lineage"][0]["trace_id"]
+        is None
+    )
 
 
 def test_score_text_parses_to_exactly_the_rounded_score():
-    edges = np.array([0.0, 1.0, 5e-7, 4.9e-7, 0.9999995, 0.1234565, 1e-4, 0.5, 0.3], dtype=np.float64)
+    edges = np.array(
+        [0.0, 1.0, 5e-7, 4.9e-7, 0.9999995, 0.1234565, 1e-4, 0.5, 0.3], dtype=np.float64
+    )
     rand = np.random.default_rng(1).random(20_000).astype(np.float32)
     for scores in (edges, rand):
         text = score_text(scores)
@@ -100,4 +117,6 @@ def test_non_finite_or_out_of_range_scores_are_a_model_failure():
 def test_small_and_large_batches_format_scores_the_same():
     scores = np.random.default_rng(2).random(300).astype(np.float32)
     scores[:4] = [0.0, 1.0, 5e-7, 0.9999995]
-    assert score_text(scores) == [t for i in range(0, 300, 10) for t in score_text(scores[i:i + 10])]
+    assert score_text(scores) == [
+        t for i in range(0, 300, 10) for t in score_text(scores[i : i + 10])
+    ]

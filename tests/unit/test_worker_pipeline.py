@@ -26,8 +26,11 @@ def model():
 
 def make(throttle_ms=0, **kw):
     rejected, decisions = [], []
-    p = Pipeline(TOPICS, PipelineConfig(policy=PolicyConfig(throttle_ms=throttle_ms), **kw),
-                 lambda m, r, d: rejected.append((m.offset(), str(r))))
+    p = Pipeline(
+        TOPICS,
+        PipelineConfig(policy=PolicyConfig(throttle_ms=throttle_ms), **kw),
+        lambda m, r, d: rejected.append((m.offset(), str(r))),
+    )
     p.decisions = lambda reason, n: decisions.extend([reason] * n)
     return p, rejected, decisions
 
@@ -45,8 +48,12 @@ def flush(p, model, now_ms=T0):
 
 def test_each_device_gets_one_prediction_with_all_its_triggers_in_lineage(model):
     p, rejected, decisions = make()
-    recs = [record(HB, heartbeat("d1", T0), 0), record(HB, heartbeat("d2", T0), 1),
-            record(HB, heartbeat("d1", T0 + 1000, cpu_pct=90), 2), record(HB, heartbeat("d1", T0 + 500), 3)]
+    recs = [
+        record(HB, heartbeat("d1", T0), 0),
+        record(HB, heartbeat("d2", T0), 1),
+        record(HB, heartbeat("d1", T0 + 1000, cpu_pct=90), 2),
+        record(HB, heartbeat("d1", T0 + 500), 3),
+    ]
     p.ingest(recs, T0, 0.0)
     preds = {x.device_id: x for x in flush(p, model)}
     assert set(preds) == {"d1", "d2"} and rejected == []
@@ -65,7 +72,9 @@ def test_unchanged_and_duplicate_heartbeats_are_skipped_but_committed(model):
     p, _, decisions = make()
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
     flush(p, model)
-    p.ingest([record(HB, heartbeat("d1", T0 + 100), 1), record(HB, heartbeat("d1", T0), 2)], T0, 0.0)
+    p.ingest(
+        [record(HB, heartbeat("d1", T0 + 100), 1), record(HB, heartbeat("d1", T0), 2)], T0, 0.0
+    )
     assert flush(p, model) == []
     assert decisions[-1] == Reason.UNCHANGED
     p.ingest([record(HB, heartbeat("d1", T0 + 50), 3)], T0, 0.0)  # older than the newest seen
@@ -79,7 +88,9 @@ def test_a_heartbeat_refreshes_when_the_next_one_would_come_after_expiry(model):
     p, _, decisions = make()
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
     flush(p, model)  # valid until T0 + 5 s; the lead window starts at T0 + 4 s
-    p.ingest([record(HB, heartbeat("d1", T0 + 1_500), 1)], T0, 0.0)  # next expected at +3 s: in time
+    p.ingest(
+        [record(HB, heartbeat("d1", T0 + 1_500), 1)], T0, 0.0
+    )  # next expected at +3 s: in time
     assert flush(p, model) == [] and decisions[-1] == Reason.UNCHANGED
     p.ingest([record(HB, heartbeat("d1", T0 + 3_000), 2)], T0, 0.0)  # next at +4.5 s: refresh now
     assert decisions[-1] == Reason.REFRESH
@@ -91,10 +102,17 @@ def test_throttled_trigger_is_deferred_holds_back_its_offset_and_is_released(mod
     p, _, decisions = make(throttle_ms=1_000)
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
     flush(p, model, now_ms=T0)
-    p.ingest([record(HB, heartbeat("d1", T0 + 10, cpu_pct=95), 1), record(HB, heartbeat("d2", T0), 2)], T0 + 10, 0.0)
-    assert decisions[-2:] in ([Reason.THROTTLED, Reason.FIRST_SEEN], [Reason.FIRST_SEEN, Reason.THROTTLED])
+    p.ingest(
+        [record(HB, heartbeat("d1", T0 + 10, cpu_pct=95), 1), record(HB, heartbeat("d2", T0), 2)],
+        T0 + 10,
+        0.0,
+    )
+    assert decisions[-2:] in (
+        [Reason.THROTTLED, Reason.FIRST_SEEN],
+        [Reason.FIRST_SEEN, Reason.THROTTLED],
+    )
     assert [x.device_id for x in flush(p, model, T0 + 10)] == ["d2"]
-    assert [o.offset for o in p.commit_offsets()] == [1]        # d1's trigger still waits
+    assert [o.offset for o in p.commit_offsets()] == [1]  # d1's trigger still waits
     assert p.release_deferred(T0 + 999, 0.0) == 0
     assert p.release_deferred(T0 + 1_000, 0.0) == 1
     (d1,) = flush(p, model, T0 + 1_000)
@@ -128,7 +146,11 @@ def test_request_for_a_device_never_seen_is_answered_from_the_default_row(model)
 
 def test_bad_records_are_rejected_and_still_committed():
     p, rejected, _ = make()
-    p.ingest([record(HB, heartbeat("d1"), 0, value=b"\xff"), record(REQ, request("d1"), 0, value=b"{}")], T0, 0.0)
+    p.ingest(
+        [record(HB, heartbeat("d1"), 0, value=b"\xff"), record(REQ, request("d1"), 0, value=b"{}")],
+        T0,
+        0.0,
+    )
     assert sorted(r for _, r in rejected) == ["invalid", "not_json"]
     assert {(o.topic, o.offset) for o in p.commit_offsets()} == {(HB, 1), (REQ, 1)}
 
@@ -152,8 +174,14 @@ def test_model_failure_leaves_state_untouched_so_a_retry_is_clean(model):
 
 def test_forgetting_a_partition_drops_its_state_and_waiting_work():
     p, _, _ = make()
-    p.ingest([record(HB, heartbeat("a", T0), 0, partition=0), record(HB, heartbeat("b", T0), 0, partition=1)],
-             T0, 0.0)
+    p.ingest(
+        [
+            record(HB, heartbeat("a", T0), 0, partition=0),
+            record(HB, heartbeat("b", T0), 0, partition=1),
+        ],
+        T0,
+        0.0,
+    )
     p.forget([0])
     assert "a" not in p.table and "b" in p.table
     assert [it.device for it in p.batcher] == ["b"]

@@ -21,9 +21,18 @@ def decide(cfg=CFG, *, has=True, dx=0.0, col=0, t=10_000, seen=9_000, until=20_0
     last = np.zeros((1, N_FEATURES), dtype=np.float32)
     new = last.copy()
     new[0, col] = dx
-    return Reason(decide_heartbeats(cfg, has_prediction=np.array([has]), last_x=last, new_x=new,
-                                    event_time_ms=np.array([t]), newest_seen_ms=np.array([seen]),
-                                    valid_until_ms=np.array([until]), horizon_ms=5_000)[0])
+    return Reason(
+        decide_heartbeats(
+            cfg,
+            has_prediction=np.array([has]),
+            last_x=last,
+            new_x=new,
+            event_time_ms=np.array([t]),
+            newest_seen_ms=np.array([seen]),
+            valid_until_ms=np.array([until]),
+            horizon_ms=5_000,
+        )[0]
+    )
 
 
 def test_first_heartbeat_of_a_device_predicts():
@@ -31,7 +40,7 @@ def test_first_heartbeat_of_a_device_predicts():
 
 
 def test_material_change_is_relative_to_the_feature_scale():
-    assert decide(dx=4.9, col=0) == Reason.UNCHANGED          # cpu: 4.9 of 100 points
+    assert decide(dx=4.9, col=0) == Reason.UNCHANGED  # cpu: 4.9 of 100 points
     assert decide(dx=5.0, col=0) == Reason.HEARTBEAT_CHANGED  # 5 % of its range
     assert decide(dx=0.06, col=3) == Reason.HEARTBEAT_CHANGED  # error rate: 0.06 of 1
     assert decide(dx=1.0, col=N_FEATURES - 3) == Reason.HEARTBEAT_CHANGED  # one more critical alarm
@@ -47,7 +56,9 @@ def test_refresh_ahead_of_expiry_only_when_close():
 def test_refresh_when_the_next_heartbeat_would_arrive_after_expiry():
     # heartbeats every 2 s, prediction valid until 20 s, lead 1 s: neither heartbeat below lies
     # in the lead window (19..20 s), but after the second one the next comes only at 19.5 s
-    assert decide(t=16_500, seen=14_500, until=20_000) == Reason.UNCHANGED  # next at 18.5 s: in time
+    assert (
+        decide(t=16_500, seen=14_500, until=20_000) == Reason.UNCHANGED
+    )  # next at 18.5 s: in time
     assert decide(t=17_500, seen=15_500, until=20_000) == Reason.REFRESH  # next at 19.5 s: too late
     # the same heartbeat from a device that beats every 0.5 s: its next one comes in time
     assert decide(t=17_500, seen=17_000, until=20_000) == Reason.UNCHANGED
@@ -57,7 +68,9 @@ def test_refresh_when_the_next_heartbeat_would_arrive_after_expiry():
 
 
 def test_expected_gap_is_the_last_interval_clipped_to_the_horizon():
-    gap = expected_gap(np.array([10_000, 10_000, 10_000, 10_000]), np.array([-1, 8_000, 10_000, 1_000]), 5_000)
+    gap = expected_gap(
+        np.array([10_000, 10_000, 10_000, 10_000]), np.array([-1, 8_000, 10_000, 1_000]), 5_000
+    )
     assert gap.tolist() == [0, 2_000, 0, 5_000]
 
 
@@ -75,16 +88,34 @@ def test_vectorized_over_a_batch():
     last = np.zeros((n, N_FEATURES), dtype=np.float32)
     new = last.copy()
     new[1, 1] = 50
-    out = decide_heartbeats(CFG, has_prediction=np.array([False, True, True, True]), last_x=last, new_x=new,
-                            event_time_ms=np.array([5, 5, 5, 19_500]), newest_seen_ms=np.array([-1, 1, 9, 1]),
-                            valid_until_ms=np.array([-1, 20_000, 20_000, 20_000]), horizon_ms=5_000)
-    assert [Reason(c) for c in out] == [Reason.FIRST_SEEN, Reason.HEARTBEAT_CHANGED, Reason.STALE, Reason.REFRESH]
+    out = decide_heartbeats(
+        CFG,
+        has_prediction=np.array([False, True, True, True]),
+        last_x=last,
+        new_x=new,
+        event_time_ms=np.array([5, 5, 5, 19_500]),
+        newest_seen_ms=np.array([-1, 1, 9, 1]),
+        valid_until_ms=np.array([-1, 20_000, 20_000, 20_000]),
+        horizon_ms=5_000,
+    )
+    assert [Reason(c) for c in out] == [
+        Reason.FIRST_SEEN,
+        Reason.HEARTBEAT_CHANGED,
+        Reason.STALE,
+        Reason.REFRESH,
+    ]
 
 
 def test_throttle_defers_only_predicting_decisions_of_recently_predicted_devices():
-    d = np.array([Reason.HEARTBEAT_CHANGED, Reason.HEARTBEAT_CHANGED, Reason.UNCHANGED], dtype=np.int8)
+    d = np.array(
+        [Reason.HEARTBEAT_CHANGED, Reason.HEARTBEAT_CHANGED, Reason.UNCHANGED], dtype=np.int8
+    )
     out = throttle(CFG, d, np.array([900, 700, 990]), now_ms=1_000)
-    assert [Reason(c) for c in out] == [Reason.THROTTLED, Reason.HEARTBEAT_CHANGED, Reason.UNCHANGED]
+    assert [Reason(c) for c in out] == [
+        Reason.THROTTLED,
+        Reason.HEARTBEAT_CHANGED,
+        Reason.UNCHANGED,
+    ]
     assert d[0] == Reason.HEARTBEAT_CHANGED  # input untouched
     assert throttle(PolicyConfig(throttle_ms=0), d, np.array([999, 999, 999]), 1_000) is d
 

@@ -36,7 +36,14 @@ def registry_dir(tmp_path):
 
 def test_semver_order_including_pre_releases():
     versions = ["1.10.0", "1.9.0", "1.0.0-rc.1", "1.0.0", "1.0.0-rc.2", "0.9.9"]
-    assert sorted(versions, key=semver_key) == ["0.9.9", "1.0.0-rc.1", "1.0.0-rc.2", "1.0.0", "1.9.0", "1.10.0"]
+    assert sorted(versions, key=semver_key) == [
+        "0.9.9",
+        "1.0.0-rc.1",
+        "1.0.0-rc.2",
+        "1.0.0",
+        "1.9.0",
+        "1.10.0",
+    ]
     assert semver_key("latest") is None
 
 

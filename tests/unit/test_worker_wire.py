@@ -29,15 +29,26 @@ def verdict_of_validator(rec):
     if not v.ok:
         return ("rejected", str(v.reason))
     e = v.event
-    return ("accepted", e.device_id, e.event_id, e.event_time_ms, tuple(float(getattr(e.metrics, k)) for k in METRICS))
+    return (
+        "accepted",
+        e.device_id,
+        e.event_id,
+        e.event_time_ms,
+        tuple(float(getattr(e.metrics, k)) for k in METRICS),
+    )
 
 
 def verdicts_of_worker(records):
     hb, rejected = fast(records)
     out = {off: ("rejected", reason) for off, reason in rejected}
     for j, m in enumerate(hb.msgs):
-        out[m.offset()] = ("accepted", hb.device_ids[j], hb.event_ids[j], int(hb.event_time_ms[j]),
-                           tuple(hb.cols[j, :6].tolist()))
+        out[m.offset()] = (
+            "accepted",
+            hb.device_ids[j],
+            hb.event_ids[j],
+            int(hb.event_time_ms[j]),
+            tuple(hb.cols[j, :6].tolist()),
+        )
     assert len(out) == len(records), "every record is accepted or rejected exactly once"
     return out
 
@@ -56,9 +67,15 @@ TRICKY = {
     "canonical": raw(GOOD),
     "unknown field non-finite": raw(GOOD)[:-1] + b',"x":1e999}',
     "unknown field bad utf-8": raw(GOOD)[:-1] + b',"x":"\xff"}',
-    "unknown nested field non-finite": raw(GOOD).replace(b'"uptime_s":36000.0', b'"uptime_s":36000.0,"fan":-1e400'),
-    "meta non-finite": raw(GOOD, meta={"info": {"site": "s"}}).replace(b'"site":"s"', b'"site":"s","n":1e999'),
-    "meta bad utf-8": raw(GOOD, meta={"info": {"site": "s"}}).replace(b'"site":"s"', b'"site":"\xff"'),
+    "unknown nested field non-finite": raw(GOOD).replace(
+        b'"uptime_s":36000.0', b'"uptime_s":36000.0,"fan":-1e400'
+    ),
+    "meta non-finite": raw(GOOD, meta={"info": {"site": "s"}}).replace(
+        b'"site":"s"', b'"site":"s","n":1e999'
+    ),
+    "meta bad utf-8": raw(GOOD, meta={"info": {"site": "s"}}).replace(
+        b'"site":"s"', b'"site":"\xff"'
+    ),
     "meta wrong type": raw(GOOD, meta={"info": {"hw_rev": True}}),
     "meta rev as text": raw(GOOD, meta={"info": {"hw_rev": "3"}}),
     "meta flat": raw(GOOD, meta={"site": "s", "hw_rev": 2}),
@@ -68,8 +85,12 @@ TRICKY = {
     "schema_version true": raw(GOOD, schema_version=True),
     "schema_version 1.0": raw(GOOD).replace(b'"schema_version":1', b'"schema_version":1.0'),
     "schema_version text": raw(GOOD, schema_version="1"),
-    "event time 1.0": raw(GOOD).replace(f'"event_time_ms":{T0}'.encode(), f'"event_time_ms":{T0}.0'.encode()),
-    "event time huge": raw(GOOD).replace(f'"event_time_ms":{T0}'.encode(), b'"event_time_ms":1' + b"0" * 30),
+    "event time 1.0": raw(GOOD).replace(
+        f'"event_time_ms":{T0}'.encode(), f'"event_time_ms":{T0}.0'.encode()
+    ),
+    "event time huge": raw(GOOD).replace(
+        f'"event_time_ms":{T0}'.encode(), b'"event_time_ms":1' + b"0" * 30
+    ),
     "event time text": raw(GOOD, event_time_ms=str(T0)),
     "event before skew": raw(GOOD, produced_at_ms=T0 - 400_000),
     "metric bool": raw(GOOD, metrics={**GOOD["metrics"], "cpu_pct": True}),
@@ -79,7 +100,9 @@ TRICKY = {
     "metric text overflow": raw(GOOD, metrics={**GOOD["metrics"], "uptime_s": "1e999"}),
     "metric out of range": raw(GOOD, metrics={**GOOD["metrics"], "error_rate": 1.5}),
     "metric huge int": raw(GOOD).replace(b'"uptime_s":36000.0', b'"uptime_s":1' + b"0" * 400),
-    "metric missing": raw(GOOD, metrics={k: v for k, v in GOOD["metrics"].items() if k != "mem_pct"}),
+    "metric missing": raw(
+        GOOD, metrics={k: v for k, v in GOOD["metrics"].items() if k != "mem_pct"}
+    ),
     "event id punctuation only": raw(GOOD, event_id="..."),
     "event id with space": raw(GOOD, event_id="a b"),
     "event id non-ascii": raw(GOOD, event_id="é1"),
@@ -121,7 +144,26 @@ def _mutations(rng, e):
     paths = [("",)] + [("metrics", k) for k in e["metrics"]] + [(k,) for k in e if k != "metrics"]
     path = rng.choice(paths[1:])
     where = e if len(path) == 1 else e[path[0]]
-    values = [None, True, 1.5, 1, -1, 0, "", "x", "1e1", " 1", "NaN", [], {}, 2**63 - 1, 1e300, T0, "é", "a" * 70]
+    values = [
+        None,
+        True,
+        1.5,
+        1,
+        -1,
+        0,
+        "",
+        "x",
+        "1e1",
+        " 1",
+        "NaN",
+        [],
+        {},
+        2**63 - 1,
+        1e300,
+        T0,
+        "é",
+        "a" * 70,
+    ]
     if choice == 0:
         where.pop(path[-1], None)
     elif choice == 1:
@@ -133,11 +175,18 @@ def _mutations(rng, e):
         value = value[: rng.randrange(len(value))]
     elif choice == 4:  # flip one byte
         i = rng.randrange(len(value))
-        value = value[:i] + bytes([rng.randrange(256)]) + value[i + 1:]
+        value = value[:i] + bytes([rng.randrange(256)]) + value[i + 1 :]
     elif choice == 5:  # an unknown field with a token orjson refuses
-        value = value[:-1] + b',"z":' + rng.choice([b"1e999", b'"\xfe"', b"NaN", b'"\\udc00"', b"-0", b"1E400"]) + b"}"
+        value = (
+            value[:-1]
+            + b',"z":'
+            + rng.choice([b"1e999", b'"\xfe"', b"NaN", b'"\\udc00"', b"-0", b"1E400"])
+            + b"}"
+        )
     elif choice == 6:  # a number turned into JSON-number text
-        value = value.replace(b'"event_time_ms":', b'"event_time_ms":"', 1).replace(b',"produced', b'","produced', 1)
+        value = value.replace(b'"event_time_ms":', b'"event_time_ms":"', 1).replace(
+            b',"produced', b'","produced', 1
+        )
     return value
 
 
@@ -156,7 +205,9 @@ def test_worker_and_validator_agree_on_random_mutations_of_every_wire_style():
     expected = {r.offset(): verdict_of_validator(r) for r in records}
     # one batch with everything mixed, and record by record: the same verdicts
     assert verdicts_of_worker(records) == expected
-    assert {o: verdicts_of_worker([r])[o] for o, r in zip(expected, records, strict=True)} == expected
+    assert {
+        o: verdicts_of_worker([r])[o] for o, r in zip(expected, records, strict=True)
+    } == expected
     kinds = {v[0] if v[0] == "accepted" else v[1] for v in expected.values()}
     assert {"accepted", "invalid", "not_json", "non_finite"} <= kinds  # the mutations reach each
 
@@ -180,10 +231,10 @@ def test_trace_ids_are_parsed_for_a_batch_like_one_by_one():
     cases = [
         ([("traceparent", good)], tid),
         ([("event_id", b"e1"), ("traceparent", good)], tid),
-        ([("traceparent", good.upper())], None),                 # not lower-case hex
-        ([("traceparent", good[:-1])], None),                    # too short
+        ([("traceparent", good.upper())], None),  # not lower-case hex
+        ([("traceparent", good[:-1])], None),  # too short
         ([("traceparent", b"00-" + b"0" * 32 + good[35:])], None),  # all-zero trace id
-        ([("traceparent", good.replace(b"-", b"_", 1))], None),   # separator
+        ([("traceparent", good.replace(b"-", b"_", 1))], None),  # separator
         ([("traceparent", None)], None),
         ([("traceparent", b"x" * 55), ("traceparent", good)], None),  # the first one counts
         ([], None),

@@ -46,7 +46,11 @@ def merge(old: Pending, new: Pending) -> Pending:
 
 
 _REF = b'{"topic":"%s","partition":%d,"offset":%d,"event_id":%s,"trace_id":%s}'
-_TOPIC, _PARTITION, _OFFSET = methodcaller("topic"), methodcaller("partition"), methodcaller("offset")
+_TOPIC, _PARTITION, _OFFSET = (
+    methodcaller("topic"),
+    methodcaller("partition"),
+    methodcaller("offset"),
+)
 _REFS, _DEVICE, _REASON = attrgetter("refs"), attrgetter("device"), attrgetter("reason")
 
 
@@ -60,7 +64,9 @@ def _json_ids(ids: list[str | None]) -> list[bytes]:
     # IDs reaching here passed the contracts' patterns ([A-Za-z0-9._:-]): nothing to escape.
     if None in ids:
         return [b"null" if i is None else b'"%s"' % i.encode() for i in ids]
-    parts = ('"' + '"\0"'.join(ids) + '"').encode().split(b"\0") if ids else []  # one encode for all
+    parts = (
+        ('"' + '"\0"'.join(ids) + '"').encode().split(b"\0") if ids else []
+    )  # one encode for all
     return parts if len(parts) == len(ids) else [b'"%s"' % i.encode() for i in ids]
 
 
@@ -69,8 +75,13 @@ def _ref_columns(refs: Sequence[tuple[KafkaMessage, str | None]]) -> tuple:
     msgs = [m for m, _ in refs]
     topics = list(map(_TOPIC, msgs))
     as_bytes = {t: t.encode() for t in set(topics)}
-    return (list(map(as_bytes.__getitem__, topics)), list(map(_PARTITION, msgs)), list(map(_OFFSET, msgs)),
-            _json_ids([e for _, e in refs]), trace_ids_json(msgs))
+    return (
+        list(map(as_bytes.__getitem__, topics)),
+        list(map(_PARTITION, msgs)),
+        list(map(_OFFSET, msgs)),
+        _json_ids([e for _, e in refs]),
+        trace_ids_json(msgs),
+    )
 
 
 @dataclass
@@ -79,16 +90,25 @@ class Encoded:
     values: list[bytes]
 
 
-def _template(version: str, k: int, produced_at_ms: int, inference_ms: int, lineage: bytes) -> bytes:
+def _template(
+    version: str, k: int, produced_at_ms: int, inference_ms: int, lineage: bytes
+) -> bytes:
     """printf-style PredictionSet template (bytes: formats faster than str and needs no encode)
     for k candidates, with what is the same for the whole batch (model version,
     produced_at_ms, inference_ms) filled in; `lineage` is its list."""
     cand = b'{"strategy":%s,"score":%s}'
     version_json = orjson.dumps(version).replace(b"%", b"%%")
-    return (b'{"schema_version":1,"device_id":"%s","candidates":[' + b",".join([cand] * k) + b"]"
-            b',"model_version":' + version_json + b',"computed_at_ms":%d,"valid_until_ms":%d,'
-            b'"produced_at_ms":' + b"%d" % produced_at_ms + b',"trigger":"%s","lineage":' + lineage +
-            b',"backfill":%s,"inference_ms":' + b"%d" % inference_ms + b"}")
+    return (
+        b'{"schema_version":1,"device_id":"%s","candidates":[' + b",".join([cand] * k) + b"]"
+        b',"model_version":' + version_json + b',"computed_at_ms":%d,"valid_until_ms":%d,'
+        b'"produced_at_ms":'
+        + b"%d" % produced_at_ms
+        + b',"trigger":"%s","lineage":'
+        + lineage
+        + b',"backfill":%s,"inference_ms":'
+        + b"%d" % inference_ms
+        + b"}"
+    )
 
 
 @lru_cache(maxsize=16)
@@ -121,14 +141,27 @@ def score_text(scores: np.ndarray) -> list[bytes]:
 
 # (trigger, backfill) JSON per reason, for a normal and for a backfill run; only predicting
 # reasons have a trigger (a KeyError here is a bug upstream, as before).
-_TRIGGERS = {False: ({r: t.encode() for r, t in TRIGGER.items()},
-                     {r: b"true" if r == Reason.BACKFILL else b"false" for r in TRIGGER}),
-             True: (dict.fromkeys(TRIGGER, b"backfill"), dict.fromkeys(TRIGGER, b"true"))}
+_TRIGGERS = {
+    False: (
+        {r: t.encode() for r, t in TRIGGER.items()},
+        {r: b"true" if r == Reason.BACKFILL else b"false" for r in TRIGGER},
+    ),
+    True: (dict.fromkeys(TRIGGER, b"backfill"), dict.fromkeys(TRIGGER, b"true")),
+}
 
 
-def encode(items: Sequence[Pending], idx: np.ndarray, scores: np.ndarray, labels: Sequence[str], version: str,
-           computed_at: np.ndarray, horizon_ms: int, produced_at_ms: int, backfill: bool,
-           inference_ms: int = 0) -> Encoded:
+def encode(
+    items: Sequence[Pending],
+    idx: np.ndarray,
+    scores: np.ndarray,
+    labels: Sequence[str],
+    version: str,
+    computed_at: np.ndarray,
+    horizon_ms: int,
+    produced_at_ms: int,
+    backfill: bool,
+    inference_ms: int = 0,
+) -> Encoded:
     """One PredictionSet per item, as JSON bytes keyed by device ID. Built column-wise: one
     printf per record, every other step over the whole batch."""
     if not np.isfinite(scores).all():
@@ -142,15 +175,24 @@ def encode(items: Sequence[Pending], idx: np.ndarray, scores: np.ndarray, labels
     reasons = list(map(_REASON, items))
     trig, bf = _TRIGGERS[bool(backfill)]
     keys = _ascii(list(map(_DEVICE, items)))
-    head = (keys, *cands, computed_at.tolist(), (computed_at + horizon_ms).tolist(),
-            list(map(trig.__getitem__, reasons)))
+    head = (
+        keys,
+        *cands,
+        computed_at.tolist(),
+        (computed_at + horizon_ms).tolist(),
+        list(map(trig.__getitem__, reasons)),
+    )
     tail = list(map(bf.__getitem__, reasons))
     if counts.count(1) == len(counts):  # one input each (the common case): lineage in the template
         tmpl = _template(version, k, produced_at_ms, inference_ms, b"[" + _REF + b"]")
         rows = zip(*head, *_ref_columns([r[0] for r in refs]), tail, strict=True)
     else:
         tmpl = _template(version, k, produced_at_ms, inference_ms, b"%s")
-        ref_json = list(map(_REF.__mod__, zip(*_ref_columns(list(chain.from_iterable(refs))), strict=True)))
+        ref_json = list(
+            map(_REF.__mod__, zip(*_ref_columns(list(chain.from_iterable(refs))), strict=True))
+        )
         it = iter(ref_json)
-        rows = zip(*head, [b"[" + b",".join(islice(it, n)) + b"]" for n in counts], tail, strict=True)
+        rows = zip(
+            *head, [b"[" + b",".join(islice(it, n)) + b"]" for n in counts], tail, strict=True
+        )
     return Encoded(keys, list(map(tmpl.__mod__, rows)))

@@ -47,7 +47,9 @@ class AtLeastOnce:
     def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
         self.dead_letters.send(msg, reason, detail)
 
-    def commit(self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = False) -> bool:
+    def commit(
+        self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = False
+    ) -> bool:
         changed = [o for o in offsets if self._committed.get((o.topic, o.partition)) != o.offset]
         self.producer.flush()  # raises unless every output so far is acknowledged
         if not changed:
@@ -67,12 +69,20 @@ class AtLeastOnce:
 class ExactlyOnce:
     exactly_once = True
 
-    def __init__(self, kafka: KafkaSettings, dead_letter_topic: str, transactional_id: str,
-                 transaction_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        dead_letter_topic: str,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+    ) -> None:
         self._kafka, self._dlq_topic = kafka, dead_letter_topic
         # librdkafka requires a record's delivery timeout to fit inside its transaction's.
-        self._conf = {"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms,
-                      "delivery.timeout.ms": transaction_timeout_ms}
+        self._conf = {
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms,
+            "delivery.timeout.ms": transaction_timeout_ms,
+        }
         self.transactional_id = transactional_id
         self._committed: dict[tuple[str, int], int] = {}
         self._open = False
@@ -100,15 +110,18 @@ class ExactlyOnce:
         self._dirty = True
         self.dead_letters.send(msg, reason, detail)
 
-    def commit(self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = True) -> bool:
+    def commit(
+        self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = True
+    ) -> bool:
         """Commit the open transaction with these input offsets; raises `Rewind` if it aborted."""
         offsets = [o for o in offsets if self._committed.get((o.topic, o.partition)) != o.offset]
         if not self._open or (not self._dirty and not offsets):
             return False
         try:
             if offsets:
-                self.producer.send_offsets_to_transaction(consumer.native_offsets(offsets),
-                                                          consumer.group_metadata())
+                self.producer.send_offsets_to_transaction(
+                    consumer.native_offsets(offsets), consumer.group_metadata()
+                )
             self._commit_transaction()
         except KafkaFailure as exc:
             self._recover(exc)

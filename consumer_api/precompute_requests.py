@@ -11,16 +11,26 @@ from prometheus_client import Counter
 
 from precast.kafka import KafkaFailure, Producer
 
-REQUESTS = Counter("precast_api_precompute_requests_total", "precompute requests asked by the read API",
-                   ["reason", "result"])
+REQUESTS = Counter(
+    "precast_api_precompute_requests_total",
+    "precompute requests asked by the read API",
+    ["reason", "result"],
+)
 # Past this many records waiting in librdkafka, requests are dropped (counted) instead of making
 # the event loop wait for the broker: the next read after the window asks again.
 MAX_PENDING = 50_000
 
 
-class Backfill:
-    def __init__(self, producer: Producer | None, topic: str, window_ms: int, max_tracked: int = 500_000) -> None:
-        self._producer, self.topic, self.window_ms, self.max_tracked = producer, topic, window_ms, max_tracked
+class PrecomputeAsker:
+    def __init__(
+        self, producer: Producer | None, topic: str, window_ms: int, max_tracked: int = 500_000
+    ) -> None:
+        self._producer, self.topic, self.window_ms, self.max_tracked = (
+            producer,
+            topic,
+            window_ms,
+            max_tracked,
+        )
         self._until: dict[str, int] = {}
 
     def request(self, device_id: str, reason: str, now_ms: int) -> str:
@@ -31,8 +41,16 @@ class Backfill:
             return _count(reason, "deduplicated")
         if self._producer is None or not self._room(now_ms):
             return _count(reason, "dropped")
-        value = orjson.dumps({"schema_version": 1, "request_id": uuid.uuid4().hex, "device_id": device_id,
-                              "reason": reason, "requested_at_ms": now_ms, "model_version": None})
+        value = orjson.dumps(
+            {
+                "schema_version": 1,
+                "request_id": uuid.uuid4().hex,
+                "device_id": device_id,
+                "reason": reason,
+                "requested_at_ms": now_ms,
+                "model_version": None,
+            }
+        )
         try:
             self._producer.produce(self.topic, device_id.encode(), value)
         except KafkaFailure:
