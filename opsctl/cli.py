@@ -23,7 +23,7 @@ def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     stack = LocalStack(settings.stack)
     if args.action == "up":
-        stack.up(progress=lambda m: print(m, flush=True))
+        stack.up(progress=lambda m: print(m, flush=True), prometheus=settings.stack.prometheus)
         return 0
     if args.action == "down":
         stopped = stack.down()
@@ -96,7 +96,7 @@ def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="precast", description="precast operations CLI")
     sub = p.add_subparsers(dest="command", required=True)
-    st = sub.add_parser("stack", help="local Kafka 4 + Redis for demos, tests and CI")
+    st = sub.add_parser("stack", help="local Kafka 4 + Redis (+ Prometheus) for demos, tests and CI")
     st.add_argument("action", choices=["up", "down", "status"])
     st.set_defaults(fn=_stack)
     tp = sub.add_parser("topics", help="topic contracts")
