@@ -27,6 +27,12 @@ class StackSettings(Section):
         le=65535,
         description="local Prometheus (not 9090, where Debian's package may run its own)",
     )
+    redis_exporter_port: int = Field(
+        default=9491,
+        ge=1,
+        le=65535,
+        description="Redis exporter (Debian's prometheus-redis-exporter), started with Prometheus",
+    )
     scrape_interval_s: float = Field(
         default=5.0, gt=0, le=300, description="how often the local Prometheus scrapes services"
     )

@@ -239,7 +239,10 @@ SECTIONS: dict[str, tuple[str, dict[str, list[P]]]] = {
                     "Producer delivery failures",
                     (
                         q(
-                            f"sum(rate(precast_producer_delivery_failures_total[{W}]))",
+                            # Labelled by topic and error code, so no series exists before the
+                            # first failure: show 0 rather than "No data".
+                            f"sum(rate(precast_producer_delivery_failures_total[{W}])) "
+                            "or vector(0)",
                             "failures",
                         ),
                     ),

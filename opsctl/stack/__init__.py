@@ -18,7 +18,7 @@ from pathlib import Path
 
 from opsctl.settings import StackSettings
 from opsctl.stack.kafka_node import KafkaNode
-from opsctl.stack.prometheus_node import PrometheusNode
+from opsctl.stack.prometheus_node import PrometheusNode, RedisExporterNode
 from opsctl.stack.redis_node import RedisNode
 from precast.errors import StackError
 
@@ -43,6 +43,7 @@ class LocalStack:
         self.kafka = KafkaNode(self.settings)
         self.redis = RedisNode(self.settings)
         self.prometheus = PrometheusNode(self.settings)
+        self.redis_exporter = RedisExporterNode(self.settings)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -67,9 +68,12 @@ class LocalStack:
         self, progress: Callable[[str], None] = print, *, prometheus: bool = False
     ) -> list[ComponentStatus]:
         started = time.monotonic()
-        nodes: list[KafkaNode | RedisNode | PrometheusNode] = [self.redis, self.kafka]
+        nodes: list[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode] = [
+            self.redis,
+            self.kafka,
+        ]
         if prometheus:
-            nodes.append(self.prometheus)
+            nodes += [self.redis_exporter, self.prometheus]
         with self._lock():
             self.kafka.resolve_jars(progress)
             for node in nodes:
@@ -87,6 +91,8 @@ class LocalStack:
                 for node in nodes:
                     node.stop()
                 raise
+            if prometheus:
+                self.prometheus.write_targets("stack", {"redis": [self.redis_exporter.address]})
         extra = f", Prometheus {self.prometheus.url}" if prometheus else ""
         progress(
             f"stack ready in {time.monotonic() - started:.1f}s: Kafka {self.bootstrap_servers}, "
@@ -97,20 +103,22 @@ class LocalStack:
     def down(self) -> list[str]:
         stopped = []
         with self._lock():
-            for node in (self.prometheus, self.kafka, self.redis):
+            for node in (self.prometheus, self.redis_exporter, self.kafka, self.redis):
                 if node.stop():
                     stopped.append(node.proc.name)
         return stopped
 
     def status(self) -> list[ComponentStatus]:
-        """Kafka and Redis always; Prometheus only while it runs (it is optional)."""
+        """Kafka and Redis always; Prometheus and the Redis exporter only while they run."""
         out = []
-        nodes: list[tuple[KafkaNode | RedisNode | PrometheusNode, str]] = [
+        nodes: list[tuple[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode, str]] = [
             (self.kafka, self.bootstrap_servers),
             (self.redis, self.redis_url),
         ]
         if self.prometheus.running():
             nodes.append((self.prometheus, self.prometheus.url))
+        if self.redis_exporter.running():
+            nodes.append((self.redis_exporter, self.redis_exporter.address))
         for node, addr in nodes:
             pid = node.proc.pid()
             state = "stopped" if pid is None else ("healthy" if node.healthy() else "unhealthy")

@@ -145,3 +145,64 @@ class PrometheusNode:
 
     def remove_targets(self, name: str) -> None:
         (self.targets_dir / f"{name}.json").unlink(missing_ok=True)
+
+
+class RedisExporterNode:
+    """Debian's prometheus-redis-exporter beside the stack's Redis: Redis's own saturation
+    (memory, clients, commands) for the dashboards, started with Prometheus."""
+
+    BINARY = "prometheus-redis-exporter"
+
+    def __init__(self, settings: StackSettings) -> None:
+        self.s = settings
+        self.dir = settings.home / "redis-exporter"
+        self.proc = ManagedProcess(
+            "Redis exporter", self.dir / "exporter.pid", f"127.0.0.1:{settings.redis_exporter_port}"
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.s.redis_exporter_port}"
+
+    def running(self) -> bool:
+        return self.proc.pid() is not None
+
+    def start(self) -> None:
+        if self.running():
+            return
+        binary = shutil.which(self.BINARY)
+        if binary is None:
+            raise StackError(
+                f"{self.BINARY} not found on PATH (install it: sudo apt-get install {self.BINARY})"
+            )
+        if port_in_use(self.s.redis_exporter_port):
+            raise StackError(
+                f"port {self.s.redis_exporter_port} is in use by another process; stop it or "
+                "choose another port (PRECAST_STACK__REDIS_EXPORTER_PORT)"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            binary,
+            "-redis.addr",
+            f"redis://127.0.0.1:{self.s.redis_port}",
+            "-web.listen-address",
+            self.address,
+        ]
+        self.proc.start(argv, self.dir / "exporter.log", self.dir)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.healthy(timeout=1.0):
+            if self.proc.exited_early() or time.monotonic() > deadline:
+                raise StackError(f"Redis exporter not ready: {tail(self.dir / 'exporter.log', 3)}")
+            time.sleep(0.2)
+
+    def stop(self, hard: bool = False) -> bool:
+        return self.proc.stop(timeout=10.0, hard=hard)
