@@ -113,7 +113,7 @@ def alert_rules(slo: Slo) -> list[dict[str, Any]]:
                     "{{ $value | humanizePercentage }} "
                     f"(budget {slo.budget:.2%}, {burns[0].factor:g}x = "
                     f"{burns[0].factor * slo.budget:.2%}).",
-                    "runbook": f"docs/observability.md#{slo.name.replace('_', '-')}",
+                    "runbook": f"docs/observability.md#{slo.alert_name(severity).lower()}",
                 },
             }
         )
