@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from typing import Any
 
 from precast.kafka import Admin, Consumer
 from precast.observability import ProbeServer
@@ -40,8 +41,10 @@ def run(settings: DriftSettings) -> int:
     topics = catalog(
         settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
     )
-    # Drift is about now: start from the newest heartbeats, never replay history.
-    consumer = Consumer(settings.kafka, d.group_id, **{"auto.offset.reset": "latest"})
+    # Drift is about now: start from the newest heartbeats, never replay history (the monitor
+    # commits nothing, so every start begins at the end).
+    newest: dict[str, Any] = {"auto.offset.reset": "latest"}
+    consumer = Consumer(settings.kafka, d.group_id, **newest)
     consumer.subscribe([topics.heartbeats.name])
     last_loop = time.monotonic()
 
