@@ -92,3 +92,22 @@ def test_sliding_window_drops_old_rows_and_caps_rows():
     for t in range(30):
         w2.add(np.full(2, float(t)), np.full((2, 1), float(t)))
     assert len(w2.rows()) == 25 and w2.rows()[-1, 0] == 29
+
+
+def test_shipped_reference_is_the_training_data_of_its_manifest(tmp_path):
+    from workers.train import write_reference
+
+    shipped = load_reference(DEFAULT_MODEL_DIR)
+    (tmp_path / "manifest.json").write_bytes((DEFAULT_MODEL_DIR / "manifest.json").read_bytes())
+    rebuilt = load_reference(write_reference(tmp_path).parent)
+    assert rebuilt.model_version == shipped.model_version
+    assert np.array_equal(rebuilt.sorted_values, shipped.sorted_values)
+
+
+def test_training_writes_a_reference_next_to_the_model(tmp_path):
+    pytest.importorskip("sklearn")  # the `train` extra
+    from workers.train import train
+
+    train("9.9.9", seed=3, n_train=4_000, n_holdout=500, out_dir=tmp_path, hidden=(8,))
+    ref = load_reference(tmp_path)
+    assert ref.model_version == "9.9.9" and ref.rows == 4_000
