@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def test_every_alert_has_a_severity_and_a_runbook_section():
 PER_MIN = 6_000  # events per minute in the synthetic series
 
 
-def _counter(rate_per_min: list[tuple[float, int]]) -> str:
+def _counter(rate_per_min: Sequence[tuple[float, int]]) -> str:
     """Expanding notation of a counter growing by r per minute for n minutes, segment by segment."""
     parts, value = [], 0.0
     for r, n in rate_per_min:
