@@ -4,6 +4,7 @@ precast stack up | down | status
 precast topics ensure | list
 precast demo
 precast schemas export DIR
+precast observe generate | check   (alert rules and dashboards as code, docs/observability.md)
 precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 """
 
@@ -23,7 +24,7 @@ def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     stack = LocalStack(settings.stack)
     if args.action == "up":
-        stack.up(progress=lambda m: print(m, flush=True))
+        stack.up(progress=lambda m: print(m, flush=True), prometheus=settings.stack.prometheus)
         return 0
     if args.action == "down":
         stopped = stack.down()
@@ -93,10 +94,29 @@ def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
     return 0
 
 
+def _observe(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    from opsctl.observe.render import DEPLOY, stale, write
+
+    if args.action == "check":
+        old = stale()
+        for path in old:
+            print(f"out of date: {path.relative_to(DEPLOY.parent)}")
+        if old:
+            print("run: precast observe generate", file=sys.stderr)
+        return 1 if old else 0
+    written = write()
+    for path in written:
+        print(f"wrote {path.relative_to(DEPLOY.parent)}")
+    print(f"{len(written)} files changed" if written else "everything up to date")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="precast", description="precast operations CLI")
     sub = p.add_subparsers(dest="command", required=True)
-    st = sub.add_parser("stack", help="local Kafka 4 + Redis for demos, tests and CI")
+    st = sub.add_parser(
+        "stack", help="local Kafka 4 + Redis (+ Prometheus) for demos, tests and CI"
+    )
     st.add_argument("action", choices=["up", "down", "status"])
     st.set_defaults(fn=_stack)
     tp = sub.add_parser("topics", help="topic contracts")
@@ -118,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of starting the local stack",
     )
     dm.set_defaults(fn=_demo)
+    ob = sub.add_parser(
+        "observe", help="SLO rules and Grafana dashboards: write them under deploy/, or check"
+    )
+    ob.add_argument("action", choices=["generate", "check"])
+    ob.set_defaults(fn=_observe)
     sc = sub.add_parser("schemas", help="event contracts as JSON Schema (docs/events.md)")
     sc.add_argument("action", choices=["export"])
     sc.add_argument("dir", help="folder to write <role>.v<version>.schema.json files into")

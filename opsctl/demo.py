@@ -1,8 +1,10 @@
 """`precast demo`: the whole pipeline on the local stack, with a live line of figures.
 
-Starts (or reuses) the stack, ensures topics, runs the simulator, a worker and the read API as
-child processes, prints the API's URL and a sample answer, then one status line every few
-seconds. Ctrl-C stops every process it started, the stack too if it started it.
+Starts (or reuses) the stack, ensures topics, runs the simulator, a worker, the context
+aggregator, the drift monitor and the read API as child processes, registers them with the
+stack's Prometheus (one file_sd targets file, removed on exit), prints the API's URL and a sample
+answer, then one status line every few seconds. Ctrl-C stops every process it started, the
+stack too if it started it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ class Child:
     name: str
     proc: subprocess.Popen
     metrics_url: str
+
+    @property
+    def job(self) -> str:
+        """Prometheus job label (the alert rules and dashboards select on it)."""
+        return f"precast-{self.name}"
+
+    @property
+    def address(self) -> str:
+        return self.metrics_url.removeprefix("http://").removesuffix("/metrics")
 
 
 def _scrape(url: str, names: set[str]) -> dict[str, float]:
@@ -87,12 +98,13 @@ def run_demo(
 ) -> int:
     stack = LocalStack(settings.stack)
     started_stack = False
+    scraped = use_stack and settings.stack.prometheus
     env = dict(os.environ)
     if use_stack:
         started_stack = not any(
             s.state == "healthy" for s in stack.status() if s.name == "Kafka broker"
         )
-        stack.up(progress=lambda m: print(m, flush=True))
+        stack.up(progress=lambda m: print(m, flush=True), prometheus=scraped)
         env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] = stack.bootstrap_servers
         env["PRECAST_REDIS__URL"] = stack.redis_url
         kafka = settings.kafka.model_copy(update={"bootstrap_servers": stack.bootstrap_servers})
@@ -111,6 +123,7 @@ def run_demo(
     )
 
     sim_port, worker_port, context_port = free_port(), free_port(), free_port()
+    drift_port = free_port()
     # Children log warnings only, so the live line stays readable (PRECAST_LOG_LEVEL overrides).
     env.setdefault("PRECAST_LOG_LEVEL", "WARNING")
     children: list[Child] = []
@@ -146,6 +159,15 @@ def run_demo(
         )
         children.append(
             Child(
+                "drift",
+                _spawn(
+                    "drift", "workers.drift", {**env, "PRECAST_METRICS__PORT": str(drift_port)}, []
+                ),
+                f"http://127.0.0.1:{drift_port}/metrics",
+            )
+        )
+        children.append(
+            Child(
                 "api",
                 _spawn("api", "consumer_api.cli", env, ["--port", str(api_port)]),
                 f"http://127.0.0.1:{api_port}/metrics",
@@ -167,6 +189,13 @@ def run_demo(
                 f"http://127.0.0.1:{sim_port}/metrics",
             )
         )
+        if scraped:
+            stack.prometheus.write_targets("demo", {c.job: [c.address] for c in children})
+            print(
+                f"Prometheus: {stack.prometheus.url} scrapes {len(children)} services "
+                f"(alerts: {stack.prometheus.url}/alerts)",
+                flush=True,
+            )
         base = f"http://127.0.0.1:{api_port}"
         _wait_serving(base, children, lambda: interrupted)
         status, body = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
@@ -178,6 +207,8 @@ def run_demo(
         _live(children, base, duration, lambda: interrupted)
     finally:
         signal.signal(signal.SIGINT, old)
+        if scraped:
+            stack.prometheus.remove_targets("demo")
         _stop_children(children)
         if started_stack:
             stack.down()

@@ -34,6 +34,12 @@ class SimulatorOptions(Section):
     drift_s: float = Field(
         default=1800.0, gt=0, description="simulated seconds a drifting device takes to drift"
     )
+    drift_at_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="every drifting device starts at this simulated second (a fleet-wide "
+        "drift event); unset = each at its own moment within drift_s",
+    )
     seed: int = Field(default=42, description="same seed, same fleet and event sequence")
     run_id: str | None = Field(
         default=None,

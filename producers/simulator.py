@@ -58,6 +58,7 @@ class Fleet:
         speedup: float = 1.0,
         drift_share: float = 0.05,
         drift_s: float = 1800.0,
+        drift_at_s: float | None = None,
         bad_rate: float = 0.0,
         run_id: str | None = None,
     ) -> None:
@@ -85,7 +86,8 @@ class Fleet:
                 }
             )
         # Drift: a share of the devices slides from its condition into a faulty one, each
-        # starting at its own moment and taking drift_s of simulated time.
+        # starting at its own moment in [0, drift_s) (or all at drift_at_s: a fleet-wide event,
+        # what the drift monitor is calibrated on) and taking drift_s of simulated time.
         self.drifting = rng.random(n) < drift_share
         faulty = np.array([c for c in range(len(fleet.CONDITIONS)) if c != HEALTHY])
         target = faulty[rng.integers(0, len(faulty), n)]
@@ -95,6 +97,8 @@ class Fleet:
             target,
         )
         self.drift_start_s = rng.uniform(0, drift_s, n)
+        if drift_at_s is not None:
+            self.drift_start_s[:] = drift_at_s
         self.drift_s = drift_s
         self.hb_interval_s, self.speedup, self.bad_rate = hb_interval_s, speedup, bad_rate
         self.run_id = run_id if run_id is not None else os.urandom(4).hex()

@@ -83,6 +83,7 @@ class ModelRegistry:
             path = registry / version
         self.current = load(path)
         M.MODEL_VERSION.labels(self.current.version).set(1)
+        M.MODEL_FAILURES.labels(self.current.version)  # a zero series, not a gap, until one fails
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-load")
         self._loading: tuple[str, Future] | None = None
         self._failed: set[str] = set()
@@ -124,6 +125,7 @@ class ModelRegistry:
             self.swaps += 1
             M.MODEL_VERSION.labels(old).set(0)
             M.MODEL_VERSION.labels(model.version).set(1)
+            M.MODEL_FAILURES.labels(model.version)
             log.info("model swapped: %s -> %s", old, model.version)
             return model.version
         now = self._clock()

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
-from workers.settings import ContextSettings, WorkerSettings
+from workers.settings import ContextSettings, DriftSettings, WorkerSettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 PROCESSES = {
@@ -20,6 +20,7 @@ PROCESSES = {
     "precast-worker": WorkerSettings,
     "precast-api": ApiSettings,
     "precast-context": ContextSettings,
+    "precast-drift": DriftSettings,
 }
 
 
