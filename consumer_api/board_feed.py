@@ -2,8 +2,10 @@
 
 - device context (open work orders, recent alarms): the compacted device-context topic, read
   from the beginning, so every device's newest snapshot is known after one pass;
-- device info (site, device type): heartbeats read from the end; a heartbeat is parsed only for
-  a device not seen yet (its key is checked first), so the cost stays a dict lookup per record;
+- device info (site, device type): heartbeats read from `info_lookback_s` before the start
+  (devices beat about once a second, so a few seconds name every live device); a heartbeat is
+  parsed only for a device not seen yet (its key is checked first), so the cost stays a dict
+  lookup per record;
 - fleet throughput: every few seconds the end offsets of the event topics (events), the
   predictions topic (inferences published) and the dead-letter topic, turned into rates. No
   record of those topics is read for this.
@@ -63,9 +65,11 @@ class BoardFeed:
         *,
         group_prefix: str = "precast-api",
         rates_every_s: float = 2.0,
+        info_lookback_s: float = 10.0,
     ) -> None:
         self._consumer = Consumer(kafka, f"{group_prefix}-board-{uuid.uuid4().hex[:8]}")
         self.topics, self.index, self._every = topics, index, rates_every_s
+        self._lookback_ms = int(info_lookback_s * 1000)
         self.rates = Rates()
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -77,12 +81,25 @@ class BoardFeed:
         parts = [
             TopicPartitionOffset(t.device_context.name, p, OFFSET_BEGINNING)
             for p in range(t.device_context.partitions)
-        ] + [
-            TopicPartitionOffset(t.heartbeats.name, p, OFFSET_END)
-            for p in range(t.heartbeats.partitions)
         ]
-        self._consumer.assign(parts)
+        self._consumer.assign(
+            parts + self._heartbeats_from(int(time.time() * 1000) - self._lookback_ms)
+        )
         self._thread.start()
+
+    def _heartbeats_from(self, at_ms: int) -> list[TopicPartitionOffset]:
+        hb = self.topics.heartbeats
+        asked = [TopicPartitionOffset(hb.name, p, at_ms) for p in range(hb.partitions)]
+        try:
+            found = self._consumer.offsets_for_times(asked)
+        except KafkaFailure as exc:  # a topic just created: start at the end
+            log.info("board feed: heartbeats from the end (%s)", exc)
+            return [TopicPartitionOffset(hb.name, p, OFFSET_END) for p in range(hb.partitions)]
+        # -1: nothing that recent in the partition, so its end
+        return [
+            TopicPartitionOffset(hb.name, f.partition, f.offset if f.offset >= 0 else OFFSET_END)
+            for f in found
+        ]
 
     def stop(self) -> None:
         self._stop.set()

@@ -115,7 +115,7 @@ def summarize(e: Entry, default_strategy: str) -> Summary:
         return Summary(default_strategy, 0.0, "")
 
 
-@dataclass
+@dataclass(eq=False)  # identity: subscribers live in a set
 class Subscriber:
     """One board's event stream: the devices changed since its last frame (a set, so a burst
     of updates to one device is one row in the next frame) and a wake-up event."""

@@ -8,7 +8,7 @@
 const COLS = [
   ["device_id", "Device"], ["strategy", "Top strategy"], ["score", "Score"], ["source", "Source"],
   ["age_ms", "Age"], ["delay_origin", "Delay origin"], ["site", "Site"],
-  ["device_type", "Type"], ["alarm", "Alarm"], ["open_work_orders", "Work orders"],
+  ["device_type", "Type"], ["alarm", "Alarm"], ["open_work_orders", "WOs"],
 ];
 const FILTERS = ["site", "device_type", "strategy", "alarm", "source"];
 const PREFETCH_EVERY_MS = 30_000; // a device hinted once is not hinted again for this long
