@@ -71,6 +71,7 @@ def build(settings: ApiSettings) -> Built:
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         batch=opts.consume_batch,
+        wait_s=opts.consume_wait_ms / 1000,
         ready_max_lag=opts.ready_max_lag,
     )
 

@@ -72,6 +72,12 @@ class ApiOptions(Section):
     consume_batch: int = Field(
         default=5_000, ge=1, le=100_000, description="records per materializer poll"
     )
+    consume_wait_ms: int = Field(
+        default=20,
+        ge=1,
+        le=1_000,
+        description="longest a materializer poll waits for a full batch (the live views' delay at low rates)",
+    )
     max_body_bytes: int = Field(
         default=65_536, ge=1024, le=10_485_760, description="largest accepted POST body"
     )
