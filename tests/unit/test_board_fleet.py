@@ -72,6 +72,11 @@ def test_query_filters_sorts_and_pages():
     _, rows = ix.query(now, sort="device_id", descending=True, limit=1)
     assert rows[0][0] == "dev-9"
     assert ix.facets()["site"] == ["north", "south"]
+    exact = ix.freshness(now)
+    assert exact["by_source"] == {"precomputed": 10, "stale": 0, "fallback": 0}
+    assert exact["median_age_ms"] == 50 and not exact["sampled"]
+    est = ix.freshness(now, sample=4)  # a sample, scaled to the fleet
+    assert est["sampled"] and est["devices"] == 10 and est["by_source"]["precomputed"] == 10
 
 
 def test_subscribers_resume_from_the_log_and_reload_past_its_bounds():
