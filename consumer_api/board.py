@@ -5,7 +5,8 @@
   A Content-Security-Policy of `'self'` keeps the page from fetching anything from elsewhere.
 - `GET /v1/board/fleet`: rows of the fleet (filter, sort, page) with the change sequence the
   snapshot is at; `GET /v1/board/devices/{id}`: history, context and info of one device;
-  `GET /v1/board/panel`: the fleet panel's figures.
+  `GET /v1/board/devices/{id}/events`: the input records its current answer's lineage names,
+  read back from Kafka; `GET /v1/board/panel`: the fleet panel's figures.
 - `GET /v1/board/stream`: one Server-Sent Events stream per board. `event: rows` carries the
   current rows of the devices changed since the previous frame (`id:` = change sequence);
   a reconnect with `Last-Event-ID` (or a fresh stream started at a snapshot's `seq`) resumes
@@ -35,6 +36,7 @@ from starlette.routing import Route
 from consumer_api.board_feed import BoardFeed
 from consumer_api.errors import error
 from consumer_api.fleet import ALARM_STATES, COLUMNS, SORTABLE, SOURCES, FleetIndex
+from consumer_api.lineage import LineageReader
 from consumer_api.requests_in import unknown_params
 from consumer_api.service import Service, now_ms, read_counts
 from precast.serving import valid_device_id
@@ -60,6 +62,7 @@ SHARE_BANNER = 0.30  # one delay origin above this share of the recent delay get
 class Board:
     index: FleetIndex
     feed: BoardFeed | None = None
+    lineage: LineageReader | None = None
     max_rows: int = 50_000
     queue_max: int = 10_000
     frame_s: float = 0.025
@@ -178,6 +181,28 @@ class BoardEndpoints:
             orjson.dumps(detail),
             media_type="application/json",
             headers={"cache-control": "no-store"},
+        )
+
+    async def events(self, request: Request) -> Response:
+        if (bad := self.guard(request, ())) is not None:
+            return bad
+        d = request.path_params["device_id"]
+        if not valid_device_id(d):
+            return error(
+                400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
+            )
+        e = self.index.latest(d)
+        if e is None:
+            return error(404, "no_answer", f"no stored answer for device {d!r}", "device_id")
+        try:
+            refs = orjson.loads(e.body).get("lineage") or []
+        except orjson.JSONDecodeError:
+            refs = []
+        reader = self.board.lineage
+        events = await asyncio.to_thread(reader.read, refs) if reader is not None and refs else []
+        body = {"device_id": d, "computed_at_ms": e.computed_at_ms, "events": events}
+        return Response(
+            orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
         )
 
     async def panel(self, request: Request) -> Response:
@@ -314,6 +339,7 @@ def routes(svc: Service, board: Board) -> list[Route]:
         Route("/board/{asset}", ep.page, methods=["GET"]),
         Route("/v1/board/fleet", ep.fleet, methods=["GET"]),
         Route("/v1/board/devices/{device_id}", ep.device, methods=["GET"]),
+        Route("/v1/board/devices/{device_id}/events", ep.events, methods=["GET"]),
         Route("/v1/board/panel", ep.panel, methods=["GET"]),
         Route("/v1/board/stream", ep.stream, methods=["GET"]),
     ]

@@ -103,6 +103,29 @@ PATHS: dict[str, Any] = {
             },
         }
     },
+    "/v1/board/devices/{device_id}/events": {
+        "get": {
+            "summary": "The input records named by the lineage of the device's current answer, read "
+            "back from the event topics (at most 16; each with `event` or why it is `missing`)",
+            "parameters": [
+                {
+                    "name": "device_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {
+                        "type": "string",
+                        "pattern": "^[A-Za-z0-9][A-Za-z0-9._:\\-]{0,127}$",
+                    },
+                }
+            ],
+            "responses": {
+                "200": _json("LineageEvents", "the events"),
+                "400": _ERROR,
+                "401": _AUTH,
+                "404": {**_ERROR, "description": "no stored answer for this device"},
+            },
+        }
+    },
     "/v1/board/panel": {
         "get": {
             "summary": "Fleet panel: hit ratio, freshness, events vs inferences, dead letters, "
@@ -169,4 +192,12 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "Panel": {"type": "object"},
+    "LineageEvents": {
+        "type": "object",
+        "properties": {
+            "device_id": {"type": "string"},
+            "computed_at_ms": {"type": "integer"},
+            "events": {"type": "array", "items": {"type": "object"}},
+        },
+    },
 }

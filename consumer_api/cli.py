@@ -10,6 +10,7 @@ from consumer_api.board import Board
 from consumer_api.board_feed import BoardFeed
 from consumer_api.fleet import FleetIndex
 from consumer_api.hub import Hub
+from consumer_api.lineage import LineageReader
 from consumer_api.materializer import Materializer
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.serve import check_bind, serve
@@ -29,6 +30,7 @@ class Built:
     materializer: Materializer
     app: object
     board_feed: BoardFeed | None = None
+    board: Board | None = None
 
 
 def build(settings: ApiSettings) -> Built:
@@ -108,6 +110,11 @@ def build(settings: ApiSettings) -> Built:
         Board(
             index,
             feed,
+            LineageReader(
+                settings.kafka,
+                {topics.heartbeats.name, topics.work_orders.name, topics.alarms.name},
+                opts.group_id,
+            ),
             max_rows=opts.board_max_rows,
             queue_max=opts.board_queue_max,
             frame_s=opts.board_frame_ms / 1000,
@@ -115,7 +122,7 @@ def build(settings: ApiSettings) -> Built:
         if index is not None
         else None
     )
-    return Built(svc, mat, create_app(svc, board), feed)
+    return Built(svc, mat, create_app(svc, board), feed, board)
 
 
 def run(settings: ApiSettings) -> int:
@@ -143,6 +150,8 @@ def run(settings: ApiSettings) -> int:
     finally:
         if built.board_feed is not None:
             built.board_feed.stop()
+        if built.board is not None and built.board.lineage is not None:
+            built.board.lineage.close()
         built.materializer.stop()
     return 0
 

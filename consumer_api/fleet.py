@@ -260,6 +260,11 @@ class FleetIndex:
         self._summaries[d] = (e, s)
         return s
 
+    def latest(self, d: str) -> Entry | None:
+        """The newest stored answer of a device (None when it has none, or only a purge)."""
+        e = self._latest.get(d)
+        return None if e is None or e.purge else e
+
     def row(self, d: str, now_ms: int) -> list[Any]:
         e = self._latest.get(d)
         if e is not None and (e.purge or e.valid_until_ms + self.grace_ms <= now_ms):

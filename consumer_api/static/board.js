@@ -399,7 +399,9 @@ function showDevice(id, a, det) {
     if (t) why.push(`queue ${fmtAge(t.queue)} · model ${fmtAge(t.model)} · kafka ${fmtAge(t.kafka)} · cache ${fmtAge(t.cache)}`);
   }
   $("d-why").replaceChildren(...why.map((w) => { const li = document.createElement("li"); li.textContent = w; return li; }));
-  $("d-lineage").replaceChildren(...(a.lineage || []).map((l) => tr(l.topic, String(l.partition), String(l.offset), l.event_id ?? "–")));
+  const refs = a.lineage || [];
+  $("d-lineage").replaceChildren(...refs.map((l) => tr(`${l.topic} ${l.partition}:${l.offset}`, "…", l.event_id ?? "–")));
+  if (refs.length) showEvents(id).catch(() => {});
   const ctx = det?.context;
   const items = [];
   if (ctx) {
@@ -410,6 +412,29 @@ function showDevice(id, a, det) {
   $("d-ctx").replaceChildren(...items.map((t) => { const li = document.createElement("li"); li.textContent = t; return li; }));
   $("d-history").replaceChildren(...(det?.history || []).map((h) =>
     tr(fmtTime(h.computed_at_ms), h.candidates[0]?.strategy ?? "–", (h.candidates[0]?.score ?? 0).toFixed(3), h.trigger ?? "–", h.model_version)));
+}
+
+// The records the lineage names, read back from Kafka by the API.
+async function showEvents(id) {
+  const res = await api(`/v1/board/devices/${encodeURIComponent(id)}/events`);
+  if (!res.ok || state.open !== id) return;
+  const doc = await res.json();
+  $("d-lineage").replaceChildren(...doc.events.map((x) => {
+    const e = x.event;
+    const what = e ? describe(e) : `(${x.missing})`;
+    return tr(`${x.topic} ${x.partition}:${x.offset}`, e ? fmtTime(e.event_time_ms) : "–", what);
+  }));
+}
+
+function describe(e) {
+  const m = e.metrics;
+  switch (e.kind) {
+    case "heartbeat":
+      return m ? `heartbeat ${e.event_id}: cpu ${m.cpu_pct} %, temp ${m.temperature_c} °C, errors ${m.error_rate}, signal ${m.signal_quality}, fw ${e.firmware}` : `heartbeat ${e.event_id}`;
+    case "work_order": return `work order ${e.work_order_id} ${e.status} (${e.priority}, ${e.category})`;
+    case "alarm": return `alarm ${e.alarm_id} ${e.severity} ${e.code}${e.cleared ? " cleared" : ""}`;
+    default: return `${e.kind ?? "event"} ${e.event_id ?? ""}`;
+  }
 }
 
 function closeDevice() {

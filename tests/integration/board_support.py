@@ -23,11 +23,13 @@ SITES = ("site-north", "site-south", "site-east")
 TYPES = ("gateway", "camera", "meter", "pump_controller")
 
 
-def heartbeat(device: str, site: str, device_type: str, t: int) -> bytes:
+def heartbeat(
+    device: str, site: str, device_type: str, t: int, event_id: str | None = None
+) -> bytes:
     return orjson.dumps(
         {
             "schema_version": 1,
-            "event_id": uuid.uuid4().hex[:16],
+            "event_id": event_id or uuid.uuid4().hex[:16],
             "device_id": device,
             "event_time_ms": t,
             "produced_at_ms": t,
@@ -72,7 +74,10 @@ def prediction(
     horizon_ms: int = 600_000,
     trigger: str = "heartbeat",
     offset: int = 0,
+    lineage: tuple[str, int, int, str] | None = None,
 ) -> bytes:
+    """A PredictionSet record; `lineage` = (topic, partition, offset, event_id) of its input."""
+    topic, part, off, ev = lineage or ("heartbeats", 0, offset, f"ev-{device}-{offset}")
     scores = (0.62, 0.25, 0.13)
     return orjson.dumps(
         {
@@ -86,14 +91,7 @@ def prediction(
             "valid_until_ms": computed + horizon_ms,
             "produced_at_ms": computed + 15,
             "trigger": trigger,
-            "lineage": [
-                {
-                    "topic": "heartbeats",
-                    "partition": 0,
-                    "offset": offset,
-                    "event_id": f"ev-{device}-{offset}",
-                }
-            ],
+            "lineage": [{"topic": topic, "partition": part, "offset": off, "event_id": ev}],
             "inference_ms": 2,
         }
     )
@@ -159,6 +157,8 @@ class ApiProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
 
 
 def chrome(width: int = 1366, height: int = 768):

@@ -78,7 +78,15 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
             def fleet(**params) -> dict:
                 return http.get(srv.url + "/v1/board/fleet", params=params).json()
 
-            wait_for(lambda: fleet()["total"] == 3, what="three devices on the board")
+            def settled() -> bool:  # answers, the context snapshot and the heartbeat all read
+                rows = {r[0]: r for r in fleet()["rows"]}
+                return (
+                    len(rows) == 3
+                    and rows["dev-b"][10] == "critical"
+                    and rows["dev-c"][8] is not None
+                )
+
+            wait_for(settled, what="three devices with context and info on the board")
             doc = fleet()
             rows = {r[0]: dict(zip(doc["columns"], r, strict=True)) for r in doc["rows"]}
             assert (

@@ -16,6 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from schemas.partitioning import partition_for
 from schemas.topics import catalog
 from tests.integration.board_support import (
     SITES,
@@ -40,16 +41,33 @@ def fleet(admin, kafka_settings):
     cat = catalog(prefix=f"test-board-{uuid.uuid4().hex[:8]}.", partitions=3)
     admin.ensure_topics(list(cat))
     now = int(time.time() * 1000)
+    # Heartbeats first: the answers' lineage names their real offsets, and the board learns
+    # site and type from them (it reads the heartbeats of the last seconds at start).
+    hb, offsets, where = [], [0, 0, 0], {}
+    for i in range(DEVICES):
+        d = f"dev-{i:05d}"
+        p = partition_for(d.encode(), 3)
+        where[d], offsets[p] = (p, offsets[p]), offsets[p] + 1
+        hb.append(
+            (
+                cat.heartbeats.name,
+                d,
+                heartbeat(d, SITES[i % 3], TYPES[i % 4], now - 2_000, f"hb-{d}"),
+            )
+        )
+    publish(kafka_settings, hb)
     records = []
     for i in range(DEVICES):
         d = f"dev-{i:05d}"
         if i % 10 != 9:  # every tenth device has no answer yet: a fallback row
             s = STRATEGIES[i % len(STRATEGIES)]
+            p, o = where[d]
+            lineage = (cat.heartbeats.name, p, o, f"hb-{d}")
             records.append(
                 (
                     cat.predictions.name,
                     d,
-                    prediction(d, now - 1_000 - i, (s, "monitor_only"), offset=i),
+                    prediction(d, now - 1_000 - i, (s, "monitor_only"), lineage=lineage),
                 )
             )
         if i % 7 == 0:
@@ -65,19 +83,6 @@ def fleet(admin, kafka_settings):
 @pytest.fixture(scope="module")
 def api(fleet, kafka_settings):
     with ApiProcess(kafka_settings, fleet) as proc:
-        now = int(time.time() * 1000)
-        # Heartbeats after the start: the board learns site and type from them.
-        publish(
-            kafka_settings,
-            [
-                (
-                    fleet.heartbeats.name,
-                    f"dev-{i:05d}",
-                    heartbeat(f"dev-{i:05d}", SITES[i % 3], TYPES[i % 4], now),
-                )
-                for i in range(DEVICES)
-            ],
-        )
         yield proc
 
 
@@ -184,7 +189,10 @@ def test_keyboard_navigation_opens_and_closes_a_device(browser, api):
     text = browser.find_element(By.ID, "device").text
     assert "replace_part" not in text.split("Top strategies")[0]
     assert "wo-7 (high)" in text and "al-7: critical" in text  # device context
-    assert "ev-dev-00007-7" in text  # lineage
+    # lineage: the heartbeat that produced the answer, read back from Kafka
+    WebDriverWait(browser, 10).until(
+        lambda d: "heartbeat hb-dev-00007: cpu 12.5 %" in d.find_element(By.ID, "d-lineage").text
+    )
     assert "1.0.0" in text  # model version
     WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#d-history tr"))
     browser.save_screenshot(str(DOCS / "board.png"))
@@ -193,12 +201,18 @@ def test_keyboard_navigation_opens_and_closes_a_device(browser, api):
     assert browser.switch_to.active_element.get_attribute("id") == "fleet-grid"
 
 
-def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api):
-    before = httpx2.get(api.url + "/metrics").text
+@pytest.fixture
+def http():
+    with httpx2.Client(timeout=10) as client:  # one connection for every scrape
+        yield client
+
+
+def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api, http):
+    before = http.get(api.url + "/metrics").text
     got: dict[str, float] = {}
 
     def grown(name: str, **labels: str) -> float:
-        after = httpx2.get(api.url + "/metrics").text
+        after = http.get(api.url + "/metrics").text
         got[name] = metric(after, name, **labels) - metric(before, name, **labels)
         return got[name]
 

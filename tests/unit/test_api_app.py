@@ -208,6 +208,8 @@ BAD_INPUTS = [
     ("GET", "/v1/board/fleet?site=a&site=b", {}, 400, "repeated_parameter", "site"),
     ("GET", "/v1/board/devices/bad%20id", {}, 400, "invalid_device_id", "device_id"),
     ("GET", "/v1/board/devices/dev-never-seen", {}, 404, "unknown_device", "device_id"),
+    ("GET", "/v1/board/devices/bad%20id/events", {}, 400, "invalid_device_id", "device_id"),
+    ("GET", "/v1/board/devices/dev-never-seen/events", {}, 404, "no_answer", "device_id"),
     ("GET", "/v1/board/panel?x=1", {}, 400, "unknown_parameter", "x"),
     ("GET", "/v1/board/stream?last_event_id=abc", {}, 400, "invalid_parameter", "last_event_id"),
     ("GET", "/v1/board/stream?ids=a", {}, 400, "unknown_parameter", "ids"),

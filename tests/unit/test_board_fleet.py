@@ -147,3 +147,21 @@ def test_board_endpoints_over_an_in_memory_service():
     assert client.post("/v1/beacon", json=beacon, headers=auth).status_code == 204
     panel = client.get("/v1/board/panel", headers=auth).json()
     assert panel["banner"]["origin"] == "front_jank" and panel["banner"]["share"] > 0.3
+
+
+def test_lineage_reader_follows_only_event_topics():
+    from consumer_api.lineage import LineageReader
+    from precast.settings import KafkaSettings
+
+    reader = LineageReader(KafkaSettings(), {"p.heartbeats"}, "t")
+    got = reader.read(
+        [
+            {"topic": "p.predictions", "partition": 0, "offset": 1},
+            {"topic": "p.heartbeats", "partition": -1, "offset": 1},
+            {"topic": "p.heartbeats", "partition": "0", "offset": 1},
+        ]
+        * 10
+    )
+    assert len(got) == 16  # at most MAX_REFS per call
+    assert got[0]["missing"] == "not an event topic of this deployment"
+    assert got[1]["missing"] == got[2]["missing"] == "malformed lineage entry"
