@@ -244,3 +244,25 @@ def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api, http):
             and grown("precast_delay_origin_ms_total", origin="network_qoe") > 0
         ),
     )
+
+
+def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, kafka_settings):
+    now = int(time.time() * 1000)
+    publish(kafka_settings, [(topics.predictions.name, "dev-t1", prediction("dev-t1", now))])
+    with ApiProcess(kafka_settings, topics, PRECAST_API__AUTH_TOKEN="s3cret") as api:
+        driver = chrome(1366, 768)
+        try:
+            driver.get(api.url + "/board/")
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "auth").is_displayed())
+            assert driver.find_element(By.ID, "conn").text == "token needed"
+            token = driver.find_element(By.ID, "token")
+            assert driver.find_element(By.CSS_SELECTOR, "label[for=token]").text == "API token"
+            token.send_keys("s3cret", Keys.ENTER)
+            WebDriverWait(driver, 20).until(lambda d: [r[0] for r in _rows(d)] == ["dev-t1"])
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "conn").text == "live")
+            assert not driver.find_element(By.ID, "auth").is_displayed()
+            # the only errors: the first data calls, refused without the token
+            errors = console_errors(driver)
+            assert errors and all("401" in e for e in errors), errors
+        finally:
+            driver.quit()
