@@ -147,7 +147,9 @@ def run(ctx: Context) -> Report:
         def read() -> None:  # event -> prediction readable in Kafka, for the same events
             while not stop.is_set():
                 for m in reader.consume(1_000, 0.005):  # a poll waits for a full batch or this
-                    kafka_ms.append(time.time() * 1000 - orjson.loads(m.value())["computed_at_ms"])
+                    kafka_ms.append(
+                        time.time() * 1000 - orjson.loads(m.value() or b"{}")["computed_at_ms"]
+                    )
 
         t_read = threading.Thread(target=read, daemon=True)
         t_read.start()
@@ -186,7 +188,10 @@ def run(ctx: Context) -> Report:
     kafka = np.array(kafka_ms)
     if heap_1m is None:  # a run shorter than a minute: the heap at the first sample stands in
         heap_1m = heap_end
-    p = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")  # noqa: E731
+
+    def pct(a: np.ndarray, q: float) -> float:
+        return float(np.percentile(a, q)) if len(a) else float("nan")
+
     dur = f"{measured / 60:.1f} min of updates" + (
         ""
         if measured >= 590
@@ -204,33 +209,33 @@ def run(ctx: Context) -> Report:
             [
                 "event -> prediction in Kafka",
                 len(kafka),
-                p(kafka, 50),
-                p(kafka, 90),
-                p(kafka, 99),
-                p(kafka, 100),
+                pct(kafka, 50),
+                pct(kafka, 90),
+                pct(kafka, 99),
+                pct(kafka, 100),
             ],
             [
                 "event -> row in the board's DOM",
                 len(screen),
-                p(screen, 50),
-                p(screen, 90),
-                p(screen, 99),
-                p(screen, 100),
+                pct(screen, 50),
+                pct(screen, 90),
+                pct(screen, 99),
+                pct(screen, 100),
             ],
         ],
         figures=[
             Figure(
                 "board_event_to_screen_p50_ms",
-                p(screen, 50),
+                pct(screen, 50),
                 "ms",
-                f"event -> prediction in Kafka p50 {p(kafka, 50):.0f} ms",
+                f"event -> prediction in Kafka p50 {pct(kafka, 50):.0f} ms",
                 cond,
             ),
             Figure(
                 "board_event_to_screen_p99_ms",
-                p(screen, 99),
+                pct(screen, 99),
                 "ms",
-                f"goal <= 100; event -> Kafka p99 {p(kafka, 99):.0f} ms",
+                f"goal <= 100; event -> Kafka p99 {pct(kafka, 99):.0f} ms",
                 cond,
             ),
             Figure(

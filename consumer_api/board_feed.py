@@ -28,7 +28,7 @@ from consumer_api.fleet import FleetIndex, parse_context
 from precast.kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.topics import Topics
-from schemas.validation import validate_event
+from schemas.validation import Rejected, validate_event
 
 log = logging.getLogger("precast.api.board")
 
@@ -138,7 +138,7 @@ class BoardFeed:
                     read["skipped"] += 1
                     continue
                 got = validate_event("heartbeats", key, m.value())
-                if not got.ok:
+                if isinstance(got, Rejected):
                     read["invalid"] += 1
                     continue
                 hb = got.event

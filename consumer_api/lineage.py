@@ -20,6 +20,7 @@ from precast.kafka import Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
 
 MAX_REFS = 16
+Ref = tuple[Any, Any, Any]  # (topic, partition, offset) as the lineage and the records give them
 MAX_EVENT_BYTES = 32 * 1024  # larger than any valid event (schemas.events.MAX_EVENT_BYTES)
 
 
@@ -33,7 +34,7 @@ class LineageReader:
     def read(self, refs: list[dict[str, Any]], timeout_s: float = 3.0) -> list[dict[str, Any]]:
         """One result per ref (up to MAX_REFS): the record's event JSON, or why there is none."""
         out: list[dict[str, Any]] = []
-        wanted: dict[tuple[str, int, int], dict[str, Any]] = {}
+        wanted: dict[Ref, dict[str, Any]] = {}
         for ref in refs[:MAX_REFS]:
             topic, part, off = ref.get("topic"), ref.get("partition"), ref.get("offset")
             item: dict[str, Any] = {"topic": topic, "partition": part, "offset": off}
@@ -52,7 +53,7 @@ class LineageReader:
                 item.setdefault("missing", "not found (not written yet, or not readable now)")
         return out
 
-    def _fetch(self, wanted: dict[tuple[str, int, int], dict[str, Any]], timeout_s: float) -> None:
+    def _fetch(self, wanted: dict[Ref, dict[str, Any]], timeout_s: float) -> None:
         if self._consumer is None:
             self._consumer = Consumer(self._kafka, self._group)
         c = self._consumer
