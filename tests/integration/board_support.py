@@ -183,7 +183,13 @@ def chrome(width: int = 1366, height: int = 768):
     ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=opts, service=Service(str(CHROMEDRIVER)))
+    driver = webdriver.Chrome(options=opts, service=Service(str(CHROMEDRIVER)))
+    # The page's viewport itself at width x height (the window size includes the browser frame).
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    return driver
 
 
 def console_errors(driver) -> list[str]:

@@ -246,6 +246,43 @@ def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api, http):
     )
 
 
+def test_a_burst_of_updates_to_every_device_is_applied_and_the_page_stays_usable(
+    browser, fleet, kafka_settings
+):
+    now = int(time.time() * 1000)
+    burst = [
+        (
+            fleet.predictions.name,
+            f"dev-{i:05d}",
+            prediction(f"dev-{i:05d}", now + 5, ("remote_restart",)),
+        )
+        for i in range(DEVICES)
+    ]
+    publish(kafka_settings, burst)  # 10,000 answers at once
+    WebDriverWait(browser, 30).until(
+        lambda d: (
+            all(r[1] == "remote_restart" for r in _rows(d)[:20])
+            and d.find_element(By.ID, "p-fresh").text == "100.0 %"
+        )
+    )
+    grid = browser.find_element(By.ID, "fleet-grid")
+    browser.execute_script("arguments[0].focus()", grid)
+    grid.send_keys(Keys.HOME, Keys.ARROW_DOWN)  # the page still answers the keyboard
+    assert (
+        browser.find_element(By.CSS_SELECTOR, "#rows tr.sel").get_attribute("data-id")
+        == "dev-00001"
+    )
+    far = browser.execute_script(
+        "arguments[0].scrollTop = 28 * 9000; return new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r([...document.querySelectorAll('#rows tr:not(.spacer):not([hidden])')]"
+        ".map(tr => tr.cells[1].textContent)))))",
+        grid,
+    )
+    assert far and all(s == "remote_restart" for s in far)  # rows far down got the burst too
+    browser.execute_script("arguments[0].scrollTop = 0", grid)
+    WebDriverWait(browser, 10).until(lambda d: _rows(d)[0][0] == "dev-00000")
+
+
 def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, kafka_settings):
     now = int(time.time() * 1000)
     publish(kafka_settings, [(topics.predictions.name, "dev-t1", prediction("dev-t1", now))])
