@@ -341,6 +341,8 @@ function showPanel(p) {
 
 // -- device view ---------------------------------------------------------------------------------------
 async function openDevice(id, inputAt) {
+  // Room in the bounded Resource Timing buffer for this read's entry (hints and beacons fill it).
+  if (inputAt != null) performance.clearResourceTimings();
   state.open = id;
   state.openRow = state.byId.get(id);
   const url = `/v1/devices/${encodeURIComponent(id)}/prediction`;
@@ -585,6 +587,8 @@ function wire() {
     $("auth").hidden = true;
     start();
   });
+  // A full buffer stops recording: never let it fill (entries are only read right after a fetch).
+  performance.addEventListener("resourcetimingbufferfull", () => performance.clearResourceTimings());
   setInterval(() => requestFrame(), 1000); // ages and stale marks move with the clock
   setInterval(() => flushBeacons(), BEACON_FLUSH_MS);
   window.addEventListener("pagehide", () => flushBeacons(true));
