@@ -148,8 +148,16 @@ class BoardEndpoints:
             )
         seq = self.index.seq  # read before the rows: a change racing the query is sent again
         now = now_ms()
-        total, rows = self.index.query(
-            now, filters=filters, sort=sort, descending=order == "desc", offset=offset, limit=limit
+        # On a worker thread: a large fleet takes a while to sort, and the event loop keeps
+        # serving reads meanwhile (the GIL switches every millisecond; consumer_api.cli).
+        total, rows = await asyncio.to_thread(
+            self.index.query,
+            now,
+            filters=filters,
+            sort=sort,
+            descending=order == "desc",
+            offset=offset,
+            limit=limit,
         )
         body = {
             "seq": seq,

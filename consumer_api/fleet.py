@@ -310,7 +310,8 @@ class FleetIndex:
         """The values the board offers in its filters."""
         with self._lock:
             info = list(self._info.values())
-            summaries = [s for _, s in self._summaries.values()]
+            # list() copies in one C call: _summary() may add entries from another thread
+            summaries = [s for _, s in list(self._summaries.values())]
         return {
             "site": sorted({s for s, _ in info if s}),
             "device_type": sorted({t for _, t in info if t}),
