@@ -158,22 +158,31 @@ class FleetIndex:
 
     # -- writers (materializer and board-feed threads) -------------------------------------------
     def stored(self, items: list[tuple[str, Entry]]) -> None:
-        """What the materializer stored (newest-wins already applied)."""
+        """What the materializer stored (newest-wins already applied). Runs once per record of
+        a rebuild too, so it stays a few dict operations per record: a device's history holds
+        only the answers it had *before* its newest (kept in `_latest`), and nothing is
+        allocated for a device that has had one answer (a rebuild of the compacted topic)."""
         with self._lock:
-            depth = self.history_depth
+            latest, keep = self._latest, self.history_depth > 1
+            devices = []
             for d, e in items:
-                self._latest[d] = e
-                if depth:
-                    h = self._history.get(d)
-                    if h is None:
-                        h = self._history[d] = deque(maxlen=depth)
-                        if len(self._history) > self.history_devices:
-                            self._history.popitem(last=False)
-                    else:
-                        self._history.move_to_end(d)
-                    h.append(e)
-                self._changed(d)
+                old = latest.get(d)
+                latest[d] = e
+                if keep and old is not None:
+                    self._remember(d, old)
+                devices.append(d)
+            self._changed_many(devices)
         self._wake()
+
+    def _remember(self, d: str, old: Entry) -> None:  # under the lock
+        h = self._history.get(d)
+        if h is None:
+            h = self._history[d] = deque(maxlen=self.history_depth - 1)
+            if len(self._history) > self.history_devices:
+                self._history.popitem(last=False)
+        else:
+            self._history.move_to_end(d)
+        h.append(old)
 
     def set_context(self, device_id: str, ctx: Context) -> None:
         with self._lock:
@@ -191,12 +200,16 @@ class FleetIndex:
         self._wake()
 
     def _changed(self, d: str) -> None:  # under the lock
-        self._devices[d] = None
-        self.seq += 1
-        self._log.append((self.seq, d))
+        self._changed_many([d])
+
+    def _changed_many(self, ds: list[str]) -> None:  # under the lock
+        self._devices.update(dict.fromkeys(ds))
+        first = self.seq + 1
+        self.seq += len(ds)
+        self._log.extend(zip(range(first, self.seq + 1), ds, strict=True))
         for s in self._subs:
             if not s.overflow:
-                s.pending.add(d)
+                s.pending.update(ds)
                 if len(s.pending) > s.queue_max:
                     s.overflow, s.pending = True, set()
 
@@ -325,7 +338,8 @@ class FleetIndex:
         with self._lock:
             if d not in self._devices:
                 return None
-            history = list(self._history.get(d, ()))
+            e = self._latest.get(d)
+            history = [*self._history.get(d, ()), *(() if e is None else (e,))]
             ctx = self._context.get(d)
             site, dtype = self._info.get(d, (None, None))
         return {

@@ -51,14 +51,15 @@ def test_history_is_bounded_by_depth_and_devices():
     ix, now = _index(history_depth=3, history_devices=2), now_ms()
     for i in range(5):
         ix.stored([("dev-1", prediction("dev-1", now + i))])
+    history = ix.detail("dev-1")["history"]
+    assert [h["computed_at_ms"] for h in history] == [now + 4, now + 3, now + 2]  # newest first
     ix.stored([("dev-2", prediction("dev-2", now))])
-    assert [h["computed_at_ms"] for h in ix.detail("dev-1")["history"]] == [
-        now + 4,
-        now + 3,
-        now + 2,
-    ]
-    ix.stored([("dev-3", prediction("dev-3", now))])  # dev-1 was updated least recently
-    assert ix.detail("dev-1")["history"] == [] and len(ix.detail("dev-3")["history"]) == 1
+    assert len(ix.detail("dev-2")["history"]) == 1  # one answer: nothing kept beyond it
+    for d in ("dev-2", "dev-3", "dev-3"):
+        ix.stored([(d, prediction(d, now_ms() + 10))])
+    # dev-1's older answers were the least recently updated: forgotten, its newest stays
+    assert [h["computed_at_ms"] for h in ix.detail("dev-1")["history"]] == [now + 4]
+    assert len(ix.detail("dev-2")["history"]) == 2
 
 
 def test_query_filters_sorts_and_pages():
