@@ -117,6 +117,8 @@ function rebuildView() {
   state.selected = keep ? state.view.indexOf(keep) : -1;
   state.viewDirty = false;
   $("count").textContent = `(${state.view.length.toLocaleString()} of ${state.byId.size.toLocaleString()})`;
+  // Screen readers learn the full size of the list although only a screenful is in the DOM.
+  $("fleet-grid").querySelector("table").setAttribute("aria-rowcount", String(state.view.length + 1));
 }
 
 // -- virtualised rendering --------------------------------------------------------------------------

@@ -113,6 +113,8 @@ def test_the_page_loads_with_data_and_renders_only_what_is_visible(browser):
         rows[0][0] == "dev-00000" and rows[0][1] == "replace_part" and rows[0][3] == "precomputed"
     )
     assert 10 < len(rows) < 60  # virtualised: a screenful of rows in the DOM, not 10,000
+    table = browser.find_element(By.CSS_SELECTOR, "#fleet-grid table")
+    assert table.get_attribute("aria-rowcount") == str(DEVICES + 1)  # the header row counts
     assert rows[9][3] == "fallback" and rows[9][1] == "monitor_only"
     # site and type arrive with the heartbeats; the fleet panel and its streams are live
     WebDriverWait(browser, 20).until(
