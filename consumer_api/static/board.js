@@ -27,7 +27,7 @@ const state = {
   pending: new Map(), // rows received, not yet applied
   lastSeq: null, frameAsked: false, viewDirty: false, rendered: new Map(),
   hinted: new Map(), hoverTimer: 0, visibleTimer: 0,
-  timings: [], facets: {}, open: null, stream: null,
+  timings: [], facets: {}, open: null, stream: null, viewVersion: 0, visibleKey: "",
 };
 // What tests and the benchmark read: when each row update reached the DOM.
 const board = (window.precastBoard = { ready: false, paints: [], frames: 0, resets: 0, errors: 0 });
@@ -114,6 +114,7 @@ function rebuildView() {
     return (x < y ? -1 : 1) * sign;
   });
   state.view = idx.map((i) => rows[i][0]);
+  state.viewVersion++;
   state.selected = keep ? state.view.indexOf(keep) : -1;
   state.viewDirty = false;
   $("count").textContent = `(${state.view.length.toLocaleString()} of ${state.byId.size.toLocaleString()})`;
@@ -182,7 +183,10 @@ function render() {
   }
   if (state.selected >= 0) $("fleet-grid").setAttribute("aria-activedescendant", "sel-row");
   board.frames++;
-  scheduleVisibleHints();
+  // Hints follow what is in view: only when the visible set changed (scroll, filter, sort),
+  // not on every frame of updates (which would also keep postponing them).
+  const key = `${first}:${count}:${state.viewVersion}`;
+  if (key !== state.visibleKey) { state.visibleKey = key; scheduleVisibleHints(); }
 }
 
 function paint(r, now) {
