@@ -561,7 +561,7 @@ function wire() {
   const grid = $("fleet-grid");
   grid.addEventListener("scroll", () => requestFrame(), { passive: true });
   grid.addEventListener("keydown", onGridKey);
-  window.addEventListener("resize", () => requestFrame());
+  window.addEventListener("resize", () => { measureRow(); requestFrame(); });
   const body = tbody();
   body.addEventListener("click", (e) => {
     const row = e.target.closest("tr");
@@ -612,15 +612,20 @@ async function start() {
   stream();
 }
 
+// Row height comes from the stylesheet (it grows on a wall display): measured, not assumed.
+function measureRow() {
+  const probe = document.createElement("tr");
+  probe.append(document.createElement("td"));
+  tbody().append(probe);
+  rowH = probe.getBoundingClientRect().height || 28;
+  probe.remove();
+}
+
 function init() {
   const body = tbody();
   topPad = spacer(); bottomPad = spacer();
   body.append(topPad, bottomPad);
-  const probe = document.createElement("tr");
-  probe.append(document.createElement("td"));
-  body.append(probe);
-  rowH = probe.getBoundingClientRect().height || 28;
-  probe.remove();
+  measureRow();
   for (const k of ["alarm", "source"]) state.facets[k] = new Set();
   buildHead();
   wire();

@@ -128,6 +128,32 @@ def test_the_page_loads_with_data_and_renders_only_what_is_visible(browser):
         assert label.text.strip(), "every control has a label"
 
 
+def test_a_wall_display_gets_larger_text_and_still_only_what_is_visible(browser):
+    def metrics(w: int, h: int) -> None:
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": False},
+        )
+
+    metrics(3840, 2160)
+    try:
+        WebDriverWait(browser, 10).until(
+            lambda d: (
+                d.execute_script("return getComputedStyle(document.documentElement).fontSize")
+                == "22px"
+            )
+        )
+        WebDriverWait(browser, 10).until(lambda d: 30 < len(_rows(d)) < 80)
+        heights = browser.execute_script(
+            "return [...document.querySelectorAll('#rows tr:not(.spacer):not([hidden])')]"
+            ".map(tr => tr.getBoundingClientRect().height)"
+        )
+        assert min(heights) >= 38  # rows grow with the text; the scroller measured them
+    finally:
+        metrics(1366, 768)
+    WebDriverWait(browser, 10).until(lambda d: 10 < len(_rows(d)) < 40)
+
+
 def test_an_event_published_to_kafka_appears_on_the_page(browser, fleet, kafka_settings):
     now = int(time.time() * 1000)
     publish(
