@@ -272,6 +272,20 @@ def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api, http):
             and grown("precast_delay_origin_ms_total", origin="network_qoe") > 0
         ),
     )
+    # The panel's delay-origin shares now come from these beacons; the largest (the answers'
+    # cache time: the test's records are seconds old) is above 30 %: the banner names it.
+    shares = {
+        o: metric(http.get(api.url + "/metrics").text, "precast_delay_origin_share", origin=o)
+        for o in ("queue", "model", "kafka", "cache", "network_qoe", "front_jank")
+    }
+    top = max(shares, key=lambda o: shares[o])
+    assert shares[top] > 0.3, shares
+    WebDriverWait(browser, 10).until(
+        lambda d: (
+            d.find_element(By.ID, "banner").is_displayed()
+            and f'"{top}"' in d.find_element(By.ID, "banner").text
+        )
+    )
 
 
 def test_a_burst_of_updates_to_every_device_is_applied_and_the_page_stays_usable(
