@@ -16,6 +16,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from consumer_api import beacon as beacons
+from consumer_api import board as boards
 from consumer_api.answers import PRECOMPUTED, etag_matches
 from consumer_api.errors import error
 from consumer_api.fastpath import FastPath
@@ -155,7 +156,8 @@ class Endpoints:
         return Response(_SPEC_BYTES, media_type="application/json")
 
 
-def create_app(svc: Service):
+def create_app(svc: Service, board: boards.Board | None = None):
+    """The ASGI app; with `board`, also the operations-center board (consumer_api.board)."""
     ep = Endpoints(svc)
 
     @contextlib.asynccontextmanager
@@ -186,6 +188,7 @@ def create_app(svc: Service):
             Route("/readyz", ep.readyz, methods=["GET"]),
             Route("/metrics", ep.metrics, methods=["GET"]),
             Route("/openapi.json", ep.openapi, methods=["GET"]),
+            *(boards.routes(svc, board) if board is not None else ()),
         ],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

@@ -78,6 +78,7 @@ class Materializer:
         on_stored: OnStored | None = None,
         batch: int = 5_000,
         ready_max_lag: int = 0,
+        wait_s: float = 0.2,
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
         self._consumer = Consumer(
@@ -91,6 +92,9 @@ class Materializer:
             else None
         )
         self._on_stored, self._batch, self._max_lag = on_stored, batch, ready_max_lag
+        # A poll returns when `batch` records arrived or after `wait_s`: at a low rate the wait,
+        # not Kafka, is what a live view (event stream, board) sees as delay.
+        self._wait_s = wait_s
         self._targets: dict[int, int] = {}
         self._positions: dict[int, int] = {}
         self._live_from: dict[int, int] = {}  # offsets below these were seen before (replays)
@@ -149,7 +153,7 @@ class Materializer:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                self.run_once()
+                self.run_once(self._wait_s)
         except BaseException as exc:  # readiness turns false; the process reports it on /readyz
             self.error = exc
             log.exception("materializer stopped")

@@ -3,6 +3,7 @@ checks that every route is documented and every documented path exists)."""
 
 from __future__ import annotations
 
+from consumer_api import board_openapi
 from consumer_api.beacon import Beacon
 from consumer_api.requests_in import Prefetch
 
@@ -257,3 +258,6 @@ SPEC: dict = {
         },
     },
 }
+# The board's paths (consumer_api.board) are documented in their own module.
+SPEC["paths"].update(board_openapi.PATHS)
+SPEC["components"]["schemas"].update(board_openapi.SCHEMAS)

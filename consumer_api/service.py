@@ -29,6 +29,11 @@ def count_read(source: str) -> None:
     _READS[source] += 1
 
 
+def read_counts() -> dict[str, int]:
+    """Answers served so far, by source (a copy; the board's hit ratio)."""
+    return dict(_READS)
+
+
 class _ReadsCollector:
     def collect(self):
         c = CounterMetricFamily("precast_api_reads", "answers served, by source", labels=["source"])

@@ -72,8 +72,39 @@ class ApiOptions(Section):
     consume_batch: int = Field(
         default=5_000, ge=1, le=100_000, description="records per materializer poll"
     )
+    consume_wait_ms: int = Field(
+        default=20,
+        ge=1,
+        le=1_000,
+        description="longest a materializer poll waits for a full batch (the live views' delay at low rates)",
+    )
     max_body_bytes: int = Field(
         default=65_536, ge=1024, le=10_485_760, description="largest accepted POST body"
+    )
+    board: bool = Field(
+        default=True,
+        description="serve the operations-center board (/board/, /v1/board/*; docs/board.md)",
+    )
+    board_history_depth: int = Field(
+        default=10, ge=0, le=1000, description="answers kept per device for the board's history"
+    )
+    board_history_devices: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description="devices with a history; past it the least recently updated is forgotten",
+    )
+    board_max_rows: int = Field(
+        default=50_000, ge=1, le=1_000_000, description="most rows in one /v1/board/fleet page"
+    )
+    board_queue_max: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="changed devices a board stream may have pending; past it the board reloads",
+    )
+    board_frame_ms: int = Field(
+        default=25, ge=0, le=5_000, description="least time between two frames of a board stream"
     )
 
     @field_validator("default_strategy")

@@ -96,6 +96,11 @@ def run_demo(
     duration: float,
     use_stack: bool = True,
 ) -> int:
+    # The board's URL first: an operator opens it while the stack and processes come up.
+    print(
+        f"board: http://127.0.0.1:{api_port}/board/   (operations center; live once the API is up)",
+        flush=True,
+    )
     stack = LocalStack(settings.stack)
     started_stack = False
     scraped = use_stack and settings.stack.prometheus
@@ -199,7 +204,8 @@ def run_demo(
         base = f"http://127.0.0.1:{api_port}"
         _wait_serving(base, children, lambda: interrupted)
         status, body = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
-        print(f"\nread API: {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)")
+        print(f"\nboard: {base}/board/")
+        print(f"read API: {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)")
         print(
             f"GET {base}/v1/devices/{SAMPLE_DEVICE}/prediction -> {status}\n{body.decode()}\n",
             flush=True,
