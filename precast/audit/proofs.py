@@ -143,6 +143,13 @@ def verify_consistency(
     path = list(proof)
     if size1 & (size1 - 1) == 0:
         path.insert(0, root1)
+    fr, sr, sn = _consistency_roots(size1, size2, path)
+    if sn != 0 or fr != root1 or sr != root2:
+        raise ProofError(f"consistency proof from {size1} to {size2} leaves does not verify")
+
+
+def _consistency_roots(size1: int, size2: int, path: list[bytes]) -> tuple[bytes, bytes, int]:
+    """The loop of RFC 9162 §2.1.4.2: the two roots the path leads to, and what is left of sn."""
     fn, sn = size1 - 1, size2 - 1
     while fn & 1:
         fn >>= 1
@@ -161,5 +168,4 @@ def verify_consistency(
             sr = node_hash(sr, c)
         fn >>= 1
         sn >>= 1
-    if sn != 0 or fr != root1 or sr != root2:
-        raise ProofError(f"consistency proof from {size1} to {size2} leaves does not verify")
+    return fr, sr, sn

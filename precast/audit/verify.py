@@ -29,6 +29,8 @@ TopicRecord = tuple[int, int, bytes | None, bytes | None]
 class Finding:
     leaf: int  # the first leaf concerned (the log's size when none is: a truncation)
     what: str
+    # Set when only a range is known: the first bad leaf is in [leaf, upto).
+    upto: int | None = None
 
 
 @dataclass
@@ -45,7 +47,13 @@ class Report:
         return not self.findings
 
     def first(self) -> Finding | None:
-        return min(self.findings) if self.findings else None
+        """The finding that names the first bad leaf: an exact one inside the earliest range a
+        signed checkpoint bounds, else that range."""
+        exact = min((f for f in self.findings if f.upto is None), default=None)
+        bound = min((f for f in self.findings if f.upto is not None), default=None)
+        if bound is None or (exact is not None and exact.leaf < bound.upto):  # type: ignore[operator]
+            return exact
+        return bound
 
 
 @dataclass
@@ -78,81 +86,90 @@ def verify_store(
     the log covers and yields the topic's records in those ranges (offset order within a
     partition); without it the topic comparison is skipped."""
     report = Report()
-    signed = _signed_checkpoints(store, verifier, report)
-    placement: dict[int, _Placement] = {}
-    tree = CompactRange()
-    pending = [c for c in signed if c.size > 0]
-    pending.reverse()  # pop() takes the smallest size
-    last_good = 0
-    expect = 0
-    last_offset: dict[int, int] = {}
+    walk = _Walk(report, _signed_checkpoints(store, verifier, report))
     for batch in store.iter_leaves():
         for idx, stored_hash, data in batch:
-            if idx != expect:
-                report.findings.append(
-                    Finding(expect, f"leaf {expect} is missing (the store jumps to {idx})")
-                )
-                expect = idx  # keep checking what follows
-            h = sha256(b"\x00" + data).digest()
-            if h != stored_hash:
-                report.findings.append(
-                    Finding(
-                        idx, f"leaf {idx} was altered: its data does not hash to its stored hash"
-                    )
-                )
-            try:
-                leaf = decode_leaf(data)
-            except ValueError:
-                report.findings.append(Finding(idx, f"leaf {idx} is not a valid leaf"))
-            else:
-                p, o = leaf.partition, leaf.offset
-                pl = placement.setdefault(p, _Placement())
-                prev = last_offset.get(p)
-                if prev is not None and o <= prev:
-                    # The first leaf of this partition with a higher offset came too early.
-                    early = pl.leaves[bisect_right(pl.offsets, o)] if pl.ordered else idx
-                    report.findings.append(
-                        Finding(
-                            early,
-                            f"leaf {early} is out of order: partition {p} offset {o} (leaf {idx}) "
-                            f"comes after offset {prev}",
-                        )
-                    )
-                    pl.ordered = False
-                last_offset[p] = o if prev is None else max(o, prev)
-                pl.offsets.append(o)
-                pl.leaves.append(idx)
-                pl.hashes += h
-            tree.append(h)
-            expect += 1
-            while pending and pending[-1].size == tree.size:
-                cp = pending.pop()
-                report.checkpoints_checked += 1
-                if tree.root() != cp.root:
-                    report.findings.append(
-                        Finding(
-                            last_good,
-                            f"the signed checkpoint of size {cp.size} does not match the leaves: "
-                            f"the first bad leaf is in [{last_good}, {cp.size})",
-                        )
-                    )
-                else:
-                    last_good = cp.size
+            walk.leaf(idx, stored_hash, data)
         if progress is not None:
             progress(len(batch))
-    report.leaves = tree.size
-    if pending:
-        cp = pending[0]
-        report.findings.append(
-            Finding(
-                tree.size,
-                f"the log is truncated: the signed checkpoint of size {cp.size} has "
-                f"{cp.size - tree.size} leaves more than the store; first missing leaf {tree.size}",
-            )
-        )
-    if topic_records is not None and placement:
-        _compare_topic(store, placement, topic_records, report)
+    walk.finish()
+    if topic_records is not None and walk.placement:
+        _compare_topic(store, walk.placement, topic_records, report)
     return report
+
+
+class _Walk:
+    """One pass over the stored leaves in index order."""
+
+    def __init__(self, report: Report, signed: list[Checkpoint]) -> None:
+        self.report = report
+        self.placement: dict[int, _Placement] = {}
+        self.tree = CompactRange()
+        self.pending = [c for c in reversed(signed) if c.size > 0]  # pop() gives the smallest
+        self.last_good = 0
+        self.expect = 0
+        self.last_offset: dict[int, int] = {}
+
+    def found(self, leaf: int, what: str, upto: int | None = None) -> None:
+        self.report.findings.append(Finding(leaf, what, upto))
+
+    def leaf(self, idx: int, stored_hash: bytes, data: bytes) -> None:
+        if idx != self.expect:
+            self.found(self.expect, f"leaf {self.expect} is missing (the store jumps to {idx})")
+            self.expect = idx  # keep checking what follows
+        h = sha256(b"\x00" + data).digest()
+        if h != stored_hash:
+            self.found(idx, f"leaf {idx} was altered: its data does not hash to its stored hash")
+        try:
+            leaf = decode_leaf(data)
+        except ValueError:
+            self.found(idx, f"leaf {idx} is not a valid leaf")
+        else:
+            self.place(idx, leaf.partition, leaf.offset, h)
+        self.tree.append(h)
+        self.expect += 1
+        while self.pending and self.pending[-1].size == self.tree.size:
+            self.check(self.pending.pop())
+
+    def place(self, idx: int, p: int, o: int, h: bytes) -> None:
+        pl = self.placement.setdefault(p, _Placement())
+        prev = self.last_offset.get(p)
+        if prev is not None and o <= prev:
+            # The first leaf of this partition with a higher offset came too early.
+            early = pl.leaves[bisect_right(pl.offsets, o)] if pl.ordered else idx
+            self.found(
+                early,
+                f"leaf {early} is out of order: partition {p} offset {o} (leaf {idx}) "
+                f"comes after offset {prev}",
+            )
+            pl.ordered = False
+        self.last_offset[p] = o if prev is None else max(o, prev)
+        pl.offsets.append(o)
+        pl.leaves.append(idx)
+        pl.hashes += h
+
+    def check(self, cp: Checkpoint) -> None:
+        self.report.checkpoints_checked += 1
+        if self.tree.root() == cp.root:
+            self.last_good = cp.size
+            return
+        self.found(
+            self.last_good,
+            f"the signed checkpoint of size {cp.size} does not match the leaves: "
+            f"the first bad leaf is in [{self.last_good}, {cp.size})",
+            cp.size,
+        )
+
+    def finish(self) -> None:
+        self.report.leaves = self.tree.size
+        if self.pending:
+            cp = self.pending[-1]
+            self.found(
+                self.tree.size,
+                f"the log is truncated: the signed checkpoint of size {cp.size} has "
+                f"{cp.size - self.tree.size} leaves more than the store; first missing leaf "
+                f"{self.tree.size}",
+            )
 
 
 def _signed_checkpoints(store: LogStore, verifier: Verifier, report: Report) -> list[Checkpoint]:
@@ -215,11 +232,15 @@ def _compare_topic(
             i += 1
         cursor[p] = i
         if i == len(pl.offsets) or pl.offsets[i] != o:
-            where = pl.leaves[i] if i < len(pl.leaves) else report.leaves
+            # Its leaf belongs between this partition's neighbouring leaves.
+            after = pl.leaves[i - 1] + 1 if i > 0 else 0
+            before = pl.leaves[i] if i < len(pl.leaves) else report.leaves
             report.findings.append(
                 Finding(
-                    where,
-                    f"topic record partition {p} offset {o} has no leaf (it belongs before leaf {where})",
+                    after,
+                    f"topic record partition {p} offset {o} has no leaf: one is missing "
+                    f"in [{after}, {before}]",
+                    before + 1,
                 )
             )
             continue

@@ -1,0 +1,139 @@
+"""`precast-auditor` (`python -m auditor`): append the predictions topic to the audit log, sign
+checkpoints, serve checkpoints and proofs over HTTP."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from auditor.api import create_app
+from auditor.appender import Appender
+from auditor.settings import AuditorSettings
+from precast.audit.checkpoint import CheckpointError, Signer, load_or_create_signer
+from precast.audit.store import LogStore, StoreError
+from precast.errors import ConfigError, TopicContractError
+from precast.kafka import Admin, Consumer, Producer
+from precast.runtime import OneLineParser, run_cli, setup_logging
+from precast.settings import load
+from schemas.topics import catalog
+
+
+@dataclass
+class Built:
+    appender: Appender
+    app: Any
+    signer: Signer
+
+
+def build(settings: AuditorSettings, partitions: int) -> Built:
+    opts = settings.audit
+    topics = catalog(
+        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
+    )
+    try:
+        signer = load_or_create_signer(opts.key_path, opts.origin)
+        store = LogStore(opts.db_path)
+        reader = LogStore(opts.db_path, readonly=True)
+    except (CheckpointError, StoreError, OSError) as exc:
+        raise ConfigError(f"audit log: {exc}") from None
+    consumer = Consumer(
+        settings.kafka,
+        opts.group_id,
+        **{"isolation.level": "read_committed", "max.partition.fetch.bytes": 8 * 1024 * 1024},
+    )
+    appender = Appender(
+        store,
+        signer,
+        consumer,
+        Producer(settings.kafka),
+        topic=topics.predictions.name,
+        checkpoint_topic=topics.audit_checkpoints.name,
+        partitions=partitions,
+        interval_s=opts.checkpoint_interval_s,
+        batch=opts.consume_batch,
+    )
+
+    def health() -> tuple[bool, dict[str, Any]]:
+        if appender.error is not None:
+            return False, {"error": f"appender: {appender.error}"}
+        return True, {}
+
+    def ready() -> tuple[bool, dict[str, Any]]:
+        age = time.time() - appender.last_checkpoint_at
+        fresh = age <= 3 * opts.checkpoint_interval_s + 1
+        return appender.error is None and fresh, {
+            "tree_size": appender.tree.size,
+            "checkpoint_age_s": round(age, 3),
+        }
+
+    try:
+        store.bind(signer.name, topics.predictions.name)
+    except StoreError as exc:
+        raise ConfigError(f"audit log: {exc}") from None
+    return Built(appender, create_app(reader, health, ready), signer)
+
+
+def run(settings: AuditorSettings) -> int:
+    import uvicorn
+
+    admin = Admin(settings.kafka)
+    admin.wait_reachable()
+    name = catalog(settings.topics.prefix).predictions.name
+    partitions = admin.topic_partitions().get(name)
+    if partitions is None:
+        raise TopicContractError(f"topic {name} does not exist (run `precast topics ensure`)")
+    built = build(settings, partitions)
+    thread = threading.Thread(target=built.appender.run, name="audit-appender", daemon=True)
+    thread.start()
+    opts = settings.audit
+    print(
+        f"precast-auditor: log {opts.db_path} ({built.appender.tree.size} leaves), key "
+        f"{built.signer.verifier.encode()}, serving on http://{opts.host}:{opts.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            built.app, host=opts.host, port=opts.port, log_level="warning", access_log=False
+        )
+    )
+
+    def watch() -> None:  # a dead appender stops the process (exit 1), it does not limp on
+        thread.join()
+        server.should_exit = True
+
+    threading.Thread(target=watch, name="audit-watch", daemon=True).start()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        built.appender.stop()
+        thread.join(timeout=15)
+    if built.appender.error is not None:
+        print(f"precast-auditor: {built.appender.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(prog="precast-auditor", description=__doc__)
+    p.add_argument("--port", type=int)
+    p.add_argument("--host")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        overrides = {k: v for k, v in vars(args).items() if v is not None}
+        settings = load(AuditorSettings, audit=overrides)
+        setup_logging(settings.log_level)
+        return run(settings)
+
+    return run_cli("precast-auditor", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
