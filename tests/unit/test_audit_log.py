@@ -244,7 +244,9 @@ def test_signed_note_matches_go_reference():
     assert signer.verifier.encode() == vkey
     assert signer.sign_text(text) == (
         text
-        + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+        + "\n\u2014 PeterNeumann "
+        + "x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM="
+        + "\n"
     )
 
 
