@@ -107,17 +107,24 @@ def run(settings: AuditorSettings) -> int:
         server.should_exit = True
 
     threading.Thread(target=watch, name="audit-watch", daemon=True).start()
-    previous = signal.getsignal(signal.SIGTERM)
+    # After its graceful shutdown uvicorn re-raises the signal to the handler it found; the
+    # default one would kill the process before the appender signs its last checkpoint.
+    previous = {sig: signal.signal(sig, _noop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.run()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         built.appender.stop()
         thread.join(timeout=15)
     if built.appender.error is not None:
         print(f"precast-auditor: {built.appender.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _noop(*_: object) -> None:
+    return
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,48 +1,11 @@
-"""Settings of the auditor process (built once, in `auditor.cli`)."""
+"""Settings of the auditor process (built once, in `auditor.cli`). The `audit` block is shared
+with `precast audit` (precast/audit/settings.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pydantic import Field, field_validator
-
-from precast.settings import CommonSettings, Section
-
-
-class AuditorOptions(Section):
-    db_path: Path = Field(
-        default=Path(".precast/audit/log.db"), description="the log's SQLite database (WAL)"
-    )
-    key_path: Path = Field(
-        default=Path(".precast/audit/signing.key"),
-        description="Ed25519 signing key (note format); created with mode 0600 and a .pub "
-        "verifier key beside it when missing",
-    )
-    origin: str = Field(
-        default="precast.local/predictions-audit",
-        description="the log's name: first line of every checkpoint and the key's name",
-    )
-    checkpoint_interval_s: float = Field(
-        default=1.0, gt=0, le=60, description="a signed checkpoint at least this often"
-    )
-    consume_batch: int = Field(
-        default=5_000, ge=1, le=100_000, description="records appended per transaction, at most"
-    )
-    host: str = Field(default="127.0.0.1", description="HTTP API (checkpoints, proofs, probes)")
-    port: int = Field(default=8100, ge=1, le=65535, description="HTTP API port")
-    group_id: str = Field(
-        default="precast-auditor",
-        description="consumer group the auditor commits to, for `precast lag` only: the log's "
-        "own store holds the offsets it resumes from",
-    )
-
-    @field_validator("origin")
-    @classmethod
-    def _origin_is_a_key_name(cls, v: str) -> str:
-        if not v or any(c.isspace() or c == "+" for c in v):
-            raise ValueError("must be non-empty, without spaces or '+' (it names the signing key)")
-        return v
+from precast.audit.settings import AuditSettings
+from precast.settings import CommonSettings
 
 
 class AuditorSettings(CommonSettings):
-    audit: AuditorOptions = AuditorOptions()
+    audit: AuditSettings = AuditSettings()

@@ -93,7 +93,7 @@ def add_parser(sub: Any) -> None:
 
 # -- inputs -------------------------------------------------------------------------------------
 def _verifier(args: argparse.Namespace, settings: StackCliSettings) -> Verifier:
-    raw = args.key or str(settings.audit.public_key)
+    raw = args.key or str(settings.audit.verifier_path())
     path = Path(raw)
     try:
         text = path.read_text() if "+" not in raw or path.exists() else raw

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from precast.audit.settings import AuditSettings
 from precast.settings import CommonSettings, KafkaSettings, Section
 
 
@@ -71,20 +72,7 @@ class OpsSettings(Section):
     )
 
 
-class AuditCliSettings(Section):
-    """`precast audit`: where the auditor's log and its public key are (docs/audit.md)."""
-
-    db_path: Path = Field(
-        default=Path(".precast/audit/log.db"),
-        description="the audit log's SQLite file (keep equal to the auditor's PRECAST_AUDIT__DB_PATH)",
-    )
-    public_key: Path = Field(
-        default=Path(".precast/audit/signing.key.pub"),
-        description="file with the log's verifier key (`<name>+<id>+<key>`)",
-    )
-
-
 class StackCliSettings(CommonSettings):
     stack: StackSettings = StackSettings()
     ops: OpsSettings = OpsSettings()
-    audit: AuditCliSettings = AuditCliSettings()
+    audit: AuditSettings = AuditSettings()
