@@ -40,11 +40,12 @@ def build(settings: AuditorSettings, partitions: int) -> Built:
         reader = LogStore(opts.db_path, readonly=True)
     except (CheckpointError, StoreError, OSError) as exc:
         raise ConfigError(f"audit log: {exc}") from None
-    consumer = Consumer(
-        settings.kafka,
-        opts.group_id,
-        **{"isolation.level": "read_committed", "max.partition.fetch.bytes": 8 * 1024 * 1024},
-    )
+    # Committed data only: an aborted transaction's records are not predictions anyone saw.
+    tuning: dict[str, Any] = {
+        "isolation.level": "read_committed",
+        "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    }
+    consumer = Consumer(settings.kafka, opts.group_id, **tuning)
     appender = Appender(
         store,
         signer,

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -71,11 +72,11 @@ def _appender(settings, topic: str, cp_topic: str, db: Path, on_checkpoint=None)
     from precast.audit.store import LogStore
     from precast.kafka import Consumer, Producer
 
-    consumer = Consumer(
-        settings,
-        f"bench-audit-{db.stem}-{time.monotonic_ns()}",
-        **{"isolation.level": "read_committed", "max.partition.fetch.bytes": 8 * 1024 * 1024},
-    )
+    tuning: dict[str, Any] = {
+        "isolation.level": "read_committed",
+        "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    }
+    consumer = Consumer(settings, f"bench-audit-{db.stem}-{time.monotonic_ns()}", **tuning)
     app = Appender(
         LogStore(db),
         Signer.generate("bench.local/audit"),
@@ -153,7 +154,8 @@ def _paced_producer(bootstrap: str, topic: str, rate: int, total: int) -> None:
 
     values = [_value(1_000_000 + i) for i in range(total)]
     keys = [f"dev-{i % 10_000:06d}".encode() for i in range(total)]
-    p = Producer(KafkaSettings(bootstrap_servers=bootstrap), **{"linger.ms": 2})
+    linger: dict[str, Any] = {"linger.ms": 2}
+    p = Producer(KafkaSettings(bootstrap_servers=bootstrap), **linger)
     per_slice = max(1, rate // 100)
     t0 = time.monotonic()
     for k, start in enumerate(range(0, total, per_slice)):
@@ -238,8 +240,8 @@ def run(ctx: Context) -> Report:
     big = 100_000 if ctx.quick else 1_000_000
     rate, seconds = (10_000, 5.0) if ctx.quick else (20_000, 20.0)
     topic, lag_topic, cp_topic = ctx.unique("predictions"), ctx.unique("lag"), ctx.unique("cp")
-    for t in (topic, lag_topic):
-        admin.create_topic(t, PARTITIONS, {"cleanup.policy": "compact"})
+    for name in (topic, lag_topic):
+        admin.create_topic(name, PARTITIONS, {"cleanup.policy": "compact"})
     admin.create_topic(cp_topic, 1, {"cleanup.policy": "compact"})
     rows: list[list[object]] = []
     try:

@@ -90,7 +90,7 @@ class LogStore:
 
     def frontier(self) -> CompactRange:
         blob = self.meta("frontier")
-        return CompactRange.from_bytes(self.size(), bytes(blob) if blob else b"")  # type: ignore[arg-type]
+        return CompactRange.from_bytes(self.size(), blob if isinstance(blob, bytes) else b"")
 
     def offsets(self) -> dict[int, int]:
         return dict(self.db.execute("SELECT part, next FROM offsets").fetchall())

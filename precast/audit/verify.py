@@ -221,9 +221,9 @@ def _compare_topic(
     ranges = {p: (pl.offsets[0], pl.offsets[-1] + 1) for p, pl in placement.items()}
     cursor = dict.fromkeys(placement, 0)
     for p, o, key, value in topic_records(ranges):
-        pl = placement.get(p)
-        if pl is None:
+        if p not in placement:
             continue
+        pl = placement[p]
         i = cursor[p]
         # Leaves of this partition below the record's offset have no record in the topic
         # (compacted away, or never there): not checkable here.
