@@ -278,3 +278,62 @@ def test_store_refuses_another_log(tmp_path, signer):
         store.bind("another.origin", TOPIC)
     with pytest.raises(StoreError):
         LogStore(tmp_path / "missing.db", readonly=True)
+
+
+def test_cli_refuses_bad_input_in_one_line(tmp_path, signer, capsys):
+    from opsctl.cli import main
+
+    assert (
+        main(
+            [
+                "audit",
+                "verify",
+                "--db",
+                str(tmp_path / "none.db"),
+                "--key",
+                signer.verifier.encode(),
+            ]
+        )
+        == 2
+    )
+    assert "no audit log at" in capsys.readouterr().err
+    store = build(tmp_path, signer, records(30))
+    assert main(["audit", "checkpoint", "--db", str(store.path), "--key", "not-a-key"]) == 2
+    assert "verifier key" in capsys.readouterr().err
+    other = Signer.generate(ORIGIN).verifier.encode()
+    assert main(["audit", "checkpoint", "--db", str(store.path), "--key", other]) == 1
+    assert "signature does not match" in capsys.readouterr().err
+    assert main(["audit", "prove", "--db", str(store.path), "--key", other, "--offset", "1"]) == 2
+    assert (
+        main(
+            [
+                "audit",
+                "prove",
+                "--db",
+                str(store.path),
+                "--key",
+                signer.verifier.encode(),
+                "--partition",
+                "0",
+                "--offset",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert "included: leaf 2" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "audit",
+                "verify",
+                "--no-topic",
+                "--db",
+                str(store.path),
+                "--key",
+                signer.verifier.encode(),
+            ]
+        )
+        == 0
+    )
+    assert "ok: every leaf" in capsys.readouterr().out
