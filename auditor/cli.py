@@ -83,10 +83,12 @@ def run(settings: AuditorSettings) -> int:
 
     admin = Admin(settings.kafka)
     admin.wait_reachable()
-    name = catalog(settings.topics.prefix).predictions.name
-    partitions = admin.topic_partitions().get(name)
-    if partitions is None:
-        raise TopicContractError(f"topic {name} does not exist (run `precast topics ensure`)")
+    topics = catalog(settings.topics.prefix)
+    existing = admin.topic_partitions()
+    for needed in (topics.predictions.name, topics.audit_checkpoints.name):
+        if needed not in existing:
+            raise TopicContractError(f"topic {needed} does not exist (run `precast topics ensure`)")
+    partitions = existing[topics.predictions.name]
     built = build(settings, partitions)
     thread = threading.Thread(target=built.appender.run, name="audit-appender", daemon=True)
     thread.start()
