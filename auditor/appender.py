@@ -82,8 +82,12 @@ class Appender:
             self.error = exc
             log.exception("auditor stopped")
         finally:
-            if self.producer is not None:
-                self.producer.flush(10)
+            try:
+                if self.producer is not None:
+                    self.producer.flush(10)
+            finally:
+                self.consumer.close()
+                self.store.close()  # the last connection folds the WAL back into the file
 
     def stop(self) -> None:
         self._stop.set()

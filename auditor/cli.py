@@ -27,6 +27,7 @@ class Built:
     appender: Appender
     app: Any
     signer: Signer
+    reader: LogStore
 
 
 def build(settings: AuditorSettings, partitions: int) -> Built:
@@ -75,7 +76,7 @@ def build(settings: AuditorSettings, partitions: int) -> Built:
         store.bind(signer.name, topics.predictions.name)
     except StoreError as exc:
         raise ConfigError(f"audit log: {exc}") from None
-    return Built(appender, create_app(reader, health, ready), signer)
+    return Built(appender, create_app(reader, health, ready), signer, reader)
 
 
 def run(settings: AuditorSettings) -> int:
@@ -118,6 +119,7 @@ def run(settings: AuditorSettings) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        built.reader.close()  # first: the appender's connection, closed last, folds the WAL back
         built.appender.stop()
         thread.join(timeout=15)
     if built.appender.error is not None:

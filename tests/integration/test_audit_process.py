@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -156,6 +155,8 @@ def test_auditor_logs_proves_and_verifies(kafka_settings, topics, audit_env, tmp
     finally:
         err = stop(proc)
     assert proc.returncode == 0, err
+    # A graceful stop folds the WAL back: the log is one self-contained file again.
+    assert not Path(env["PRECAST_AUDIT__DB_PATH"] + "-wal").exists()
 
     # The checkpoint is mirrored, keyed by the log's origin.
     mirrored = [
@@ -167,8 +168,10 @@ def test_auditor_logs_proves_and_verifies(kafka_settings, topics, audit_env, tmp
 
     # Tampering with a copy: one flipped byte fails verify, naming the leaf.
     bad = tmp_path / "tampered.db"
-    shutil.copy(env["PRECAST_AUDIT__DB_PATH"], bad)
+    src = sqlite3.connect(env["PRECAST_AUDIT__DB_PATH"])
     db = sqlite3.connect(bad)
+    src.backup(db)
+    src.close()
     data = bytearray(db.execute("SELECT data FROM leaves WHERE idx = 42").fetchone()[0])
     data[30] ^= 0x01
     db.execute("UPDATE leaves SET data = ? WHERE idx = 42", (bytes(data),))
