@@ -122,6 +122,9 @@ def run(settings: AuditorSettings) -> int:
         built.reader.close()  # first: the appender's connection, closed last, folds the WAL back
         built.appender.stop()
         thread.join(timeout=15)
+    if thread.is_alive():
+        print("precast-auditor: the append loop did not stop within 15 s", file=sys.stderr)
+        return 1
     if built.appender.error is not None:
         print(f"precast-auditor: {built.appender.error}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -140,11 +141,10 @@ def test_auditor_logs_proves_and_verifies(kafka_settings, topics, audit_env, tmp
         assert "included: leaf" in r.stdout
         r = precast(cli_env, "audit", "prove", "--device", "dev-004", "--computed-at", "1000004")
         assert r.returncode == 0 and '"device": "dev-004"' in r.stdout.replace('":"', '": "')
-        first_size = (
-            sqlite3.connect(env["PRECAST_AUDIT__DB_PATH"])
-            .execute("SELECT min(size) FROM checkpoints WHERE size > 0")
-            .fetchone()[0]
-        )
+        with closing(sqlite3.connect(env["PRECAST_AUDIT__DB_PATH"])) as db:
+            first_size = db.execute("SELECT min(size) FROM checkpoints WHERE size > 0").fetchone()[
+                0
+            ]
         r = precast(cli_env, "audit", "prove", "--first", str(first_size), "--url", env["URL"])
         assert r.returncode == 0 and "consistent:" in r.stdout, r.stderr
         r = precast(cli_env, "audit", "prove", "--partition", "0")
@@ -156,7 +156,7 @@ def test_auditor_logs_proves_and_verifies(kafka_settings, topics, audit_env, tmp
         err = stop(proc)
     assert proc.returncode == 0, err
     # A graceful stop folds the WAL back: the log is one self-contained file again.
-    assert not Path(env["PRECAST_AUDIT__DB_PATH"] + "-wal").exists()
+    assert not Path(env["PRECAST_AUDIT__DB_PATH"] + "-wal").exists(), err
 
     # The checkpoint is mirrored, keyed by the log's origin.
     mirrored = [
