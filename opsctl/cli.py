@@ -6,6 +6,7 @@ precast demo
 precast schemas export DIR
 precast observe generate | check   (alert rules and dashboards as code, docs/observability.md)
 precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
+precast audit checkpoint | prove | verify                       (audit log, docs/audit.md)
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(fn=_schemas)
     from opsctl.commands import register as register_ops
 
-    register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild
+    register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild, audit
     return p
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from precast.audit.settings import AuditSettings
 from precast.settings import CommonSettings, KafkaSettings, Section
 
 
@@ -74,3 +75,4 @@ class OpsSettings(Section):
 class StackCliSettings(CommonSettings):
     stack: StackSettings = StackSettings()
     ops: OpsSettings = OpsSettings()
+    audit: AuditSettings = AuditSettings()

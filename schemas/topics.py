@@ -85,6 +85,14 @@ _CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
         "records any component rejected, with original bytes and the reason",
         {},
     ),
+    "audit_checkpoints": (
+        "audit-checkpoints",
+        "compact",
+        None,
+        False,
+        "signed checkpoints of the predictions audit log, keyed by log origin (newest kept)",
+        {},
+    ),
 }
 
 EVENT_ROLES = ("heartbeats", "work_orders", "alarms")
@@ -101,6 +109,7 @@ class Topics:
     precompute_requests: TopicSpec
     predictions: TopicSpec
     dead_letters: TopicSpec
+    audit_checkpoints: TopicSpec
 
     def __iter__(self) -> Iterator[TopicSpec]:
         return iter(getattr(self, role) for role in _CATALOG)

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import consumer_api.beacon  # noqa: F401  (registers the metrics)
+import auditor.metrics  # noqa: F401  (registers the metrics)
+import consumer_api.beacon  # noqa: F401
 import consumer_api.hub  # noqa: F401
 import consumer_api.materializer  # noqa: F401
 import consumer_api.service  # noqa: F401
@@ -250,6 +251,11 @@ def test_service_alerts_fire_on_their_conditions(tmp_path):
         {"series": "precast_drift_flagged_features", "values": "0x5 2x25"},
         {"series": 'precast_drift_windows_total{result="clean"}', "values": "0x30"},
         {"series": 'up{job="precast-worker",instance="w1"}', "values": "1x10 0x20"},
+        # Checkpoints every minute for 10 minutes, then none (the series stays at its last value).
+        {
+            "series": "precast_audit_last_checkpoint_timestamp_seconds",
+            "values": "0+60x10 600x20",
+        },
         {
             "series": origin + '{origin="queue"}',
             "values": _counter([(900, 30)]),
@@ -315,6 +321,16 @@ def test_service_alerts_fire_on_their_conditions(tmp_path):
                                 }
                             }
                         ],
+                    },
+                    {
+                        "eval_time": "10m",
+                        "alertname": "PrecastAuditCheckpointStale",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": "14m",
+                        "alertname": "PrecastAuditCheckpointStale",
+                        "exp_alerts": [{"exp_labels": {"severity": "ticket"}}],
                     },
                     {
                         "eval_time": "25m",

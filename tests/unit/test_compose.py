@@ -11,6 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from auditor.settings import AuditorSettings
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
@@ -26,6 +27,7 @@ SETTINGS_OF = {
     "precast-api": ApiSettings,
     "precast-context": ContextSettings,
     "precast-drift": DriftSettings,
+    "precast-auditor": AuditorSettings,
 }
 PRECAST_SERVICES = {
     n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")
@@ -88,7 +90,7 @@ def test_broker_address_matches_kafka_listener():
 
 def test_dockerfile_copies_every_package():
     dockerfile = (ROOT / "compose" / "Dockerfile").read_text()
-    for pkg in ("precast", "schemas", "producers", "workers", "consumer_api"):
+    for pkg in ("precast", "schemas", "producers", "workers", "consumer_api", "opsctl", "auditor"):
         assert f"COPY {pkg} ./{pkg}" in dockerfile
 
 
@@ -104,7 +106,11 @@ def test_prometheus_scrapes_every_precast_service_and_loads_the_rules():
         if name == "topics":
             continue  # a one-shot job
         env = svc["environment"]
-        port = env.get("PRECAST_METRICS__PORT") or env.get("PRECAST_API__PORT")
+        port = (
+            env.get("PRECAST_METRICS__PORT")
+            or env.get("PRECAST_API__PORT")
+            or env.get("PRECAST_AUDIT__PORT")
+        )
         assert targets.get(f"precast-{name}") == f"{name}:{port}", name
     volumes = " ".join(COMPOSE["services"]["prometheus"]["volumes"])
     assert "../deploy/alerts:/etc/prometheus/rules" in volumes

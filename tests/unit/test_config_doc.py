@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from auditor.settings import AuditorSettings
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
@@ -21,6 +22,7 @@ PROCESSES = {
     "precast-api": ApiSettings,
     "precast-context": ContextSettings,
     "precast-drift": DriftSettings,
+    "precast-auditor": AuditorSettings,
 }
 
 
