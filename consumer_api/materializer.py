@@ -24,10 +24,10 @@ from precast.deadletter import DeadLetters
 from precast.kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaFailure,
     KafkaMessage,
     Producer,
     TopicPartitionOffset,
+    retry_settling,
 )
 from precast.serving import (
     STORED,
@@ -51,14 +51,6 @@ REDIS_OK = Gauge("precast_api_redis_up", "1 while the shared store accepts write
 REPLAYS = Counter(
     "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
 )
-
-_TRANSIENT = {
-    "NOT_LEADER_FOR_PARTITION",
-    "LEADER_NOT_AVAILABLE",
-    "UNKNOWN_TOPIC_OR_PART",
-    "_TIMED_OUT",
-    "_UNKNOWN_PARTITION",
-}  # a fresh consumer whose metadata lacks the topic yet
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 
@@ -137,17 +129,15 @@ class Materializer:
             [TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
         )
 
-    def _watermark(self, partition: int, attempts: int = 40) -> int:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
-        for i in range(attempts):
-            try:
-                return self._consumer.watermarks(self.topic, partition)[1]
-            except KafkaFailure as exc:
-                transient = exc.retriable or exc.code in _TRANSIENT
-                if not transient or i == attempts - 1:
-                    raise
-                time.sleep(0.25)
-        raise AssertionError("unreachable")
+    def _watermark(self, partition: int) -> int:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment.
+        _, high = retry_settling(
+            lambda: self._consumer.watermarks(self.topic, partition),
+            patience_s=10.0,
+            interval_s=0.25,
+            what=f"watermarks of {self.topic}[{partition}]",
+        )
+        return high
 
     # -- loop -------------------------------------------------------------------------------------------
     def _run(self) -> None:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from operator import methodcaller
 
-from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
+from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset, retry_settling
 from precast.settings import KafkaSettings
 from schemas.topics import Topics
 from workers import metrics as M
@@ -271,22 +271,13 @@ class Worker:
             self.consumer.pause(self._paused)
         log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
 
-    def _watermarks(self, topic: str, partition: int, patience_s: float = 15.0) -> tuple[int, int]:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
-        deadline = time.monotonic() + patience_s
-        while True:
-            try:
-                return self.consumer.watermarks(topic, partition, timeout=5.0)
-            except KafkaFailure as exc:
-                if time.monotonic() > deadline:
-                    raise
-                log.info(
-                    "watermarks of %s[%d] not available yet (%s); retrying",
-                    topic,
-                    partition,
-                    exc.code,
-                )
-                time.sleep(0.2)
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment.
+        return retry_settling(
+            lambda: self.consumer.watermarks(topic, partition, timeout=5.0),
+            patience_s=15.0,
+            what=f"watermarks of {topic}[{partition}]",
+        )
 
     def _check_restored(self) -> None:
         pos = self.pipeline.positions
