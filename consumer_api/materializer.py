@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import redis
 from prometheus_client import Counter, Gauge
@@ -33,8 +34,8 @@ from precast.serving import (
     STORED,
     Entry,
     InvalidPrediction,
-    MemoryStore,
-    RedisStore,
+    LocalView,
+    SharedStore,
     prediction_item,
 )
 from precast.settings import KafkaSettings
@@ -62,8 +63,8 @@ class Materializer:
         topic: str,
         partitions: int,
         *,
-        view: MemoryStore | None,
-        shared: RedisStore | None = None,
+        view: LocalView | None,
+        shared: SharedStore | None = None,
         group_prefix: str = "precast-api",
         producer: Producer | None = None,
         dead_letter_topic: str | None = None,
@@ -73,9 +74,8 @@ class Materializer:
         wait_s: float = 0.2,
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
-        self._consumer = Consumer(
-            kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **{"isolation.level": "read_committed"}
-        )
+        committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
+        self._consumer = Consumer(kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **committed_only)
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
         self._dead = (
@@ -256,6 +256,7 @@ class Materializer:
             self._assign_from_beginning()
 
     def _mark_loaded(self) -> None:
+        assert self.shared is not None  # only called while loading into the shared store
         try:
             self.shared.mark_loaded()
             self._redis_loading = False

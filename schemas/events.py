@@ -8,11 +8,11 @@ is normalized lives in `schemas.validation`. Compatibility policy: docs/events.m
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 # Consumers accept the current and the previous version (docs/events.md); v1 has no predecessor.
 SUPPORTED_SCHEMA_VERSIONS = frozenset(v for v in (SCHEMA_VERSION - 1, SCHEMA_VERSION) if v >= 1)
 
@@ -37,8 +37,6 @@ MAX_CLOCK_SKEW_MS = 5 * 60_000
 
 # NaN and Infinity are never valid numbers in an event (and not JSON either).
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-
-
 
 
 class Envelope(BaseModel):

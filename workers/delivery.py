@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from precast.deadletter import DeadLetters
 from precast.kafka import Consumer, KafkaFailure, KafkaMessage, Producer, TopicPartitionOffset
@@ -78,7 +79,7 @@ class ExactlyOnce:
     ) -> None:
         self._kafka, self._dlq_topic = kafka, dead_letter_topic
         # librdkafka requires a record's delivery timeout to fit inside its transaction's.
-        self._conf = {
+        self._conf: dict[str, Any] = {
             "transactional.id": transactional_id,
             "transaction.timeout.ms": transaction_timeout_ms,
             "delivery.timeout.ms": transaction_timeout_ms,

@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 from operator import methodcaller
+from typing import Any
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset, retry_settling
 from precast.settings import KafkaSettings
@@ -86,7 +87,7 @@ class Worker:
             if cfg.exactly_once
             else AtLeastOnce(kafka, topics.dead_letters.name)
         )
-        overrides = {"partition.assignment.strategy": "range"}
+        overrides: dict[str, Any] = {"partition.assignment.strategy": "range"}
         if cfg.exactly_once:
             overrides["isolation.level"] = "read_committed"
         self.consumer = Consumer(kafka, cfg.group_id, **overrides)

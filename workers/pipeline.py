@@ -22,17 +22,9 @@ from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
 from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
 from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
+from workers.predictor import Predictor
 from workers.state import DeviceTable
 from workers.topk import top_k
-
-
-class Predictor:
-    """What the pipeline needs of a model (workers.inference.ModelSession satisfies it)."""
-
-    version: str
-    labels: tuple[str, ...]
-
-    def predict(self, features: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -266,7 +258,7 @@ class Pipeline:
     ) -> None:
         msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, self.batcher
 
-        def refs(j: int, i: int) -> list[tuple[KafkaMessage, str]]:
+        def refs(j: int, i: int) -> list[tuple[KafkaMessage, str | None]]:
             return (
                 [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
             )

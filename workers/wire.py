@@ -233,10 +233,15 @@ def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
                     break
     if len(values) < _SMALL:  # numpy's fixed cost per call is more than a few records' checks
         return list(map(_trace_id_json, values))
-    rows = [i for i, v in enumerate(values) if v is not None and len(v) == 55]
+    rows: list[int] = []
+    found: list[bytes] = []
+    for i, v in enumerate(values):
+        if v is not None and len(v) == 55:
+            rows.append(i)
+            found.append(v)
     if not rows:
         return [b"null"] * len(values)
-    a = np.frombuffer(b"".join([values[i] for i in rows]), dtype=np.uint8).reshape(len(rows), 55)
+    a = np.frombuffer(b"".join(found), dtype=np.uint8).reshape(len(rows), 55)
     tid = a[:, 3:35]
     ok = (
         (a[:, 2] == 45)

@@ -156,12 +156,21 @@ class Producer:
         """Write a record exactly as it was (replay, redrive): an absent key stays absent, which
         is why the partition is explicit. Same backpressure as `produce`; the hot loop of a
         replay, so no per-call dict."""
+        # `type: ignore[arg-type]` here and below: the client's stub types headers as an
+        # invariant list[tuple[str, str | bytes | None]]; our list[tuple[str, bytes]] is one.
         try:
-            self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)
+            self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)  # type: ignore[arg-type]
         except BufferError:
             self._when_room(
                 lambda: self._p.produce(
-                    topic, value, key, partition, None, None, timestamp_ms, headers
+                    topic,
+                    value,
+                    key,
+                    partition,
+                    None,
+                    None,
+                    timestamp_ms,
+                    headers,  # type: ignore[arg-type]
                 )
             )
 
@@ -174,7 +183,7 @@ class Producer:
         for m in msgs:
             ts = m.timestamp()[1] if keep_timestamps else 0
             try:
-                produce(topic, m.value(), m.key(), m.partition(), None, None, ts, m.headers())
+                produce(topic, m.value(), m.key(), m.partition(), None, None, ts, m.headers())  # type: ignore[arg-type]
             except BufferError:
                 self.copy(topic, m.partition(), m.key(), m.value(), m.headers(), ts)
 
