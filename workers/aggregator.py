@@ -28,6 +28,7 @@ from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
+from schemas.validation import Rejected
 from workers.context import DeviceContext
 from workers.decode import validate
 from workers.settings import ContextSettings
@@ -96,11 +97,11 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
             int(msg.timestamp * 1000),
         )
         role = sources[msg.topic]
-        e, reason, detail = validate(role, record)
-        if e is None:
-            key, value, headers = dead_letter_record(record, reason, detail, COMPONENT)
+        e = validate(role, record)
+        if isinstance(e, Rejected):
+            key, value, headers = dead_letter_record(record, e.reason, e.detail, COMPONENT)
             await dlq.send(key=key, value=value, headers=headers)
-            DEAD_LETTERS.labels(COMPONENT, str(reason)).inc()
+            DEAD_LETTERS.labels(COMPONENT, e.reason.value).inc()
             EVENTS.labels(msg.topic, "dead_letter").inc()
             return
         device = e["device_id"]

@@ -20,6 +20,7 @@ from typing import Any
 from precast.deadletter import DeadLetters
 from precast.kafka import Consumer, KafkaFailure, KafkaMessage, Producer, TopicPartitionOffset
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 from workers import metrics as M
 
 log = logging.getLogger("precast.workers.sink")
@@ -45,7 +46,7 @@ class AtLeastOnce:
     def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
         self.producer.produce_batch(topic, keys, values)
 
-    def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+    def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.dead_letters.send(msg, reason, detail)
 
     def commit(
@@ -106,7 +107,7 @@ class ExactlyOnce:
         self._dirty = True
         self.producer.produce_batch(topic, keys, values)
 
-    def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+    def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.begin()
         self._dirty = True
         self.dead_letters.send(msg, reason, detail)

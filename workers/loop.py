@@ -17,8 +17,15 @@ from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
 
-from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset, retry_settling
+from precast.kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaMessage,
+    TopicPartitionOffset,
+    retry_settling,
+)
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers import metrics as M
 from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
@@ -209,7 +216,7 @@ class Worker:
         if result is None:
             for it in items:
                 for m, _ in it.refs:
-                    self._reject(m, "model_failure", error)
+                    self._reject(m, Reason.MODEL_FAILURE, error)
             return
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
@@ -248,7 +255,7 @@ class Worker:
         else:
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
 
-    def _reject(self, msg, reason: str, detail: str) -> None:
+    def _reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)
 
     # -- rebalancing ----------------------------------------------------------------------------------

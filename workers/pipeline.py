@@ -14,6 +14,7 @@ from operator import attrgetter, methodcaller
 import numpy as np
 
 from precast.kafka import KafkaMessage, TopicPartitionOffset
+from schemas import deadletters as dl
 from schemas.topics import Topics
 from workers import metrics as M
 from workers import policy as P
@@ -103,13 +104,13 @@ class Pipeline:
         if "requests" in by_role:
             self._ingest_requests(by_role["requests"], now_ms, mono)
         for m in by_role.get("unknown", ()):
-            self.reject(m, "unknown", f"worker does not read topic {m.topic()!r}")
+            self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
 
     def _ingest_context(self, msgs: list[KafkaMessage]) -> None:
         for m in msgs:
             key, value = m.key(), m.value()
             if not key:
-                self.reject(m, "missing_key", "device-context record without a key")
+                self.reject(m, dl.Reason.MISSING_KEY, "device-context record without a key")
                 continue
             device = key.decode(errors="replace")
             if value is None:  # tombstone: the device's context was purged
@@ -118,7 +119,7 @@ class Pipeline:
             try:
                 snap = DeviceContext.from_json(value)
             except (ValueError, KeyError, TypeError) as exc:
-                self.reject(m, "invalid", f"device-context snapshot: {exc}")
+                self.reject(m, dl.Reason.INVALID, f"device-context snapshot: {exc}")
                 continue
             self.table.slots([device], [m.partition()])
             self.table.context(device).merge_snapshot(snap)
