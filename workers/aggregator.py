@@ -51,6 +51,8 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     t = settings.topics
     topics = catalog(t.prefix, t.partitions, t.replication_factor)
     c = settings.context
+    # faust creates only the last folder of its datadir; a fresh checkout has no .precast/ yet.
+    c.data_dir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         c.app_id,
         broker=f"kafka://{settings.kafka.bootstrap_servers}",
