@@ -33,8 +33,10 @@ SETTLING_CODES: frozenset[str] = frozenset(
         "COORDINATOR_NOT_AVAILABLE",
         "NOT_COORDINATOR",
         "COORDINATOR_LOAD_IN_PROGRESS",
-        # The request went to a broker that was busy with the above.
+        # The request went to a broker that was busy with the above, or that was restarting
+        # (its connection dropped: leadership moves elsewhere, or back when it returns).
         "_TIMED_OUT",
+        "_TRANSPORT",
     }
 )
 

@@ -49,6 +49,7 @@ def failing(errors: list[BaseException], result: str = "ok") -> tuple[Callable[[
         "NOT_COORDINATOR",
         "COORDINATOR_LOAD_IN_PROGRESS",
         "_TIMED_OUT",
+        "_TRANSPORT",
     ],
 )
 def test_leader_and_coordinator_answers_are_settling(code: str) -> None:
@@ -64,7 +65,8 @@ def test_other_answers_are_not_settling(code: str) -> None:
 
 
 def test_the_clients_retriable_flag_counts_too() -> None:
-    assert is_settling(KafkaFailure("x", code="_TRANSPORT", retriable=True))
+    assert not is_settling(KafkaFailure("x", code="REQUEST_TIMED_OUT"))
+    assert is_settling(KafkaFailure("x", code="REQUEST_TIMED_OUT", retriable=True))
 
 
 def test_a_fatal_error_never_settles() -> None:
@@ -84,7 +86,7 @@ def test_retries_settling_failures_until_the_call_answers() -> None:
     errors: list[BaseException] = [
         KafkaFailure("a", code="NOT_LEADER_OR_FOLLOWER"),
         KafkaFailure("b", code="COORDINATOR_LOAD_IN_PROGRESS"),
-        KafkaFailure("c", code="_TRANSPORT", retriable=True),
+        KafkaFailure("c", code="REQUEST_TIMED_OUT", retriable=True),
     ]
     call, calls = failing(errors, result="answer")
     got = retry_settling(call, patience_s=5, interval_s=0.25, clock=clock, sleep=clock.sleep)
