@@ -33,7 +33,8 @@ class Scratch:
     env: dict[str, str]
 
     def processes(self) -> list[str]:
-        """Command lines of live Kafka/Redis processes of this scratch stack."""
+        """Command lines of live processes of this scratch stack (Kafka and Prometheus name its
+        home; Redis and the Redis exporter its Redis port)."""
         found = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -44,7 +45,8 @@ class Scratch:
             cmd = raw.replace(b"\0", b" ").decode(errors="replace")
             if state == "Z":
                 continue
-            if str(self.home) in cmd or f"redis-server 127.0.0.1:{self.redis_port}" in cmd:
+            mine = (str(self.home), f"127.0.0.1:{self.redis_port}")
+            if any(m in cmd for m in mine):
                 found.append(f"{pid}: {cmd[:160]}")
         return found
 
@@ -87,7 +89,7 @@ def _venv_standin(tmp: Path) -> Path:
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> Iterator[Scratch]:
-    for tool in ("java", "redis-server"):
+    for tool in ("java", "redis-server", "prometheus", "prometheus-redis-exporter"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} not installed")
     home = tmp_path / "stack"
@@ -100,6 +102,8 @@ def scratch(tmp_path: Path) -> Iterator[Scratch]:
         "PRECAST_STACK__KAFKA_PORT": str(free_port()),
         "PRECAST_STACK__CONTROLLER_PORT": str(free_port()),
         "PRECAST_STACK__REDIS_PORT": str(redis_port),
+        "PRECAST_STACK__PROMETHEUS_PORT": str(free_port()),
+        "PRECAST_STACK__REDIS_EXPORTER_PORT": str(free_port()),
         "PRECAST_STACK__KAFKA_HEAP": "256m",
         "PRECAST_CONTEXT__DATA_DIR": str(tmp_path / "context"),  # the demo's, off the checkout
     }
@@ -114,7 +118,8 @@ def test_dev_test_stops_the_stack_it_started(scratch: Scratch) -> None:
     run = scratch.dev("test", *CHEAP)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
-    assert "stopping the local stack this run started: kafka redis" in run.stderr
+    stopped = run.stderr.split("stopping the local stack this run started: ", 1)[1].split()[:4]
+    assert sorted(stopped) == ["kafka", "prometheus", "redis", "redis-exporter"], run.stderr
     assert scratch.processes() == []
     assert scratch.precast("stack", "running").stdout == ""
 
@@ -124,7 +129,7 @@ def test_dev_test_leaves_a_stack_that_was_already_up(scratch: Scratch) -> None:
     up = scratch.precast("stack", "up")
     assert up.returncode == 0, up.stdout + up.stderr
     before = scratch.processes()
-    assert len(before) == 2, before
+    assert len(before) == 4, before  # Kafka, Redis, Prometheus, the Redis exporter
     run = scratch.dev("test", *CHEAP)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "stopping the local stack" not in run.stderr
@@ -136,16 +141,19 @@ def test_dev_test_leaves_a_stack_that_was_already_up(scratch: Scratch) -> None:
 
 @pytest.mark.timeout(400)
 def test_dev_test_stops_only_the_component_it_started(scratch: Scratch) -> None:
-    # Redis was up before (another tool started it); ./dev starts Kafka and stops only that.
+    # Redis was up before (another tool started it); ./dev starts the rest and stops only that.
     up = scratch.precast("stack", "up")
     assert up.returncode == 0, up.stdout + up.stderr
-    assert scratch.precast("stack", "down", "kafka").returncode == 0
+    down = scratch.precast("stack", "down", "kafka", "prometheus", "redis-exporter")
+    assert down.returncode == 0, down.stdout + down.stderr
     assert scratch.precast("stack", "running").stdout.split() == ["redis"]
     run = scratch.dev("test", *CHEAP)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "stopping the local stack this run started: kafka" in run.stderr
+    assert "stopping the local stack this run started: prometheus redis-exporter kafka" in (
+        run.stderr
+    )
     assert scratch.precast("stack", "running").stdout.split() == ["redis"]
-    assert [p for p in scratch.processes() if "kafka" in p.lower()] == []
+    assert [p for p in scratch.processes() if "redis-server" not in p] == []
 
 
 @pytest.mark.timeout(400)
