@@ -97,7 +97,7 @@ class Appender:
         started = time.perf_counter()
         offsets = self.offsets
         # A record below a partition's stored position is already in the log (a refetch).
-        fresh = [m for m in msgs if m.offset() >= offsets.get(m.partition(), -1)]  # type: ignore[arg-type,operator]
+        fresh = [m for m in msgs if m.offset() >= offsets.get(m.partition(), -1)]
         if not fresh:
             return
         topic = self.topic

@@ -205,6 +205,7 @@ async def _http_error(_: Request, exc: Exception) -> Response:
 async def _get_many(svc: Service, ids: list[str]):
     import redis
 
+    assert svc.reader is not None  # the service has a reader when it has no view
     try:
         return await svc.reader.get_many(ids)
     except redis.RedisError:

@@ -17,7 +17,7 @@ from consumer_api.beacon import DelayShares
 from consumer_api.hub import Hub
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.settings import ApiOptions
-from precast.serving import AsyncRedisReader, Entry, MemoryStore
+from precast.serving import AsyncReader, Entry, LocalView
 
 # Reads are counted in a plain dict on the event loop (the only thread that serves) and
 # exported by a collector: a prometheus_client Counter takes a lock per increment, which
@@ -52,8 +52,8 @@ def _ready_always() -> tuple[bool, dict]:
 @dataclass
 class Service:
     options: ApiOptions
-    view: MemoryStore | None
-    reader: AsyncRedisReader | None
+    view: LocalView | None
+    reader: AsyncReader | None
     asker: PrecomputeAsker
     readiness: Callable[[], tuple[bool, dict]] = _ready_always
     health: Callable[[], tuple[bool, dict]] = _ready_always
@@ -81,6 +81,7 @@ class Service:
         if self.view is not None:
             e = self.view.get(device_id, now_ms)
         else:
+            assert self.reader is not None  # exactly one of the two (__post_init__)
             try:
                 e = await self.reader.get(device_id)
             except redis.RedisError:
@@ -94,6 +95,7 @@ class Service:
         if self.view is not None:
             entries = self.view.get_many(device_ids, now_ms)
         else:
+            assert self.reader is not None  # exactly one of the two (__post_init__)
             try:
                 entries = await self.reader.get_many(device_ids)
             except redis.RedisError:

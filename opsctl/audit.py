@@ -269,7 +269,7 @@ def _topic_reader(settings: StackCliSettings, topic: str, progress: Any) -> Any:
                 wanted.append(OffsetRange(p, lo, end))
             for batch in RangeReader(c, topic, wanted):
                 for m in batch:
-                    yield m.partition(), m.offset(), m.key(), m.value()  # type: ignore[misc]
+                    yield m.partition(), m.offset(), m.key(), m.value()
                 progress.update(len(batch))
         finally:
             c.close()

@@ -1,6 +1,6 @@
 """`precast`: the local stack, topic contracts and the end-to-end demo.
 
-precast stack up | down | status
+precast stack up | down [kafka|redis] | status | running | install
 precast topics ensure | list
 precast demo
 precast schemas export DIR
@@ -16,20 +16,36 @@ import sys
 from pathlib import Path
 
 from opsctl.settings import StackCliSettings
+from precast.errors import ConfigError
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 
 
 def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
-    from opsctl.stack import LocalStack
+    from opsctl.stack import COMPONENTS, LocalStack
 
+    if args.components and args.action != "down":
+        raise ConfigError(f"stack {args.action} takes no component names")
+    unknown = sorted(set(args.components) - set(COMPONENTS))
+    if unknown:
+        raise ConfigError(
+            f"unknown stack component {', '.join(unknown)} (choose from {', '.join(COMPONENTS)})"
+        )
     stack = LocalStack(settings.stack)
     if args.action == "up":
         stack.up(progress=lambda m: print(m, flush=True), prometheus=settings.stack.prometheus)
         return 0
+    if args.action == "install":
+        stack.kafka.resolve_jars(progress=lambda m: print(m, flush=True))
+        return 0
     if args.action == "down":
-        stopped = stack.down()
+        stopped = stack.down(args.components or None)
         print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        return 0
+    if args.action == "running":
+        # One short name per line, for scripts (./dev) that stop only what they started.
+        for name in stack.running():
+            print(name)
         return 0
     rows = stack.status()
     for r in rows:
@@ -118,7 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser(
         "stack", help="local Kafka 4 + Redis (+ Prometheus) for demos, tests and CI"
     )
-    st.add_argument("action", choices=["up", "down", "status"])
+    st.add_argument("action", choices=["up", "down", "status", "running", "install"])
+    st.add_argument(
+        "components",
+        nargs="*",
+        help="with down: stop only these (kafka, redis, prometheus, redis-exporter; default: all)",
+    )
     st.set_defaults(fn=_stack)
     tp = sub.add_parser("topics", help="topic contracts")
     tp.add_argument("action", choices=["ensure", "list"])

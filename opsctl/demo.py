@@ -102,14 +102,13 @@ def run_demo(
         flush=True,
     )
     stack = LocalStack(settings.stack)
-    started_stack = False
+    started: list[str] = []  # stack components this demo started, and so stops
     scraped = use_stack and settings.stack.prometheus
     env = dict(os.environ)
     if use_stack:
-        started_stack = not any(
-            s.state == "healthy" for s in stack.status() if s.name == "Kafka broker"
-        )
+        before = set(stack.running())
         stack.up(progress=lambda m: print(m, flush=True), prometheus=scraped)
+        started = [c for c in stack.running() if c not in before]
         env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] = stack.bootstrap_servers
         env["PRECAST_REDIS__URL"] = stack.redis_url
         kafka = settings.kafka.model_copy(update={"bootstrap_servers": stack.bootstrap_servers})
@@ -216,9 +215,11 @@ def run_demo(
         if scraped:
             stack.prometheus.remove_targets("demo")
         _stop_children(children)
-        if started_stack:
-            stack.down()
-            print("demo: stopped the processes and the stack it started")
+        if started:
+            stack.down(started)
+            print(
+                f"demo: stopped the processes and what it started of the stack ({', '.join(started)})"
+            )
         else:
             print("demo: stopped its processes (the stack was already running and stays up)")
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -184,7 +185,7 @@ class Fleet:
             e["meta"] = {"info": {**info, "uplink": "lte"}, "boot_count": i % 50}
         return e
 
-    def step(self, n: int, now_ms: int) -> list[dict[str, Any] | BadRecord]:
+    def step(self, n: int, now_ms: int) -> Sequence[dict[str, Any] | BadRecord]:
         """The next n heartbeat slots: heartbeats, the alarms and work orders those devices
         raise meanwhile, and (with `bad_rate`) malformed records in place of some events."""
         events, idx, w = self._heartbeats(n, now_ms)

@@ -170,7 +170,9 @@ def _param(attr: str, conditions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rate(attr: str, conditions: np.ndarray) -> np.ndarray:
-    return np.array([getattr(c, attr) for c in CONDITIONS], dtype=np.float64)[conditions]
+    rates = np.array([getattr(c, attr) for c in CONDITIONS], dtype=np.float64)
+    picked: np.ndarray = rates[conditions]
+    return picked
 
 
 def sample_conditions(rng: np.random.Generator, n: int) -> np.ndarray:

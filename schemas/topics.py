@@ -16,20 +16,23 @@ HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 
 
+CleanupPolicy = Literal["delete", "compact"]
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     role: str
     name: str
     partitions: int
     replication_factor: int
-    cleanup_policy: Literal["delete", "compact"]
+    cleanup_policy: CleanupPolicy
     keyed_by_device: bool
     description: str
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 # role -> (suffix, cleanup, retention ms or None, keyed by device, description, extra config)
-_CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
+_CATALOG: dict[str, tuple[str, CleanupPolicy, int | None, bool, str, dict[str, str]]] = {
     "heartbeats": (
         "heartbeats",
         "delete",
@@ -134,7 +137,7 @@ def catalog(prefix: str = "precast.", partitions: int = 6, replication_factor: i
             name=f"{prefix}{suffix}",
             partitions=partitions,
             replication_factor=replication_factor,
-            cleanup_policy=cleanup,  # type: ignore[arg-type]
+            cleanup_policy=cleanup,
             keyed_by_device=by_device,
             description=desc,
             config=MappingProxyType(config),

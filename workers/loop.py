@@ -15,9 +15,17 @@ import logging
 import time
 from dataclasses import dataclass
 from operator import methodcaller
+from typing import Any
 
-from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
+from precast.kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaMessage,
+    TopicPartitionOffset,
+    retry_settling,
+)
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers import metrics as M
 from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
@@ -86,7 +94,7 @@ class Worker:
             if cfg.exactly_once
             else AtLeastOnce(kafka, topics.dead_letters.name)
         )
-        overrides = {"partition.assignment.strategy": "range"}
+        overrides: dict[str, Any] = {"partition.assignment.strategy": "range"}
         if cfg.exactly_once:
             overrides["isolation.level"] = "read_committed"
         self.consumer = Consumer(kafka, cfg.group_id, **overrides)
@@ -208,7 +216,7 @@ class Worker:
         if result is None:
             for it in items:
                 for m, _ in it.refs:
-                    self._reject(m, "model_failure", error)
+                    self._reject(m, Reason.MODEL_FAILURE, error)
             return
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
@@ -247,7 +255,7 @@ class Worker:
         else:
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
 
-    def _reject(self, msg, reason: str, detail: str) -> None:
+    def _reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)
 
     # -- rebalancing ----------------------------------------------------------------------------------
@@ -271,22 +279,13 @@ class Worker:
             self.consumer.pause(self._paused)
         log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
 
-    def _watermarks(self, topic: str, partition: int, patience_s: float = 15.0) -> tuple[int, int]:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
-        deadline = time.monotonic() + patience_s
-        while True:
-            try:
-                return self.consumer.watermarks(topic, partition, timeout=5.0)
-            except KafkaFailure as exc:
-                if time.monotonic() > deadline:
-                    raise
-                log.info(
-                    "watermarks of %s[%d] not available yet (%s); retrying",
-                    topic,
-                    partition,
-                    exc.code,
-                )
-                time.sleep(0.2)
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment.
+        return retry_settling(
+            lambda: self.consumer.watermarks(topic, partition, timeout=5.0),
+            patience_s=15.0,
+            what=f"watermarks of {topic}[{partition}]",
+        )
 
     def _check_restored(self) -> None:
         pos = self.pipeline.positions

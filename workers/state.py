@@ -16,6 +16,14 @@ _DEFAULT_HB = np.array(list(DEFAULT_HEARTBEAT.values()), dtype=np.float64)
 
 
 class DeviceTable:
+    # Columns, one row per slot, grown together by `_alloc`.
+    hb: np.ndarray  # newest heartbeat's metrics
+    hb_time: np.ndarray  # its event time, ms; -1: none seen
+    last_x: np.ndarray  # features of the last prediction
+    valid_until: np.ndarray  # the last prediction's valid_until, ms
+    predicted_at: np.ndarray  # worker clock, ms
+    partition: np.ndarray
+
     def __init__(self, capacity: int = 1024) -> None:
         self.slot: dict[str, int] = {}
         self._free: list[int] = []
@@ -25,12 +33,12 @@ class DeviceTable:
     def _alloc(self, cap: int) -> None:
         old = getattr(self, "hb", None)
         n = 0 if old is None else len(old)
-        grow = {
+        grow: dict[str, np.ndarray] = {
             "hb": np.zeros((cap, len(_DEFAULT_HB))),
             "hb_time": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, N_FEATURES), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
-            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
+            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),
             "partition": np.full(cap, -1, dtype=np.int32),
         }
         for name, arr in grow.items():

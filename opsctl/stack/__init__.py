@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,9 @@ from opsctl.stack.kafka_node import KafkaNode
 from opsctl.stack.prometheus_node import PrometheusNode, RedisExporterNode
 from opsctl.stack.redis_node import RedisNode
 from precast.errors import StackError
+
+# What `down(only=...)` and `running()` name: one entry per process the stack starts.
+COMPONENTS = ("prometheus", "redis-exporter", "kafka", "redis")
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,28 @@ class LocalStack:
         )
         return self.status()
 
-    def down(self) -> list[str]:
+    def _nodes(self) -> dict[str, KafkaNode | RedisNode | PrometheusNode | RedisExporterNode]:
+        # Short names (`COMPONENTS`), in stop order: the scrapers first, Redis last.
+        return {
+            "prometheus": self.prometheus,
+            "redis-exporter": self.redis_exporter,
+            "kafka": self.kafka,
+            "redis": self.redis,
+        }
+
+    def running(self) -> list[str]:
+        """Short names (`COMPONENTS`) of the components whose process is alive now."""
+        return [name for name, node in self._nodes().items() if node.proc.pid() is not None]
+
+    def down(self, only: Iterable[str] | None = None) -> list[str]:
+        """Stop the components named in `only` (all by default); returns what was running."""
+        wanted = set(COMPONENTS if only is None else only)
+        if wanted - set(COMPONENTS):
+            raise ValueError(f"unknown stack components: {sorted(wanted - set(COMPONENTS))}")
         stopped = []
         with self._lock():
-            for node in (self.prometheus, self.redis_exporter, self.kafka, self.redis):
-                if node.stop():
+            for name, node in self._nodes().items():
+                if name in wanted and node.stop():
                     stopped.append(node.proc.name)
         return stopped
 

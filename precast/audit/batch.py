@@ -26,7 +26,7 @@ class Batch:
 
 
 def prepare(topic: str, msgs: Sequence[KafkaMessage], tree: CompactRange) -> Batch:
-    leaves = [leaf_of(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]  # type: ignore[arg-type]
+    leaves = [leaf_of(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
     datas = [encode_leaf(x) for x in leaves]
     hashes = leaf_hashes(datas)
     after = CompactRange(tree.size, list(tree.hashes))  # the caller keeps it once stored

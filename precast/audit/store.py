@@ -174,7 +174,10 @@ class LogStore:
 
     def leaf(self, idx: int) -> tuple[bytes, bytes] | None:
         """(hash, data) of one leaf."""
-        return self.db.execute("SELECT hash, data FROM leaves WHERE idx = ?", (idx,)).fetchone()
+        row: tuple[bytes, bytes] | None = self.db.execute(
+            "SELECT hash, data FROM leaves WHERE idx = ?", (idx,)
+        ).fetchone()
+        return row
 
     def find_by_offset(self, partition: int, offset: int) -> int | None:
         row = self.db.execute(

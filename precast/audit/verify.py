@@ -61,8 +61,8 @@ class _Placement:
     """Per partition: the offsets the log holds, their leaf indexes and leaf hashes (compact
     arrays: a million leaves cost ~48 MB, not ~200 MB of tuples)."""
 
-    offsets: array = field(default_factory=lambda: array("q"))
-    leaves: array = field(default_factory=lambda: array("q"))
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    leaves: array[int] = field(default_factory=lambda: array("q"))
     hashes: bytearray = field(default_factory=bytearray)
     ordered: bool = True
 
