@@ -38,44 +38,67 @@ def silent_for_ms(info: bytes) -> int | None:
     return last_data_recv if bytes_received == 0 else None
 
 
-def sweep(port: int, older_than_ms: int) -> int:
-    """One pass over /proc/self/fd; returns how many connections were shut down."""
+def sweep(port: int, older_than_ms: int, settled: set[str] | None = None) -> int:
+    """One pass over /proc/self/fd; returns how many connections were shut down. `settled`
+    (socket inodes known to be another port's or to have received bytes: that never changes)
+    is kept between passes so that each pass looks only at the sockets still in question."""
+    settled = set() if settled is None else settled
     closed = 0
     try:
         fds = os.listdir("/proc/self/fd")
     except OSError:
         return 0
+    seen = set()
     for name in fds:
         fd = int(name)
         try:
-            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
-                continue
-            dup = os.dup(fd)
+            link = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        try:
-            s = socket.socket(fileno=dup)
-        except OSError:
-            os.close(dup)
+        if not link.startswith("socket:"):
             continue
-        with s:
-            try:
-                if s.type != socket.SOCK_STREAM or s.family not in (
-                    socket.AF_INET,
-                    socket.AF_INET6,
-                ):
-                    continue
-                if s.getsockname()[1] != port:
-                    continue
-                age = silent_for_ms(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _INFO_LEN))
-                if age is not None and age > older_than_ms:
-                    s.shutdown(socket.SHUT_RDWR)
-                    closed += 1
-            except OSError:
-                continue
+        seen.add(link)
+        if link in settled:
+            continue
+        verdict = _check(fd, port, older_than_ms)
+        if verdict == "closed":
+            closed += 1
+        elif verdict == "settled":
+            settled.add(link)
+    settled.intersection_update(seen)  # forget sockets that are gone
     if closed:
         REAPED.inc(closed)
     return closed
+
+
+def _check(fd: int, port: int, older_than_ms: int) -> str:
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return "gone"
+    try:
+        s = socket.socket(fileno=dup)
+    except OSError:
+        os.close(dup)
+        return "settled"
+    with s:
+        try:
+            if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
+                return "settled"
+            if s.getsockname()[1] != port:
+                return "settled"
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _INFO_LEN)
+            if info[0] != _TCP_ESTABLISHED:
+                return "open"  # the listener, or closing: look again next time
+            age = silent_for_ms(info)
+            if age is None:
+                return "settled"  # it has sent its request: the server's timers own it
+            if age > older_than_ms:
+                s.shutdown(socket.SHUT_RDWR)
+                return "closed"
+            return "open"
+        except OSError:
+            return "open"
 
 
 class Reaper:
@@ -83,6 +106,7 @@ class Reaper:
         self.port, self.timeout_ms = port, int(header_timeout_s * 1000)
         self.every_s = max(0.5, min(5.0, header_timeout_s / 3))
         self._stop = threading.Event()
+        self._settled: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="idle-reaper", daemon=True)
 
     def start(self) -> Reaper:
@@ -96,6 +120,6 @@ class Reaper:
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                sweep(self.port, self.timeout_ms)
+                sweep(self.port, self.timeout_ms, self._settled)
             except Exception:  # never take the server down over housekeeping
                 log.exception("idle-connection reaper failed")
