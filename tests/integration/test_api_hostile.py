@@ -234,7 +234,8 @@ def test_spoofed_beacons_cannot_swing_the_delay_share(kafka_settings, topics):
 
 @pytest.mark.slow
 def test_ten_thousand_idle_connections_and_a_thousand_streams(kafka_settings, topics):
-    raise_fd_limit()
+    if raise_fd_limit() < 12_000:  # this process and the server each hold 11,000 sockets
+        pytest.skip("the hard open-file limit is below 12,000 (ulimit -Hn)")
     now = int(time.time() * 1000)
     publish(
         kafka_settings, topics.predictions.name, [("dev-1", prediction_value("dev-1", now, now))]
