@@ -12,19 +12,22 @@ import os
 import re
 import resource
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
 
 from bench.harness import ROOT
 
-_PER_SOURCE = 20_000  # well inside the default ephemeral range (32768-60999) of one address
+_PER_SOURCE = 5_000  # well inside the default ephemeral range (32768-60999) of one address
+_IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+_LINGER_RESET = struct.pack("ii", 1, 0)
 
 
 def raise_fd_limit() -> int:
@@ -111,11 +114,26 @@ def _source(i: int) -> tuple[str, int]:
     return (f"127.0.0.{2 + i // _PER_SOURCE}", 0)
 
 
+def connect(port: int, i: int, timeout: float = 10.0) -> socket.socket:
+    """A loopback connection from source address number `i // 5000`. The port is chosen at
+    connect time (IP_BIND_ADDRESS_NO_PORT), so earlier rounds' sockets never exhaust it."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
+        s.bind(_source(i))
+        s.settimeout(timeout)
+        s.connect(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def open_idle(port: int, n: int, first_bytes: bytes = b"") -> list[socket.socket]:
     """`n` connections that send `first_bytes` (nothing: idle; part of a head: slow) and wait."""
     socks = []
     for i in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=_source(i))
+        s = connect(port, i)
         if first_bytes:
             s.sendall(first_bytes)
         socks.append(s)
@@ -137,7 +155,10 @@ def still_open(socks: list[socket.socket]) -> int:
 
 
 def close_all(socks: list[socket.socket]) -> None:
+    """Close with a reset: thousands of flood sockets must not sit in TIME_WAIT afterwards."""
     for s in socks:
+        with suppress(OSError):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
         s.close()
 
 
@@ -169,10 +190,7 @@ def open_streams(
     )
     socks = []
     for i in range(n):
-        s = socket.create_connection(
-            ("127.0.0.1", port), timeout=30, source_address=_source(first + i)
-        )
-        socks.append(s)
+        socks.append(connect(port, first + i, timeout=30))
     for s in socks:
         s.sendall(head.encode() + b"\r\n")
     statuses = []

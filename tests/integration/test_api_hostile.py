@@ -153,7 +153,7 @@ def test_per_client_stream_limit_answers_429(kafka_settings, topics):
             assert orjson.loads(r.read())["error"] == "too_many_streams_for_client"
             c.close()
             # another address is another client
-            other, more = open_streams(port, 1, "/v1/stream?ids=dev-1", first=20_000 * 5)
+            other, more = open_streams(port, 1, "/v1/stream?ids=dev-1", first=5_000 * 5)
             assert other == [200]
             close_all(more)
         finally:
