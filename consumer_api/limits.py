@@ -93,6 +93,7 @@ class ClientLimits:
             opts.client_beacons_per_s, opts.client_beacon_burst, opts.max_clients, clock
         )
         self._streams: dict[str, int] = {}
+        self._proxies = frozenset(opts.trusted_proxies)
 
     def keys(self, conn: HTTPConnection) -> list[str]:
         """The client's keys: `t:<digest of the Authorization header>` and `a:<address>`."""
@@ -104,8 +105,19 @@ class ClientLimits:
                 digest = hashlib.blake2b(auth.encode(), digest_size=8).hexdigest()
                 out.append("t:" + digest)
         if how != "token":
-            out.append("a:" + (conn.client.host if conn.client else "-"))
+            out.append("a:" + self.address(conn))
         return out or ["a:-"]
+
+    def address(self, conn: HTTPConnection) -> str:
+        """The peer's address; behind a trusted proxy, the one that proxy appended to
+        X-Forwarded-For (the right-most entry: those to its left are the client's own claims)."""
+        peer = conn.client.host if conn.client else "-"
+        if peer in self._proxies:
+            forwarded = conn.headers.get("x-forwarded-for", "")
+            last = forwarded.rsplit(",", 1)[-1].strip()
+            if last:
+                return last[:64]
+        return peer
 
     def open_stream(self, keys: list[str]) -> float:
         """Count one more stream for each key, or 0 counted and a retry hint when one is full."""

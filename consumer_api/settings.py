@@ -147,6 +147,13 @@ class ApiOptions(Section):
             "its own allowance, or only one of them (behind a proxy: token)"
         ),
     )
+    trusted_proxies: list[str] = Field(
+        default=[],
+        description=(
+            "addresses of reverse proxies whose X-Forwarded-For names the client "
+            "(its right-most entry); JSON list"
+        ),
+    )
     client_max_streams: int = Field(
         default=20, ge=1, le=100_000, description="most open event streams per client"
     )

@@ -65,6 +65,21 @@ def test_client_keys_follow_the_setting():
     assert keys("token_and_address", None) == ["a:10.0.0.7"]
 
 
+def test_forwarded_for_counts_only_from_a_trusted_proxy():
+    limits = ClientLimits(ApiOptions(trusted_proxies=["10.0.0.1"]))
+
+    def key(peer: str, xff: str) -> list[str]:
+        scope = {
+            "type": "http",
+            "headers": [(b"x-forwarded-for", xff.encode())],
+            "client": (peer, 1),
+        }
+        return limits.keys(Request(scope))
+
+    assert key("10.0.0.1", "1.2.3.4, 192.168.0.9") == ["a:192.168.0.9"]
+    assert key("10.0.0.2", "192.168.0.9") == ["a:10.0.0.2"]  # anyone else: the header is a claim
+
+
 def test_stream_slots_per_client_and_per_replica():
     limits = ClientLimits(ApiOptions(client_max_streams=2))
     assert limits.open_stream(["a:1"]) == 0 and limits.open_stream(["a:1"]) == 0
