@@ -57,6 +57,7 @@ def run(ctx: Context) -> Report:
     n_get = 1_000 if ctx.quick else 3_000
     idle_n = 2_000 if ctx.quick else 10_000
     streams_n = 200 if ctx.quick else 1_000
+    rounds = 3 if ctx.quick else 5
     prefix = ctx.unique("hostile") + "."
     topics = catalog(prefix, partitions=3)
     admin = Admin(ctx.kafka_settings())
@@ -90,11 +91,12 @@ def run(ctx: Context) -> Report:
                 client_max_streams=streams_n * 2,
             )
             with api_process(port, env) as api:
-                _p99(port, 300)  # warm-up
+                latencies_ms(port, READ, 1_000)  # warm-up
                 unloaded, loaded, held_idle, held_streams = [], [], 0, 0
-                for rnd in range(2):
+                # Alternated rounds, medians of each side's p99: single p99s on this shared
+                # 2-core machine swing by 2-5x from other tenants' work alone.
+                for rnd in range(rounds):
                     unloaded.append(_p99(port, n_get))
-                    progress(f"{server} round {rnd + 1}: opening {idle_n:,} idle sockets")
                     idle = open_idle(port, idle_n)
                     statuses, streams = open_streams(
                         port, streams_n, "/v1/stream?ids=dev-1", first=idle_n
@@ -106,18 +108,20 @@ def run(ctx: Context) -> Report:
                             held_streams, min(statuses.count(200), still_open(streams))
                         )
                         progress(
-                            f"{server}: {held_idle:,} idle, {held_streams:,} streams held, "
-                            f"p99 {unloaded[-1]:.3f} -> {loaded[-1]:.3f} ms; "
-                            f"gauge {api.metric('precast_api_event_streams'):.0f}"
+                            f"{server} round {rnd + 1}/{rounds}: {held_idle:,} idle, "
+                            f"{held_streams:,} streams held, p99 {unloaded[-1]:.3f} -> "
+                            f"{loaded[-1]:.3f} ms; gauge "
+                            f"{api.metric('precast_api_event_streams'):.0f}"
                         )
                     finally:
                         close_all(idle + streams)
-                    time.sleep(1.0)
-                ratio = min(loaded) / min(unloaded)
+                    time.sleep(2.0)  # let the replica finish closing 11k sockets
+                base, flooded = float(np.median(unloaded)), float(np.median(loaded))
+                ratio = flooded / base
                 rows.append(
                     [
                         f"{server}: GET p99 with {idle_n:,} idle sockets + {streams_n:,} streams",
-                        f"{min(unloaded):.3f} ms -> {min(loaded):.3f} ms",
+                        f"{base:.3f} ms -> {flooded:.3f} ms (medians of {rounds})",
                         f"{ratio:.2f}x",
                         f"{held_idle:,} idle, {held_streams:,} streams held",
                     ]
@@ -242,7 +246,8 @@ def run(ctx: Context) -> Report:
             ),
         ],
         notes=[
-            "p99 figures are the lower of two alternated rounds on a shared 2-core machine.",
+            "p99 figures: medians over alternated rounds (unloaded, then flooded) of the p99 of "
+            "sequential keep-alive GETs, on a shared 2-core machine.",
             "Before: 128 idle sockets stopped a granian replica; 20 prefetch calls of 100 new "
             "IDs wrote 2,000 precompute requests in 0.06 s (issue 17).",
         ],
