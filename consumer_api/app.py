@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -15,9 +14,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from consumer_api import beacon as beacons
 from consumer_api import board as boards
@@ -29,24 +27,10 @@ from consumer_api.limits import retry_after
 from consumer_api.openapi import SPEC
 from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_params
 from consumer_api.service import Service, now_ms
+from consumer_api.streams import open_stream
 
 _SPEC_BYTES = orjson.dumps(SPEC)
 log = logging.getLogger("precast.api")
-
-
-class HeldStream(StreamingResponse):
-    """An event stream that gives back its slots when the response ends, however it ends
-    (finished, cancelled by a disconnect, or never started)."""
-
-    def __init__(self, content, release: Callable[[], None], **kw) -> None:
-        super().__init__(content, **kw)
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
 
 
 class Endpoints:
@@ -98,38 +82,9 @@ class Endpoints:
         ids = device_list(request.query_params.get("ids"), self.opts.sse_max_devices)
         if isinstance(ids, Response):
             return ids
-        # Each stream holds a connection and a subscription: bound them per client and per
-        # replica so a reconnect storm sheds load with a clear answer instead of exhausting the
-        # replica. Checked and counted in one step (no await between), released by HeldStream.
-        limits, hub = self.svc.limits, self.svc.hub
-        keys = limits.keys(request)
-        if wait := limits.open_stream(keys):
-            return error(
-                429,
-                "too_many_streams_for_client",
-                f"this client already has {self.opts.client_max_streams} event streams open",
-                headers={"Retry-After": retry_after(wait)},
-            )
-        if not hub.reserve():
-            limits.close_stream(keys)
-            return error(
-                503,
-                "too_many_streams",
-                f"this replica already serves {self.opts.sse_max_streams} event "
-                "streams; retry later or use another replica",
-                headers={"Retry-After": "5"},
-            )
-
-        def release() -> None:
-            hub.release()
-            limits.close_stream(keys)
-
-        return HeldStream(
-            self._events(ids),
-            release,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
+        # Each stream holds a connection and a subscription: bound per client and per replica
+        # so a reconnect storm sheds load with a clear answer instead of exhausting the replica.
+        return open_stream(self.svc, request, self._events(ids))
 
     async def _events(self, ids: list[str]):
         svc = self.svc

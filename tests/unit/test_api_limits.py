@@ -258,3 +258,13 @@ def test_open_file_limit_is_raised_to_the_hard_limit():
         assert hard == resource.RLIM_INFINITY or got == hard
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_board_streams_share_the_replica_cap():
+    svc = make_service(sse_max_streams=1)
+    client = TestClient(make_app(svc))  # the app includes the board
+    assert svc.hub.reserve()  # another stream holds the only slot
+    for path in ("/v1/board/stream", "/v1/stream?ids=dev-1"):
+        busy = client.get(path)
+        assert busy.status_code == 503 and busy.json()["error"] == "too_many_streams"
+    assert svc.hub.streams == 1
