@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from prometheus_client import Gauge
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from consumer_api.board_feed import BoardFeed
@@ -39,6 +39,7 @@ from consumer_api.fleet import ALARM_STATES, COLUMNS, SORTABLE, SOURCES, FleetIn
 from consumer_api.lineage import LineageReader
 from consumer_api.requests_in import unknown_params
 from consumer_api.service import Service, now_ms, read_counts
+from consumer_api.streams import open_stream
 from precast.serving import valid_device_id
 from schemas.events import DEVICE_ID_PATTERN
 
@@ -268,18 +269,8 @@ class BoardEndpoints:
                     "Last-Event-ID must be a change sequence number",
                     "last_event_id",
                 )
-        if self.svc.hub.streams + self.index.subscribers >= self.svc.options.sse_max_streams:
-            return error(
-                503,
-                "too_many_streams",
-                f"this replica already serves {self.svc.options.sse_max_streams} event streams; retry later",
-                headers={"Retry-After": "5"},
-            )
-        return StreamingResponse(
-            self._events(last),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
+        # One slot of the replica's stream cap and of the client's, as for /v1/stream.
+        return open_stream(self.svc, request, self._events(last))
 
     async def _events(self, last: int | None) -> AsyncIterator[bytes]:
         b, index = self.board, self.index

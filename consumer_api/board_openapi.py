@@ -158,6 +158,11 @@ PATHS: dict[str, Any] = {
                 },
                 "400": _ERROR,
                 "401": _AUTH,
+                "429": {
+                    **_ERROR,
+                    "description": "this client's open streams are at "
+                    "PRECAST_API__CLIENT_MAX_STREAMS; see Retry-After",
+                },
                 "503": {**_ERROR, "description": "too many open streams; see Retry-After"},
             },
         }

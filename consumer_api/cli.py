@@ -8,16 +8,18 @@ from dataclasses import dataclass
 from consumer_api.app import create_app
 from consumer_api.board import Board
 from consumer_api.board_feed import BoardFeed
+from consumer_api.budget import Budget, LocalBudget, RedisBudget
 from consumer_api.fleet import FleetIndex
 from consumer_api.hub import Hub
 from consumer_api.lineage import LineageReader
 from consumer_api.materializer import Materializer
 from consumer_api.precompute_requests import PrecomputeAsker
-from consumer_api.serve import check_bind, serve
+from consumer_api.serve import ServerLimits, check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin, Producer
+from precast.redis_client import connect_async
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
 from precast.settings import load
@@ -44,7 +46,7 @@ def build(settings: ApiSettings) -> Built:
     grace_ms = int(opts.grace_s * 1000)
     view = MemoryStore(grace_ms) if opts.local_view else None
     shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
-    hub = Hub()
+    hub = Hub(opts.sse_max_streams)
     index = (
         FleetIndex(
             default_strategy=opts.default_strategy,
@@ -89,8 +91,21 @@ def build(settings: ApiSettings) -> Built:
             "error": f"materializer: {mat.error}"
         }
 
+    budget: Budget = (
+        RedisBudget(
+            connect_async(settings.redis),
+            settings.redis.key_prefix,
+            opts.precompute_budget_per_s,
+            opts.precompute_burst,
+        )
+        if settings.redis.url
+        else LocalBudget(opts.precompute_budget_per_s, opts.precompute_burst)
+    )
     asker = PrecomputeAsker(
-        Producer(settings.kafka), topics.precompute_requests.name, int(opts.request_window_s * 1000)
+        Producer(settings.kafka),
+        topics.precompute_requests.name,
+        int(opts.request_window_s * 1000),
+        budget=budget,
     )
     svc = Service(
         opts,
@@ -146,7 +161,13 @@ def run(settings: ApiSettings) -> int:
         flush=True,
     )
     try:
-        serve(built.app, settings.api.host, settings.api.port, settings.api.server)
+        serve(
+            built.app,
+            settings.api.host,
+            settings.api.port,
+            settings.api.server,
+            ServerLimits.from_options(settings.api),
+        )
     finally:
         if built.board_feed is not None:
             built.board_feed.stop()

@@ -16,6 +16,11 @@ _AUTH = {
     "description": "bearer token missing or wrong (only when auth is enabled)",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
+_LIMITED = {
+    "description": "past this client's allowance (PRECAST_API__CLIENT_*); Retry-After says when",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}},
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
 _IDS = {
     "name": "ids",
     "in": "query",
@@ -121,6 +126,7 @@ SPEC: dict = {
                     },
                     "400": _ERROR,
                     "401": _AUTH,
+                    "429": _LIMITED,
                     "503": {
                         **_ERROR,
                         "description": "too many open streams on this replica "
@@ -143,9 +149,11 @@ SPEC: dict = {
                     "202": _json("PrefetchResult", "what was asked"),
                     "400": _ERROR,
                     "401": _AUTH,
+                    "408": _ERROR,
                     "413": _ERROR,
                     "415": _ERROR,
                     "422": _ERROR,
+                    "429": _LIMITED,
                 },
             }
         },
@@ -163,9 +171,11 @@ SPEC: dict = {
                     "204": {"description": "recorded"},
                     "400": _ERROR,
                     "401": _AUTH,
+                    "408": _ERROR,
                     "413": _ERROR,
                     "415": _ERROR,
                     "422": _ERROR,
+                    "429": _LIMITED,
                 },
             }
         },
@@ -249,7 +259,8 @@ SPEC: dict = {
             "PrefetchResult": {
                 "type": "object",
                 "properties": {
-                    k: {"type": "integer"} for k in ("sent", "deduplicated", "dropped", "fresh")
+                    k: {"type": "integer"}
+                    for k in ("sent", "deduplicated", "dropped", "over_budget", "fresh")
                 },
             },
             "Beacon": Beacon.model_json_schema(

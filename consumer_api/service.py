@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
 from consumer_api.beacon import DelayShares
 from consumer_api.hub import Hub
+from consumer_api.limits import ClientLimits
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.settings import ApiOptions
 from precast.serving import AsyncReader, Entry, LocalView
@@ -64,6 +65,8 @@ class Service:
         if (self.view is None) == (self.reader is None):
             raise ValueError("exactly one of view / reader")
         self.renderer = Renderer(self.options.default_strategy, self.options.expired)
+        self.hub.max_streams = self.options.sse_max_streams
+        self.limits = ClientLimits(self.options)
         tok = self.options.auth_token
         self._token = b"Bearer " + tok.get_secret_value().encode() if tok else None
 

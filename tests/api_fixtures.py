@@ -8,6 +8,7 @@ import orjson
 
 from consumer_api.app import create_app
 from consumer_api.board import Board
+from consumer_api.budget import LocalBudget
 from consumer_api.fleet import FleetIndex
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.service import Service
@@ -61,9 +62,9 @@ def make_service(
 ) -> Service:
     opts = ApiOptions(**options)
     view = MemoryStore(int(opts.grace_s * 1000)) if view is None else view
-    return Service(
-        opts, view, None, PrecomputeAsker(producer, topic, int(opts.request_window_s * 1000))
-    )
+    budget = LocalBudget(opts.precompute_budget_per_s, opts.precompute_burst)
+    asker = PrecomputeAsker(producer, topic, int(opts.request_window_s * 1000), budget=budget)
+    return Service(opts, view, None, asker)
 
 
 def make_board(svc: Service, **kw) -> Board:

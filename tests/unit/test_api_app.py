@@ -142,7 +142,7 @@ def test_beacon_shares_and_front_jank(client):
         {"timings": [{"input_to_shown_ms": 300, "network_ms": 100, "server_timing": {"cache": 50}}]}
     ).timings[0]
     assert split(t)["front_jank"] == 200 and split(t)["network_qoe"] == 100
-    shares = DelayShares(clock=iter([0.0, 0.0, 60.0]).__next__)
+    shares = DelayShares(clock=iter([0.0, 60.0, 60.0]).__next__)
     shares.add({"front_jank": 100})
     shares.add({"network_qoe": 100})  # 60 s later: the first half-decayed
     s = shares.shares()
@@ -158,7 +158,7 @@ def test_prefetch_counts_fresh_and_unavailable(svc, client):
     r = client.post("/v1/prefetch", json={"device_ids": ["dev-1", "dev-2", "dev-2"]})
     assert r.status_code == 202
     # no producer in this unit test: the miss cannot be sent, and says so
-    assert r.json() == {"sent": 0, "deduplicated": 0, "dropped": 1, "fresh": 1}
+    assert r.json() == {"sent": 0, "deduplicated": 0, "dropped": 1, "over_budget": 0, "fresh": 1}
 
 
 def test_probes_and_openapi(client):
