@@ -77,6 +77,14 @@ _CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
             "delete.retention.ms": str(DAY_MS),
         },
     ),
+    "shadow_predictions": (
+        "shadow-predictions",
+        "delete",
+        7 * DAY_MS,
+        True,
+        "a candidate model's PredictionSets from `precast shadow`; never served, never materialized",
+        {},
+    ),
     "dead_letters": (
         "dead-letters",
         "delete",
@@ -108,6 +116,7 @@ class Topics:
     device_context: TopicSpec
     precompute_requests: TopicSpec
     predictions: TopicSpec
+    shadow_predictions: TopicSpec
     dead_letters: TopicSpec
     audit_checkpoints: TopicSpec
 
