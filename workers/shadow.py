@@ -246,6 +246,23 @@ class Checkpointer:
 
 
 # -- models -------------------------------------------------------------------------------------
+def live_folder(
+    name: str | None, registry: Path | None, settings: WorkerSettings
+) -> tuple[Path, Path]:
+    """(live model folder, registry folder). Without `--live`, the live version is what a worker
+    with these settings serves: the registry's ACTIVE (or highest) version when a registry is
+    configured, else PRECAST_MODEL__PATH."""
+    reg = registry or settings.model.registry
+    if name:
+        return model_folder(name, reg or DEFAULT_MODEL_DIR.parent), reg or DEFAULT_MODEL_DIR.parent
+    if reg is None:
+        return settings.model.path, settings.model.path.parent
+    version = wanted_version(reg)
+    if version is None:
+        raise ConfigError(f"model registry {reg} holds no model version; pass --live")
+    return reg / version, reg
+
+
 def model_folder(name: str, registry: Path) -> Path:
     """A registry version name (`1.1.0`) or a model folder path."""
     p = Path(name)
@@ -419,7 +436,9 @@ def _truth(spec: tuple[int, int, float] | None, labels: Sequence[str]) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m workers.shadow", description=__doc__.splitlines()[0])
     p.add_argument("--candidate", required=True, help="registry version (e.g. 1.1.0) or folder")
-    p.add_argument("--live", help="registry version or folder (default: what the registry serves)")
+    p.add_argument(
+        "--live", help="registry version or folder (default: what a worker would serve now)"
+    )
     p.add_argument("--registry", type=Path, help="model registry folder")
     p.add_argument("--ranges", required=True, help='{"topic": [[partition, start, end], ...]}')
     p.add_argument("--summary", required=True, type=Path, help="JSON summary file to write")
@@ -437,13 +456,10 @@ def main(argv: list[str] | None = None) -> int:
             worker={"group_id": f"precast-shadow-{uuid.uuid4().hex[:8]}"},
         )
         setup_logging(settings.log_level)
-        registry = args.registry or settings.model.registry or DEFAULT_MODEL_DIR.parent
-        live_name = args.live or wanted_version(registry)
-        if live_name is None:
-            raise ConfigError(f"model registry {registry} holds no model version; pass --live")
+        live, registry = live_folder(args.live, args.registry, settings)
         assignment, stop_at = parse_ranges(args.ranges)
         sa = ShadowArgs(
-            live=model_folder(live_name, registry),
+            live=live,
             candidate=model_folder(args.candidate, registry),
             assignment=assignment,
             stop_at=stop_at,
