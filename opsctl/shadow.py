@@ -162,10 +162,11 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
             if r.size:
                 ranges.setdefault(topic, []).append([r.partition, r.start, r.end])
     total = sum(row[3] for row in rows)
-    print(f"shadow of candidate {args.candidate}: {total:,} event records")
-    print(table(["topic", "partition", "offsets", "records"], rows))
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+    print(f"shadow of candidate {args.candidate}: {total:,} event records", file=out)
+    print(table(["topic", "partition", "offsets", "records"], rows), file=out)
     if args.dry_run:
-        print("dry run: nothing run")
+        print("dry run: nothing run", file=out)
         return 0
     admin.ensure_topics([cat.shadow_predictions])  # created on first use, by its contract
     job = fingerprint(

@@ -284,12 +284,12 @@ def load_model(folder: Path, role: str, settings: WorkerSettings) -> ModelSessio
             allow_spinning=m.allow_spinning,
             warmup_rows=max(1, m.warmup_rows),  # the warm-up run proves the input shape fits
         )
-    except ConfigError as exc:
-        raise ConfigError(f"{role} model {folder}: {exc}") from None
+    except ConfigError as exc:  # ONNX Runtime's own text may span lines: one line here
+        raise ConfigError(f"{role} model {folder}: {' '.join(str(exc).split())}") from None
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are untyped
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = " ".join(str(exc).split()) or type(exc).__name__
         raise ConfigError(
-            f"{role} model {folder} cannot run on this worker's features: {first}"
+            f"{role} model {folder} cannot run on this worker's features: {text}"
         ) from None
 
 
