@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage, TopicPartitionOffset
@@ -33,7 +34,6 @@ from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.fleet import DEVICE_TYPES, true_strategies
-from schemas.validation import validate_event
 from workers.backfill import parse_ranges
 from workers.cli import build
 from workers.encode import Pending
@@ -156,9 +156,7 @@ class ShadowWorker(Worker):
             hb = self.topics.heartbeats.name
             for m, _ in item.refs:
                 if m.topic() == hb:
-                    r = validate_event("heartbeats", m.key(), m.value(), m.headers())
-                    site = (r.event.meta.site if r.ok else None) or "unknown"  # type: ignore[union-attr]
-                    self.sites[item.device] = site
+                    site = self.sites[item.device] = site_of(m.value())
                     break
         return site or "unknown"
 
@@ -185,6 +183,23 @@ class ShadowWorker(Worker):
             - a.offset
             for a in self.assignment or ()
         )
+
+
+def site_of(value: bytes | None) -> str:
+    """The site a heartbeat names, in any tolerated metadata layout (`meta.info`, flat under
+    `meta`, or under a version key such as `meta.info.v2`; see schemas.normalize): read once
+    per device, so a plain JSON parse instead of the full contract validation."""
+    try:
+        meta = orjson.loads(value or b"{}").get("meta")
+    except (orjson.JSONDecodeError, AttributeError):
+        return "unknown"
+    if not isinstance(meta, dict):
+        return "unknown"
+    info = meta.get("info", meta)
+    if isinstance(info, dict) and "site" not in info:
+        info = next((v for k, v in info.items() if k[:1] == "v" and isinstance(v, dict)), info)
+    site = info.get("site") if isinstance(info, dict) else None
+    return site if isinstance(site, str) and site else "unknown"
 
 
 def _device_types(x: np.ndarray) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -140,3 +141,15 @@ def test_true_strategies_follow_the_simulators_own_draws():
         want = None if fleet.drifting[i] else STRATEGIES[STRATEGY_OF_CONDITION[fleet.conditions[i]]]
         assert truth[d] == want
     assert sum(v is None for v in truth.values()) == int(fleet.drifting.sum()) > 0
+
+
+def test_site_is_read_from_every_tolerated_metadata_layout():
+    from workers.shadow import site_of
+
+    fleet = Fleet(400, seed=4)
+    events = fleet.heartbeats(400, 1_760_000_000_000)
+    styles = {fleet.style[i] for i in range(400)}
+    assert {"versioned", "flat", "strings", "extra", "canonical"} <= styles
+    for i, e in enumerate(events):
+        assert site_of(orjson.dumps(e)) == fleet.info[i]["site"]
+    assert site_of(b"{not json") == "unknown" and site_of(b'{"meta": 3}') == "unknown"
