@@ -462,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--all-triggers", action="store_true", help="predict every trigger (no skip)")
     p.add_argument("--truth", help="DEVICES:SEED[:DRIFT_SHARE] of the simulated fleet")
+    p.add_argument(
+        "--checkpoint-every", type=float, default=5.0, metavar="S", help="seconds between saves"
+    )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
 
@@ -485,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             all_triggers=args.all_triggers,
             truth=parse_truth(args.truth) if args.truth else None,
             progress=not args.no_progress,
+            checkpoint_s=max(0.05, args.checkpoint_every),
         )
         Admin(settings.kafka).wait_reachable()
         return run(settings, sa)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +17,10 @@ import orjson
 import redis
 from onnx import TensorProto, helper
 
-from precast.kafka import Producer
+from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
 from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE, STRATEGIES, true_strategies
-from tests.integration.ops_support import cli_env, precast, read_all
+from tests.integration.ops_support import ROOT, cli_env, precast, read_all
 from workers.features import EMPTY_CONTEXT, build_features, device_type_index
 from workers.inference import ModelSession
 from workers.settings import DEFAULT_MODEL_DIR
@@ -231,3 +234,50 @@ def test_gate_flags_are_checked_before_anything_runs(kafka_settings, topics, tmp
         env, "shadow", "--candidate", "1.1.0", "--offsets", "*:0-", "--require-accuracy", "0.9"
     )
     assert no_truth.returncode == 2 and "need --truth" in no_truth.stderr
+
+
+def test_a_killed_run_resumes_from_its_checkpoint(kafka_settings, topics, tmp_path):
+    devices, rounds = 2_000, 30
+    fleet = Fleet(devices=devices, seed=8)
+    events = [e for r in range(rounds) for e in fleet.heartbeats(devices, BASE_MS + r * 1000)]
+    _publish(kafka_settings, topics, events)
+    hb = topics.heartbeats.name
+    ends = Admin(kafka_settings).end_offsets([(hb, p) for p in range(3)])
+    ranges = json.dumps({hb: [[p, 0, ends[(hb, p)]] for p in range(3)]})
+    env = _env(kafka_settings, topics, tmp_path)
+    cp, summary = tmp_path / "cp.json", tmp_path / "summary.json"
+    cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0", "--candidate", "1.1.0"]
+    cmd += ["--ranges", ranges, "--summary", str(summary), "--checkpoint", str(cp)]
+    cmd += ["--job", "j1", "--checkpoint-every", "0.05", "--all-triggers", "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+    mid = None
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            state = json.loads(cp.read_text())
+        except (OSError, ValueError):
+            continue
+        done = sum(o for _t, _p, o in state["next"])
+        if 0 < done < len(events) and state["comparison"]["overall"]["predictions"]:
+            proc.kill()  # SIGKILL: no drain, no flush, no goodbye
+            mid = state
+            break
+        time.sleep(0.01)
+    proc.wait(30)
+    assert mid is not None, "the run finished before a mid-run checkpoint was seen"
+    assert not summary.exists()
+
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "resumed" in out.stderr
+    s = json.loads(summary.read_text())
+    c = s["comparison"]
+    assert s["resumes"] == 1 and s["records"] == len(events) and c["events"] == len(events)
+    assert c["overall"]["predictions"] > mid["comparison"]["overall"]["predictions"]
+    shadow = read_all(kafka_settings, topics.shadow_predictions.name)
+    assert {orjson.loads(r[2])["device_id"] for v in shadow.values() for r in v} == set(fleet.ids)
+    assert json.loads(cp.read_text())["complete"] is True
+    # The same command once more: nothing to do, the summary stands.
+    again = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "completed before" in again.stderr
+    assert json.loads(summary.read_text())["comparison"] == c
