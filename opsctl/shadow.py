@@ -23,7 +23,7 @@ from typing import Any
 from opsctl.checkpoint import fingerprint
 from opsctl.filters import split_list
 from opsctl.guard import partitions_of
-from opsctl.ranges import add_range_args, range_inputs
+from opsctl.ranges import TimeRange, add_range_args, range_inputs
 from opsctl.reader import resolve
 from opsctl.settings import StackCliSettings
 from opsctl.shadow_report import Thresholds, gate, render_html, render_text
@@ -77,6 +77,14 @@ def add_parser(sub: Any) -> None:
         help="compare on every trigger (as a backfill does) instead of the live policy's choices",
     )
     sp.add_argument(
+        "--context-lookback",
+        type=float,
+        default=24.0,
+        metavar="HOURS",
+        help="with --from: fold this much of the work orders and alarms before the range into "
+        "the devices' context first, as the live workers had it (default 24; 0 = none)",
+    )
+    sp.add_argument(
         "--truth",
         metavar="DEVICES:SEED[:DRIFT]",
         help="the range came from `precast-simulator --devices DEVICES --seed SEED`: score "
@@ -128,6 +136,8 @@ def thresholds(args: argparse.Namespace) -> Thresholds:
         args.truth
     ):
         raise ConfigError("--require-accuracy and --max-calibration-error need --truth")
+    if not 0 <= args.context_lookback <= 24 * 90:
+        raise ConfigError(f"--context-lookback {args.context_lookback:g} is not 0-2160 hours")
     if args.min_predictions is not None and args.min_predictions < 0:
         raise ConfigError(f"--min-predictions {args.min_predictions} is negative")
     return Thresholds(
@@ -150,21 +160,15 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     cat = catalog(t.prefix, t.partitions, t.replication_factor)
     admin = Admin(settings.kafka)
     admin.wait_reachable()
-    ranges: dict[str, list[list[int]]] = {}
-    rows = []
-    for role in roles:
-        topic = getattr(cat, role).name
-        parts = partitions_of(
-            admin, topic, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)"
-        )
-        for r in resolve(settings.kafka, topic, parts, tr, spec):
-            rows.append([topic, r.partition, f"{r.start}-{r.end}", r.size])
-            if r.size:
-                ranges.setdefault(topic, []).append([r.partition, r.start, r.end])
+    ranges, rows = _event_ranges(settings, admin, [getattr(cat, r).name for r in roles], tr, spec)
+    warmup = _warmup_ranges(settings, admin, cat, tr, args.context_lookback)
     total = sum(row[3] for row in rows)
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
     print(f"shadow of candidate {args.candidate}: {total:,} event records", file=out)
     print(table(["topic", "partition", "offsets", "records"], rows), file=out)
+    if warmup:
+        n = sum(e - s for parts in warmup.values() for _p, s, e in parts)
+        print(f"context: {n:,} work orders and alarms before the range fold in first", file=out)
     if args.dry_run:
         print("dry run: nothing run", file=out)
         return 0
@@ -183,26 +187,52 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
             "events": sorted(roles),
             "all": args.all_triggers,
             "truth": args.truth,
+            "lookback": args.context_lookback,
         }
     )[:16]
     state = settings.ops.state_dir
     report_dir = args.report_dir or state / f"shadow-{job}"
     summary_path = report_dir / "summary.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "workers.shadow",
-        "--candidate",
-        args.candidate,
-        "--ranges",
-        json.dumps(ranges),
-        "--summary",
-        str(summary_path),
-        "--checkpoint",
-        str(args.checkpoint or state / f"shadow-{job}.json"),
-        "--job",
-        job,
-    ]
+    checkpoint = args.checkpoint or state / f"shadow-{job}.json"
+    cmd = _command(args, job, ranges, warmup, summary_path, checkpoint)
+    summary_path.unlink(missing_ok=True)  # a stale summary must never stand in for this run
+    try:
+        rc = subprocess.run(cmd, check=False).returncode
+    except FileNotFoundError as exc:
+        raise ConfigError(f"cannot start the workers' shadow run ({exc})") from None
+    if rc != 0:
+        return rc
+    return report(summary_path, report_dir, limits, as_json=args.json)
+
+
+def _event_ranges(
+    settings: StackCliSettings, admin: Admin, topics: list[str], tr: TimeRange | None, spec: Any
+) -> tuple[dict[str, list[list[int]]], list[list[Any]]]:
+    """({topic: [[partition, start, end]]} of the non-empty ranges, a table row per partition)."""
+    ranges: dict[str, list[list[int]]] = {}
+    rows: list[list[Any]] = []
+    for topic in topics:
+        parts = partitions_of(
+            admin, topic, settings.kafka.bootstrap_servers, " (PRECAST_TOPICS__PREFIX)"
+        )
+        for r in resolve(settings.kafka, topic, parts, tr, spec):
+            rows.append([topic, r.partition, f"{r.start}-{r.end}", r.size])
+            if r.size:
+                ranges.setdefault(topic, []).append([r.partition, r.start, r.end])
+    return ranges, rows
+
+
+def _command(
+    args: argparse.Namespace,
+    job: str,
+    ranges: dict[str, list[list[int]]],
+    warmup: dict[str, list[list[int]]],
+    summary: Path,
+    checkpoint: Path,
+) -> list[str]:
+    cmd = [sys.executable, "-m", "workers.shadow", "--candidate", args.candidate, "--job", job]
+    cmd += ["--ranges", json.dumps(ranges), "--warmup", json.dumps(warmup)]
+    cmd += ["--summary", str(summary), "--checkpoint", str(checkpoint)]
     for flag, value in (("--live", args.live), ("--registry", args.registry)):
         if value:
             cmd += [flag, str(value)]
@@ -214,14 +244,24 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     ):
         if on:
             cmd += [flag] if on is True else [flag, str(on)]
-    summary_path.unlink(missing_ok=True)  # a stale summary must never stand in for this run
-    try:
-        rc = subprocess.run(cmd, check=False).returncode
-    except FileNotFoundError as exc:
-        raise ConfigError(f"cannot start the workers' shadow run ({exc})") from None
-    if rc != 0:
-        return rc
-    return report(summary_path, report_dir, limits, as_json=args.json)
+    return cmd
+
+
+def _warmup_ranges(
+    settings: StackCliSettings, admin: Admin, cat: Any, tr: TimeRange | None, hours: float
+) -> dict[str, list[list[int]]]:
+    """Offsets of the work orders and alarms in the `hours` before a time range's start."""
+    if tr is None or hours <= 0:
+        return {}
+    before = TimeRange(tr.start_ms - int(hours * 3_600_000), tr.start_ms)
+    out: dict[str, list[list[int]]] = {}
+    for role in ("work_orders", "alarms"):
+        topic = getattr(cat, role).name
+        parts = partitions_of(admin, topic, settings.kafka.bootstrap_servers)
+        for r in resolve(settings.kafka, topic, parts, before, None):
+            if r.size:
+                out.setdefault(topic, []).append([r.partition, r.start, r.end])
+    return out
 
 
 def report(summary_path: Path, report_dir: Path, limits: Thresholds, as_json: bool) -> int:

@@ -36,6 +36,7 @@ from precast.settings import load
 from schemas.fleet import DEVICE_TYPES, true_strategies
 from workers.backfill import parse_ranges
 from workers.cli import build
+from workers.decode import decode_events
 from workers.encode import Pending
 from workers.inference import ModelSession
 from workers.loop import Worker, tune_gc
@@ -260,6 +261,46 @@ class Checkpointer:
         os.replace(tmp, self.path)
 
 
+# -- context as it was at the range's start ------------------------------------------------------
+def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, int]]) -> int:
+    """Fold the work orders and alarms of `ranges` ({(topic, partition): (start, end)}, before
+    the shadow range) into the device table's context, predicting nothing: the live workers had
+    that context when the range's events arrived. Returns the records folded in."""
+    roles = {worker.topics.work_orders.name: "work_orders", worker.topics.alarms.name: "alarms"}
+    todo = {tp: se for tp, se in ranges.items() if tp[0] in roles and se[1] > se[0]}
+    if not todo:
+        return 0
+    c = worker.consumer
+    c.assign([TopicPartitionOffset(t, p, s) for (t, p), (s, _e) in todo.items()])
+    tab, n = worker.pipeline.table, 0
+    idle_until = time.monotonic() + 10.0  # past trailing transaction markers nothing arrives
+    while todo and time.monotonic() < idle_until:
+        msgs = c.consume(5_000, 0.2)
+        if msgs:
+            idle_until = time.monotonic() + 10.0
+        by_role: dict[str, list[KafkaMessage]] = {}
+        for m in msgs:
+            tp = (m.topic(), m.partition())
+            if tp in todo and m.offset() < todo[tp][1]:
+                by_role.setdefault(roles[tp[0]], []).append(m)
+            if tp in todo and m.offset() >= todo[tp][1] - 1:
+                del todo[tp]
+        for role, batch in by_role.items():
+            for m, e in decode_events(role, batch, _ignore):
+                tab.slots([e["device_id"]], [m.partition()])
+                ctx = tab.context(e["device_id"])
+                if role == "work_orders":
+                    ctx.apply_work_order(e)
+                else:
+                    ctx.apply_alarm(e)
+                n += 1
+    return n  # worker.start() assigns the shadow range in place of these
+
+
+def _ignore(msg: KafkaMessage, reason: str, detail: str) -> None:
+    """Bad records before the range: the live worker dead-lettered them; nothing to count."""
+
+
 # -- models -------------------------------------------------------------------------------------
 def live_folder(
     name: str | None, registry: Path | None, settings: WorkerSettings
@@ -323,6 +364,8 @@ class ShadowArgs:
     truth: tuple[int, int, float] | None  # (devices, seed, drift share) of the simulated fleet
     progress: bool
     checkpoint_s: float = 5.0
+    # (topic, partition) -> (start, end): work orders and alarms before the range, for context
+    warmup: dict[tuple[str, int], tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 def run(settings: WorkerSettings, a: ShadowArgs) -> int:
@@ -375,6 +418,20 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
     worker.clock = clock
     worker.consumer = ClockedConsumer(worker.consumer, clock)  # type: ignore[assignment]
     worker.setup(candidate, comparison, _truth(a.truth, live.labels), cp)
+    warm = dict(a.warmup)
+    if resumes:  # the device table was not saved: fold in what the range held before `next`
+        warm.update(
+            {
+                (x.topic, x.partition): (x.offset, n.offset)
+                for x, n in zip(starts, assignment, strict=True)
+            }
+        )
+    folded = warm_context(worker, warm)
+    if folded:
+        print(
+            f"shadow: context from {folded:,} work orders and alarms before the range",
+            file=sys.stderr,
+        )
     resumed = f" (resumed: {total - already:,} to go)" if resumes else ""
     print(
         f"shadow: {total:,} records through live {live.version} and candidate "
@@ -456,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--registry", type=Path, help="model registry folder")
     p.add_argument("--ranges", required=True, help='{"topic": [[partition, start, end], ...]}')
+    p.add_argument(
+        "--warmup",
+        default="{}",
+        help="work-order/alarm ranges before the range, folded into context: same form as --ranges",
+    )
     p.add_argument("--summary", required=True, type=Path, help="JSON summary file to write")
     p.add_argument("--checkpoint", type=Path, help="checkpoint file (resume with the same one)")
     p.add_argument("--job", default="", help="identity of the run the checkpoint belongs to")
@@ -476,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(settings.log_level)
         live, registry = live_folder(args.live, args.registry, settings)
         assignment, stop_at = parse_ranges(args.ranges)
+        warm_start, warm_end = parse_ranges(args.warmup)
         sa = ShadowArgs(
             live=live,
             candidate=model_folder(args.candidate, registry),
@@ -489,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
             truth=parse_truth(args.truth) if args.truth else None,
             progress=not args.no_progress,
             checkpoint_s=max(0.05, args.checkpoint_every),
+            warmup={
+                (t.topic, t.partition): (t.offset, warm_end[(t.topic, t.partition)])
+                for t in warm_start
+            },
         )
         Admin(settings.kafka).wait_reachable()
         return run(settings, sa)

@@ -17,11 +17,13 @@ import orjson
 import redis
 from onnx import TensorProto, helper
 
+from opsctl.ranges import format_time
 from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
 from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE, STRATEGIES, true_strategies
 from tests.integration.ops_support import ROOT, cli_env, precast, read_all
-from workers.features import EMPTY_CONTEXT, build_features, device_type_index
+from workers.context import DeviceContext
+from workers.features import CONTEXT_COLUMNS, EMPTY_CONTEXT, build_features, device_type_index
 from workers.inference import ModelSession
 from workers.settings import DEFAULT_MODEL_DIR
 
@@ -107,9 +109,10 @@ def test_identical_models_agree_fully_and_nothing_reaches_live_topics(
     assert r.keys(redis_settings.key_prefix + "*") == []
 
 
-def _independent_top1(events: list[dict], folder: Path) -> np.ndarray:
-    """Top-1 index of each heartbeat by the model alone: features from the raw events with
-    no context (the range holds heartbeats only), scores from ONNX Runtime directly."""
+def _independent_top1(events: list[dict], folder: Path, context: list | None = None) -> np.ndarray:
+    """Top-1 index of each heartbeat by the model alone: features from the raw events and the
+    given context columns (none: the range holds heartbeats only), scores from ONNX Runtime
+    directly."""
     n = len(events)
     cols: dict[str, np.ndarray] = {
         k: np.array([float(e["metrics"][k]) for e in events]) for k in METRICS
@@ -119,6 +122,9 @@ def _independent_top1(events: list[dict], folder: Path) -> np.ndarray:
     )
     cols["device_type_idx"] = np.array([device_type_index(e["device_type"]) for e in events])
     cols.update({k: np.full(n, v) for k, v in EMPTY_CONTEXT.items()})
+    if context is not None:
+        given = np.array(context, dtype=np.float64)
+        cols.update({k: given[:, j] for j, k in enumerate(CONTEXT_COLUMNS)})
     scores = ModelSession(folder, provider="cpu").predict(build_features(cols))
     return scores.argmax(axis=1)
 
@@ -281,3 +287,62 @@ def test_a_killed_run_resumes_from_its_checkpoint(kafka_settings, topics, tmp_pa
     again = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "completed before" in again.stderr
     assert json.loads(summary.read_text())["comparison"] == c
+
+
+def test_context_from_before_the_range_is_folded_in(kafka_settings, topics, tmp_path):
+    """Work orders opened half an hour before the range count in the features, as they did for
+    the live workers; without the look-back they would not."""
+    devices, seed = 300, 13
+    fleet = Fleet(devices=devices, seed=seed)
+    opened = BASE_MS - 30 * 60_000
+    orders = [
+        {
+            "schema_version": 1,
+            "event_id": f"wo-{i}",
+            "kind": "work_order",
+            "device_id": d,
+            "event_time_ms": opened,
+            "produced_at_ms": opened,
+            "work_order_id": f"WO-{i}",
+            "status": "opened",
+            "priority": "critical",
+            "category": "hardware",
+        }
+        for i, d in enumerate(fleet.ids)
+    ]
+    heartbeats = fleet.heartbeats(devices, BASE_MS)
+    _publish(kafka_settings, topics, orders + heartbeats)
+    with_ctx = []
+    for e in heartbeats:
+        ctx = DeviceContext(e["device_id"])
+        ctx.apply_work_order(orders[fleet.ids.index(e["device_id"])])
+        with_ctx.append(ctx.columns(e["event_time_ms"]))
+    cand = _independent_top1(heartbeats, REGISTRY / "1.1.0", with_ctx)
+    bare = _independent_top1(heartbeats, REGISTRY / "1.1.0")
+    assert (cand != bare).any()  # the context changes answers: the test can tell
+
+    env = _env(kafka_settings, topics, tmp_path)
+    out = precast(
+        env,
+        "shadow",
+        "--live",
+        "1.0.0",
+        "--candidate",
+        "1.1.0",
+        "--from",
+        format_time(BASE_MS),
+        "--to",
+        format_time(BASE_MS + 60_000),
+        "--json",
+        "--no-progress",
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "300 work orders and alarms before the range" in out.stderr
+    assert json.loads(out.stdout)["comparison"]["overall"]["predictions"] == devices
+    shadow = {
+        orjson.loads(r[2])["device_id"]: orjson.loads(r[2])["candidates"][0]["strategy"]
+        for recs in read_all(kafka_settings, topics.shadow_predictions.name).values()
+        for r in recs
+    }
+    assert [shadow[e["device_id"]] for e in heartbeats] == [STRATEGIES[i] for i in cand]
