@@ -9,6 +9,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.bench_worker import PARTITIONS, _catalog, _produce_heartbeats, _worker
 from bench.harness import Context, Figure, Report, progress
@@ -24,13 +25,17 @@ def _worker_run(ctx: Context, topics, ends: dict[int, int]) -> tuple[float, int]
 
     w = _worker(ctx, topics, end=ends)
     tune_gc()
-    preds0 = sum(c._value.get() for c in M.PREDICTIONS._metrics.values())
+    preds0 = _predictions(M.PREDICTIONS)
     t0 = time.perf_counter()
     w.run()
     el = time.perf_counter() - t0
     w.close()
-    preds = sum(c._value.get() for c in M.PREDICTIONS._metrics.values()) - preds0
-    return sum(ends.values()) / el, int(preds)
+    return sum(ends.values()) / el, int(_predictions(M.PREDICTIONS) - preds0)
+
+
+def _predictions(counter: Any) -> float:
+    """Sum over the labelled children of a prometheus Counter (the worker counts per version)."""
+    return sum(c._value.get() for c in counter._metrics.values())
 
 
 def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:

@@ -40,6 +40,7 @@ from workers.decode import decode_events
 from workers.encode import Pending
 from workers.inference import ModelSession
 from workers.loop import Worker, tune_gc
+from workers.pipeline import Predictor
 from workers.policy import TRIGGER
 from workers.registry import wanted_version
 from workers.settings import DEFAULT_MODEL_DIR, WorkerSettings
@@ -77,7 +78,7 @@ class ClockedConsumer:
         return getattr(self._c, name)
 
 
-class Recording:
+class Recording(Predictor):
     """A model whose last call's scores and duration are kept (the pipeline's `compute` runs the
     candidate; the comparison needs its full score rows, not only the top-3)."""
 
@@ -280,14 +281,16 @@ def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, 
             idle_until = time.monotonic() + 10.0
         by_role: dict[str, list[KafkaMessage]] = {}
         for m in msgs:
-            tp = (m.topic(), m.partition())
-            if tp in todo and m.offset() < todo[tp][1]:
+            tp, off = (m.topic(), m.partition()), m.offset()
+            if tp not in todo or off is None:
+                continue
+            if off < todo[tp][1]:
                 by_role.setdefault(roles[tp[0]], []).append(m)
-            if tp in todo and m.offset() >= todo[tp][1] - 1:
+            if off >= todo[tp][1] - 1:
                 del todo[tp]
         for role, batch in by_role.items():
             for m, e in decode_events(role, batch, _ignore):
-                tab.slots([e["device_id"]], [m.partition()])
+                tab.slots([e["device_id"]], [int(m.partition() or 0)])
                 ctx = tab.context(e["device_id"])
                 if role == "work_orders":
                     ctx.apply_work_order(e)

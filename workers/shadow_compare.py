@@ -208,11 +208,11 @@ class Comparison:
         if not agree.all():
             self._changed(devices, groups["trigger"], li, ls, ci, cs, candidate, agree)
         if truth is not None:
-            t = np.asarray(truth, dtype=np.int64)
-            known = t >= 0
+            right = np.asarray(truth, dtype=np.int64)
+            known = right >= 0
             if known.any():
-                self.calibration["live"].add(ls[known, 0], (li[known, 0] == t[known]))
-                self.calibration["candidate"].add(cs[known, 0], (ci[known, 0] == t[known]))
+                self.calibration["live"].add(ls[known, 0], li[known, 0] == right[known])
+                self.calibration["candidate"].add(cs[known, 0], ci[known, 0] == right[known])
 
     def _changed(
         self,
