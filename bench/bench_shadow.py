@@ -4,14 +4,19 @@ same topic, in one run: events/s of each and their ratio."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bench.bench_worker import PARTITIONS, _catalog, _produce_heartbeats, _worker
+from bench.bench_worker import PARTITIONS, ROOT, _catalog, _produce_heartbeats, _worker
 from bench.harness import Context, Figure, Report, progress
 
 NAME = "shadow"
@@ -67,6 +72,40 @@ def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple[int, float]:
+    """(records, peak RSS in MiB) of `python -m workers.shadow` over [0, ends) in its own process."""
+    ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
+    env = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": hb.removesuffix("heartbeats"),
+        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
+        "PRECAST_MODEL__PROVIDER": "cpu",
+        "PRECAST_LOG_LEVEL": "WARNING",
+    }
+    cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0", "--candidate", "1.1.0"]
+    cmd += ["--ranges", ranges, "--summary", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"shadow run exited {proc.returncode}")
+    return sum(ends.values()), usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def _shadow_heap(ctx: Context, topics, ends: dict[int, int], out: Path) -> tuple[int, float]:
+    """(records, peak Python heap in MiB, tracemalloc) of a shadow run in this process: the
+    device table, the comparison and every Python object; not librdkafka's own buffers."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _shadow_run(ctx, topics, ends, out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return sum(ends.values()), peak / 2**20
+
+
 def run(ctx: Context) -> Report:
     from precast.kafka import Admin, Consumer
 
@@ -90,6 +129,20 @@ def run(ctx: Context) -> Report:
                 s = _shadow_run(ctx, topics, ends, Path(tmp) / f"summary-{rep}.json")
                 summaries.append(s)
                 shadow.append(total / s["elapsed_s"])
+            # Memory: the same fleet over a 1x and a 4x longer range, each in its own process.
+            progress(f"producing {3 * devices * rounds:,} more heartbeats for the memory check")
+            _produce_heartbeats(ctx.kafka_settings(), hb, devices, 3 * rounds)
+            c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
+            ends4 = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
+            c.close()
+            rss = [
+                _shadow_rss(ctx, hb, e, Path(tmp) / f"rss-{i}.json")
+                for i, e in enumerate((ends, ends4))
+            ]
+            heap = [
+                _shadow_heap(ctx, topics, e, Path(tmp) / f"heap-{i}.json")
+                for i, e in enumerate((ends, ends4))
+            ]
     finally:
         admin.delete_topics([t.name for t in topics])
     w_best = max(r for r, _ in worker)
@@ -113,6 +166,14 @@ def run(ctx: Context) -> Report:
             cmp["overall"]["predictions"],
             statistics.mean(shadow),
         ],
+        *[
+            [f"shadow run, own process, {n:,} events: peak RSS {mib:,.0f} MiB", "", "", ""]
+            for n, mib in rss
+        ],
+        *[
+            [f"shadow run, {n:,} events: peak Python heap {mib:,.1f} MiB", "", "", ""]
+            for n, mib in heap
+        ],
     ]
     return Report(
         title="Shadow run vs worker (same range, same topic)",
@@ -133,6 +194,9 @@ def run(ctx: Context) -> Report:
             f"model time per batch: live {timing['live']['ms_per_batch_mean']:.2f} ms, candidate "
             f"{timing['candidate']['ms_per_batch_mean']:.2f} ms "
             f"({timing['live']['batches']} batches each)",
+            f"memory, the same {devices:,} devices over {rss[0][0]:,} and {rss[1][0]:,} events: "
+            f"process peak RSS {rss[0][1]:,.0f} -> {rss[1][1]:,.0f} MiB; peak Python heap "
+            f"(tracemalloc, in-process) {heap[0][1]:,.1f} -> {heap[1][1]:,.1f} MiB",
             "the shadow run reads the same records through the same pipeline and policy; it runs "
             "a second model per batch, compares, and writes only the candidate's outputs",
         ],
