@@ -5,7 +5,7 @@ precast topics ensure | list
 precast demo
 precast schemas export DIR
 precast observe generate | check   (alert rules and dashboards as code, docs/observability.md)
-precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
+precast replay | backfill | shadow | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 precast audit checkpoint | prove | verify                       (audit log, docs/audit.md)
 """
 

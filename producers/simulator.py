@@ -34,7 +34,6 @@ WIRE_STYLES: dict[tuple[str, str], str] = {
     ("gateway", "2.5.0"): "extra",  # fields the contract does not know (yet)
 }
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
-HEALTHY = fleet.CONDITION_NAMES.index("healthy")
 
 
 def _table(attr: str) -> np.ndarray:
@@ -65,11 +64,12 @@ class Fleet:
     ) -> None:
         rng = self.rng = np.random.default_rng(seed)
         n = devices
-        self.ids = [f"dev-{i:06d}" for i in range(n)]
-        self.types = rng.integers(0, len(fleet.DEVICE_TYPES), n)
-        self.conditions = fleet.sample_conditions(rng, n)  # at simulated time 0
-        latest = fleet.sample_firmware_is_latest(rng, self.conditions)
-        pick_older = rng.random(n)
+        self.ids = [fleet.device_id(i) for i in range(n)]
+        # The start-up draws live in schemas.fleet, so the ground truth can be rebuilt from
+        # (devices, seed) without this class (precast shadow scores models against it).
+        draw = fleet.draw_fleet(rng, n, drift_share, drift_s)
+        self.types, self.conditions = draw.types, draw.conditions
+        latest, pick_older = draw.latest, draw.pick_older
         self.firmware, self.style, self.info = [], [], []
         for i in range(n):
             dtype = fleet.DEVICE_TYPES[self.types[i]]
@@ -89,15 +89,8 @@ class Fleet:
         # Drift: a share of the devices slides from its condition into a faulty one, each
         # starting at its own moment in [0, drift_s) (or all at drift_at_s: a fleet-wide event,
         # what the drift monitor is calibrated on) and taking drift_s of simulated time.
-        self.drifting = rng.random(n) < drift_share
-        faulty = np.array([c for c in range(len(fleet.CONDITIONS)) if c != HEALTHY])
-        target = faulty[rng.integers(0, len(faulty), n)]
-        self.drift_target = np.where(
-            target == self.conditions,
-            faulty[(np.searchsorted(faulty, target) + 1) % len(faulty)],
-            target,
-        )
-        self.drift_start_s = rng.uniform(0, drift_s, n)
+        self.drifting, self.drift_target = draw.drifting, draw.drift_target
+        self.drift_start_s = draw.drift_start_s
         if drift_at_s is not None:
             self.drift_start_s[:] = drift_at_s
         self.drift_s = drift_s

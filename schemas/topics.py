@@ -80,6 +80,14 @@ _CATALOG: dict[str, tuple[str, CleanupPolicy, int | None, bool, str, dict[str, s
             "delete.retention.ms": str(DAY_MS),
         },
     ),
+    "shadow_predictions": (
+        "shadow-predictions",
+        "delete",
+        7 * DAY_MS,
+        True,
+        "a candidate model's PredictionSets from `precast shadow`; never served, never materialized",
+        {},
+    ),
     "dead_letters": (
         "dead-letters",
         "delete",
@@ -111,6 +119,7 @@ class Topics:
     device_context: TopicSpec
     precompute_requests: TopicSpec
     predictions: TopicSpec
+    shadow_predictions: TopicSpec
     dead_letters: TopicSpec
     audit_checkpoints: TopicSpec
 

@@ -30,8 +30,9 @@ from workers.registry import ModelRegistry
 from workers.settings import WorkerSettings
 
 
-def build(settings: WorkerSettings) -> Worker:
-    """The worker a settings object describes (also used by tests and benchmarks)."""
+def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker:
+    """The worker a settings object describes (also used by tests, benchmarks, and the shadow
+    run, which passes its own `Worker` subclass)."""
     m, w, pol = settings.model, settings.worker, settings.policy
     load_model = partial(
         _load_model,
@@ -67,7 +68,7 @@ def build(settings: WorkerSettings) -> Worker:
         transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
         transaction_timeout_ms=w.transaction_timeout_ms,
     )
-    return Worker(settings.kafka, topics, registry, pipe, loop)
+    return worker_cls(settings.kafka, topics, registry, pipe, loop)
 
 
 def _load_model(path: Path, **kw: Any) -> ModelSession:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
@@ -118,6 +119,9 @@ class Worker:
         self._next_commit = time.monotonic() + cfg.commit_interval_s
         self._next_lag = time.monotonic() + cfg.lag_interval_s
         self.batches = 0
+        # The policy's clock (throttle windows, predicted_at). A shadow run replays history on
+        # the event-time clock instead, so the policy decides as it did at the time.
+        self.clock: Callable[[], int] = _now_ms
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -168,7 +172,7 @@ class Worker:
         msgs = self.consumer.consume(self.cfg.consume_max, timeout)
         M.STAGE["consume"].inc(time.perf_counter() - t0)
         self.last_loop = mono = time.monotonic()
-        now_ms = _now_ms()
+        now_ms = self.clock()
         if self.stop_at and msgs:
             msgs = self._within_range(msgs)
         if msgs:
@@ -194,7 +198,7 @@ class Worker:
 
     def _run_batch(self, items: list, delay: float) -> None:
         model = self.registry.current  # one model for the whole batch
-        now_ms = _now_ms()
+        now_ms = self.clock()
         result = None
         for attempt in (1, 2):
             t0 = time.perf_counter()
@@ -230,7 +234,7 @@ class Worker:
 
     def drain(self) -> None:
         """Predict everything waiting, throttled devices included (revoke, shutdown, EOS commit)."""
-        self.pipeline.release_deferred(_now_ms(), time.monotonic(), everything=True)
+        self.pipeline.release_deferred(self.clock(), time.monotonic(), everything=True)
         self._run_batches(force=True)
 
     def commit(self, sync: bool = False, rewind: bool = True) -> None:
