@@ -23,6 +23,7 @@ from tests.integration.board_support import (
     TYPES,
     ApiProcess,
     chrome,
+    close_chrome,
     console_errors,
     context,
     heartbeat,
@@ -95,7 +96,7 @@ def browser(api):
     )
     yield driver
     errors = console_errors(driver)
-    driver.quit()
+    close_chrome(driver)
     assert errors == [], errors
 
 
@@ -344,4 +345,4 @@ def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, k
             errors = console_errors(driver)
             assert errors and all("401" in e for e in errors), errors
         finally:
-            driver.quit()
+            close_chrome(driver)
