@@ -32,6 +32,7 @@ from workers import metrics as M
 from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
 from workers.pipeline import Pipeline, PipelineConfig
 from workers.registry import ModelRegistry
+from workers.restore import StateRestorer
 
 log = logging.getLogger("precast.workers")
 
@@ -46,6 +47,8 @@ class LoopConfig:
     transactional_id: str = "precast-worker"
     transaction_timeout_ms: int = 10_000
     lag_interval_s: float = 5.0
+    # write the worker-state changelog with every prediction and restore from it on assignment
+    worker_state: bool = True
 
 
 def tune_gc() -> None:
@@ -122,6 +125,9 @@ class Worker:
         # The policy's clock (throttle windows, predicted_at). A shadow run replays history on
         # the event-time clock instead, so the policy decides as it did at the time.
         self.clock: Callable[[], int] = _now_ms
+        self.write_state = cfg.worker_state
+        self._restorer: StateRestorer | None = None
+        self._kafka = kafka
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,6 +158,8 @@ class Worker:
 
     def close(self) -> None:
         self.consumer.close()  # leaves the group; the revoke hook finds nothing left to do
+        if self._restorer is not None:
+            self._restorer.close()
         self.registry.close()
 
     def finished(self) -> bool:
@@ -197,6 +205,9 @@ class Worker:
             self._run_batch(items, delay)
 
     def _run_batch(self, items: list, delay: float) -> None:
+        items = self.pipeline.with_data(items)
+        if not items:
+            return
         model = self.registry.current  # one model for the whole batch
         now_ms = self.clock()
         result = None
@@ -224,8 +235,12 @@ class Worker:
             return
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
-        M.STAGE["produce"].inc(time.perf_counter() - t0)
         self.pipeline.mark_predicted(result, now_ms)
+        if self.write_state:  # same sink: flushed before the commit, or in the same transaction
+            self.sink.produce(
+                self.topics.worker_state.name, result.out.keys, self.pipeline.state_records(result)
+            )
+        M.STAGE["produce"].inc(time.perf_counter() - t0)
         self.batches += 1
         M.BATCH_SIZE.observe(len(items))
         M.QUEUE_DELAY.observe(delay)
@@ -270,6 +285,7 @@ class Worker:
             TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
             for p in parts
         ]
+        self._restore_state(sorted({p.partition for p in parts}))
         self.consumer.assign(assigned)
         self.assigned = assigned
         self.restoring = {}
@@ -282,6 +298,18 @@ class Worker:
         if self._paused:
             self.consumer.pause(self._paused)
         log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
+
+    def _restore_state(self, partitions: list[int]) -> None:
+        """Worker state of these partitions from the changelog, before any of their input is
+        processed (this runs inside the assignment callback, so consume() returns nothing of
+        theirs until it is done)."""
+        if not self.cfg.worker_state or not partitions:
+            return
+        if self._restorer is None:
+            self._restorer = StateRestorer(
+                self._kafka, self.topics.worker_state.name, read_committed=self.cfg.exactly_once
+            )
+        self._restorer.restore(partitions, self.pipeline.table)
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         # A just-created topic or a leader election answers NOT_LEADER for a moment.
@@ -332,6 +360,7 @@ class Worker:
     def _rewind(self) -> None:
         parts = self.consumer.assignment()
         self.pipeline.reset()
+        self._restore_state(sorted({p.partition for p in parts}))
         ctx = self.topics.device_context.name
         committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
         for p in parts:
