@@ -134,10 +134,13 @@ class Endpoints:
         ask = [
             d
             for d, e in zip(ids, entries, strict=True)
-            if svc.renderer.classify(e, now)[0] != PRECOMPUTED
+            # unknown devices never ask (see answers.Renderer.fallback)
+            if e is not None and svc.renderer.classify(e, now)[0] != PRECOMPUTED
         ]
+        unknown = sum(e is None for e in entries)
         counts = await svc.asker.request_many(ask, "prefetch", now)
-        counts["fresh"] = len(ids) - len(ask)
+        counts["fresh"] = len(ids) - len(ask) - unknown
+        counts["unknown"] = unknown
         return Response(orjson.dumps(counts), 202, media_type="application/json")
 
     async def beacon(self, request: Request) -> Response:

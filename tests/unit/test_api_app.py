@@ -66,14 +66,14 @@ def test_newer_prediction_changes_etag(svc, client):
     assert r.status_code == 200 and r.json()["computed_at_ms"] == now - 50
 
 
-def test_miss_is_the_default_strategy_marked_fallback(client):
+def test_an_unknown_device_is_the_default_strategy_marked_fallback(client):
     r = client.get(ONE.format(d="dev-404"))
     body = r.json()
     assert r.status_code == 200
     assert (
         body["source"] == "fallback"
         and body["delay_origin"] == "fallback"
-        and body["reason"] == "miss"
+        and body["reason"] == "unknown_device"
     )
     assert body["candidates"] == [{"strategy": "monitor_only", "score": 1.0}]
     assert body["model_version"] is None and "x-model-version" not in r.headers
@@ -98,7 +98,9 @@ def test_expired_entry_is_stale_or_fallback_per_configuration(policy, source):
 def test_past_grace_is_gone():
     svc = make_service(expired="stale", grace_s=1)
     svc.view.put_if_newer("dev-1", prediction("dev-1", now_ms() - 10_000, horizon_ms=5_000))
-    assert TestClient(make_app(svc)).get(ONE.format(d="dev-1")).json()["reason"] == "miss"
+    assert (
+        TestClient(make_app(svc)).get(ONE.format(d="dev-1")).json()["reason"] == "unknown_device"
+    )
 
 
 def test_purge_marker_is_served_like_a_miss(svc, client):
@@ -153,12 +155,22 @@ def test_beacon_shares_and_front_jank(client):
     assert 'precast_delay_origin_share{origin="front_jank"}' in metrics
 
 
-def test_prefetch_counts_fresh_and_unavailable(svc, client):
-    svc.view.put_if_newer("dev-1", prediction("dev-1", now_ms() - 100))
-    r = client.post("/v1/prefetch", json={"device_ids": ["dev-1", "dev-2", "dev-2"]})
+def test_prefetch_counts_fresh_unknown_and_unavailable(svc, client):
+    now = now_ms()
+    svc.view.put_if_newer("dev-1", prediction("dev-1", now - 100))
+    svc.view.put_if_newer("dev-3", prediction("dev-3", now - 100, produced=now, purge=True))
+    r = client.post("/v1/prefetch", json={"device_ids": ["dev-1", "dev-2", "dev-2", "dev-3"]})
     assert r.status_code == 202
-    # no producer in this unit test: the miss cannot be sent, and says so
-    assert r.json() == {"sent": 0, "deduplicated": 0, "dropped": 1, "over_budget": 0, "fresh": 1}
+    # no producer in this unit test: the purged device's request cannot be sent, and says so;
+    # the unknown device is never asked for
+    assert r.json() == {
+        "sent": 0,
+        "deduplicated": 0,
+        "dropped": 1,
+        "over_budget": 0,
+        "fresh": 1,
+        "unknown": 1,
+    }
 
 
 def test_probes_and_openapi(client):
