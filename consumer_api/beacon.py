@@ -49,7 +49,7 @@ Ms = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 
 
 class ServerTiming(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
     queue: Ms = 0
     model: Ms = 0
     kafka: Ms = 0
@@ -57,7 +57,7 @@ class ServerTiming(BaseModel):
 
 
 class Timing(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
     input_to_shown_ms: Ms = Field(description="from the user's input to the data on screen")
     network_ms: Ms = Field(
         description="time on the network (request start to response end, less server time)"
@@ -68,7 +68,7 @@ class Timing(BaseModel):
 
 
 class Beacon(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
     timings: list[Timing] = Field(min_length=1, max_length=100)
 
 

@@ -53,7 +53,9 @@ def encode(
     return [buf[i : i + SIZE] for i in range(0, n * SIZE, SIZE)]
 
 
-def decode(keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> tuple[list[str], np.ndarray, int]:
+def decode(
+    keys: Sequence[bytes | None], values: Sequence[bytes | None]
+) -> tuple[list[str], np.ndarray, int]:
     """(device IDs, records, rejected count) of a run of changelog records in log order. Only
     the newest record of each device is kept (a partition not yet compacted holds several);
     a tombstone drops the device; a record of another size or version is counted and skipped."""

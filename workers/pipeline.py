@@ -435,7 +435,11 @@ class Pipeline:
         """Worker-state changelog values for a batch marked predicted (keys: `r.out.keys`)."""
         tab, s = self.table, r.slots
         return changelog.encode(
-            tab.hb_time[s], tab.computed_at[s], tab.predicted_at[s], tab.valid_until[s], tab.hb[s],
+            tab.hb_time[s],
+            tab.computed_at[s],
+            tab.predicted_at[s],
+            tab.valid_until[s],
+            tab.hb[s],
             tab.last_x[s],
         )
 
