@@ -94,9 +94,7 @@ class Load(threading.Thread):
                     if i % self.every == 0:
                         self._send(self.topics.work_orders.name, work_order(d, t, f"wo-{i}"))
                         self._send(self.topics.alarms.name, alarm(d, t, f"al-{i}"))
-                        self._send(
-                            self.topics.precompute_requests.name, request(f"dev-x{i % 7}", t)
-                        )
+                        self._send(self.topics.precompute_requests.name, request(d, t))
                     i += 1
                 self.p.poll(0)
                 time.sleep(0.05)
