@@ -85,7 +85,9 @@ class Load(threading.Thread):
 
     def run(self) -> None:
         try:
-            t0 = int(time.time() * 1000)
+            # event time steps 1 ms per record, faster than the clock: start far enough back
+            # that none lies in the future (a worker dead-letters those)
+            t0 = int(time.time() * 1000) - int(self.seconds * self.rate) - 1_000
             start, i = time.monotonic(), 0
             while time.monotonic() - start < self.seconds:
                 for _ in range(max(1, self.rate // 20)):
