@@ -65,7 +65,7 @@ class StateRestorer:
         n = bad = 0
         try:
             while todo:
-                msgs = c.consume(self.batch, 0.5)
+                msgs = c.consume(self.batch, 0.1)  # returns early: small partitions end fast
                 if msgs:
                     done = self._apply(msgs, table)
                     n += done[0]
