@@ -9,12 +9,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumer_api.answers import FALLBACK_REASONS, SEGMENTS
 from schemas.events import DeviceId
 
 Source = Literal["precomputed", "stale", "fallback"]
-DelayOrigin = Literal[SEGMENTS + ("fallback",)]  # type: ignore[valid-type]
-FallbackReason = Literal[FALLBACK_REASONS]  # type: ignore[valid-type]
+DelayOrigin = Literal["queue", "model", "kafka", "cache", "fallback"]
+FallbackReason = Literal["unknown_device", "expired", "purged", "store_unavailable"]
+# (tests/unit/test_api_app.py checks these list exactly what `answers` renders)
 
 
 class Error(BaseModel):

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from operator import methodcaller
+from typing import Any
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
@@ -41,7 +42,7 @@ class StateRestorer:
         patience_s: float = 120.0,
     ) -> None:
         self.topic, self.batch, self.patience_s = topic, batch, patience_s
-        overrides: dict[str, object] = {
+        overrides: dict[str, Any] = {
             # big fetches: a restore is one sequential read of whole partitions
             "fetch.max.bytes": 64 << 20,
             "max.partition.fetch.bytes": 16 << 20,

@@ -488,3 +488,13 @@ def test_the_bearer_scheme_is_declared_exactly_when_a_token_is_configured():
     assert doc["security"] == [{"bearer": []}]
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert all(doc["paths"][p]["get"]["security"] == [] for p in ("/healthz", "/metrics"))
+
+
+def test_the_contract_literals_list_exactly_what_answers_render():
+    from typing import get_args
+
+    from consumer_api.answers import FALLBACK_REASONS, SEGMENTS
+    from consumer_api.contract import DelayOrigin, FallbackReason
+
+    assert set(get_args(DelayOrigin)) == {*SEGMENTS, "fallback"}
+    assert set(get_args(FallbackReason)) == set(FALLBACK_REASONS)
