@@ -220,3 +220,27 @@ def _events(lines):
     for line in lines:
         if line.startswith("data: "):
             yield orjson.loads(line[6:])
+
+
+def test_a_random_id_flood_writes_nothing(kafka_settings, topics, unique):
+    import uuid
+
+    built = build(api_settings(kafka_settings, topics, batch_max=500))
+    built.materializer.start()
+    try:
+        with TestClient(built.app) as client:
+            wait_for(lambda: client.get("/readyz").status_code == 200, what="ready")
+            for _ in range(200):
+                r = client.get(f"/v1/devices/{uuid.uuid4().hex}/prediction").json()
+                assert r["reason"] == "unknown_device"
+            for _ in range(6):
+                ids = [uuid.uuid4().hex for _ in range(500)]
+                batch = client.get("/v1/predictions", params={"ids": ",".join(ids)}).json()
+                assert {a["reason"] for a in batch["predictions"]} == {"unknown_device"}
+                hint = client.post("/v1/prefetch", json={"device_ids": ids}).json()
+                assert hint["unknown"] == 500 and hint["sent"] == 0
+            assert len(built.service.view) == 0
+    finally:
+        built.materializer.stop()
+    for t in (topics.precompute_requests, topics.predictions):
+        assert read_all(kafka_settings, t.name, t.partitions, unique("chk"), settle_s=1.0) == []
