@@ -1,6 +1,6 @@
 """Every service's live /metrics passes `promtool check metrics` (Debian's `prometheus`
-package): the read API, a worker, the simulator and the context aggregator, each as its own
-process on the real broker, scraped after traffic so labelled series exist too."""
+package): the read API, a worker, the simulator, the context aggregator and the drift monitor,
+each as its own process on the real broker, scraped after traffic so labelled series exist."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _lint(name: str, text: str) -> None:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: ./dev setup installs prometheus")
 def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp_path):
-    ports = {k: free_port() for k in ("api", "worker", "simulator", "context")}
+    ports = {k: free_port() for k in ("api", "worker", "simulator", "context", "drift")}
     procs: list[subprocess.Popen] = []
     try:
         with (tmp_path / "sim.log").open("wb") as log:
@@ -65,6 +65,19 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
                         ports["context"],
                         PRECAST_CONTEXT__APP_ID=unique("ctx"),
                         PRECAST_CONTEXT__DATA_DIR=str(tmp_path / "faust"),
+                    ),
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        with (tmp_path / "drift.log").open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "workers.drift"],
+                    env=_env(
+                        kafka_settings, topics, ports["drift"], PRECAST_DRIFT__GROUP_ID=unique("d")
                     ),
                     cwd=ROOT,
                     stdin=subprocess.DEVNULL,
