@@ -7,6 +7,7 @@ documented and every documented path exists."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import BaseModel
@@ -197,8 +198,14 @@ def build_spec(opts: ApiOptions, *, board: bool = False) -> dict[str, Any]:
         "components": {"schemas": _schemas(opts.batch_max)},
     }
     if board:
-        spec["paths"].update(board_openapi.PATHS)
+        spec["paths"].update(copy.deepcopy(board_openapi.PATHS))
         spec["components"]["schemas"].update(board_openapi.SCHEMAS)
+        for param in spec["paths"]["/v1/board/fleet"]["get"]["parameters"]:
+            limits = {"limit": opts.board_max_rows, "offset": 10**9}  # what the handler enforces
+            if param["name"] in limits:
+                param["schema"]["maximum"] = limits[param["name"]]
+            if param["name"] in ("alarm", "source"):  # empty means no filter, as for the others
+                param["schema"]["enum"] = [*param["schema"]["enum"], ""]
     if auth:  # declared exactly when the server checks it
         spec["security"] = [{"bearer": []}]
         spec["components"]["securitySchemes"] = {

@@ -1,6 +1,7 @@
 """The generated OpenAPI document against a live `precast-api` process: schemathesis
-(`st run --checks all`) finds no failure, with and without a bearer token. `/v1/stream` is left
-out: an event stream never ends, so a fuzzer cannot read a whole response."""
+(`st run --checks all`) finds no failure, with and without a bearer token. `/v1/stream` and
+`/v1/board/stream` are left out: an event stream never ends, so a fuzzer cannot read a whole
+response."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def test_schemathesis_finds_no_failure(kafka_settings, topics, token):
             "40",
             "--exclude-path",
             "/v1/stream",
+            "--exclude-path",
+            "/v1/board/stream",
             "--seed",
             "11",
             "--request-timeout",
@@ -58,7 +61,8 @@ def test_schemathesis_finds_no_failure(kafka_settings, topics, token):
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd="/tmp")
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-6000:]
-        assert "No issues found" in out and " passed" in out, out[-3000:]
+        # (a warning about operations without example data is no failure)
+        assert " passed" in out and " failed" not in out, out[-3000:]
     finally:
         proc.terminate()
         proc.wait(30)
