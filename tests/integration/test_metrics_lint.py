@@ -1,6 +1,6 @@
 """Every service's live /metrics passes `promtool check metrics` (Debian's `prometheus`
-package): the read API, a worker, the simulator, the context aggregator and the drift monitor,
-each as its own process on the real broker, scraped after traffic so labelled series exist."""
+package): the read API, a worker, the simulator, the context aggregator, the drift monitor and
+the auditor, each as its own process on the real broker, scraped after traffic so labelled series exist."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _lint(name: str, text: str) -> None:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: ./dev setup installs prometheus")
 def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp_path):
-    ports = {k: free_port() for k in ("api", "worker", "simulator", "context", "drift")}
+    ports = {k: free_port() for k in ("api", "worker", "simulator", "context", "drift", "auditor")}
     procs: list[subprocess.Popen] = []
     try:
         with (tmp_path / "sim.log").open("wb") as log:
@@ -85,6 +85,28 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
                     stderr=subprocess.STDOUT,
                 )
             )
+        with (tmp_path / "auditor.log").open("wb") as log:
+            audit = tmp_path / "audit"
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "auditor"],
+                    env=_env(
+                        kafka_settings,
+                        topics,
+                        0,
+                        PRECAST_AUDIT__DB_PATH=str(audit / "log.db"),
+                        PRECAST_AUDIT__KEY_PATH=str(audit / "signing.key"),
+                        PRECAST_AUDIT__PUBLIC_KEY=str(audit / "signing.key.pub"),
+                        PRECAST_AUDIT__ORIGIN=unique("test.local/audit"),
+                        PRECAST_AUDIT__PORT=str(ports["auditor"]),
+                        PRECAST_AUDIT__GROUP_ID=unique("auditor"),
+                    ),
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         procs.append(
             spawn_worker(
                 kafka_settings,
@@ -106,6 +128,7 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
         httpx2.get(api + "/v1/devices/nobody/prediction").raise_for_status()
         time.sleep(1.0)
         for name, port in ports.items():
+            wait_for(lambda p=port: _up(p), 60, 0.2, what=f"{name} /metrics")
             text = httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             assert "precast_" in text, name
             _lint(name, text)
@@ -121,6 +144,13 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def _up(port: int) -> bool:
+    try:
+        return httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+    except httpx2.TransportError:
+        return False
 
 
 def _devices(api: str) -> float:
