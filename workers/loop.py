@@ -126,6 +126,8 @@ class Worker:
         # the event-time clock instead, so the policy decides as it did at the time.
         self.clock: Callable[[], int] = _now_ms
         self.write_state = cfg.worker_state
+        # at-least-once: newest state record per device key since the last commit
+        self._state: dict[bytes, bytes] = {}
         self._restorer: StateRestorer | None = None
         self._kafka = kafka
 
@@ -236,10 +238,12 @@ class Worker:
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
         self.pipeline.mark_predicted(result, now_ms)
-        if self.write_state:  # same sink: flushed before the commit, or in the same transaction
-            self.sink.produce(
-                self.topics.worker_state.name, result.out.keys, self.pipeline.state_records(result)
-            )
+        if self.write_state:
+            state = self.pipeline.state_records(result)
+            if self.sink.exactly_once:  # in the same transaction as the predictions
+                self.sink.produce(self.topics.worker_state.name, result.out.keys, state)
+            else:  # at the commit, after the predictions are acknowledged (see _flush_state)
+                self._state.update(zip(result.out.keys, state, strict=True))
         M.STAGE["produce"].inc(time.perf_counter() - t0)
         self.batches += 1
         M.BATCH_SIZE.observe(len(items))
@@ -272,7 +276,22 @@ class Worker:
                     self._rewind()
             self.sink.begin()
         else:
+            self._flush_state()
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
+
+    def _flush_state(self) -> None:
+        """At-least-once: the state of the devices predicted since the last commit goes out only
+        once their predictions are acknowledged, then the commit flushes it with everything
+        else. State produced with the predictions could be delivered without them (another
+        partition, another batch) by a worker killed before its commit: the next owner would
+        restore it and skip the re-read inputs as already seen, and their predictions would be
+        lost. This way the restored state never runs ahead of the published predictions."""
+        if not self._state:
+            return
+        self.sink.producer.flush()  # raises unless every prediction so far is acknowledged
+        keys, values = list(self._state), list(self._state.values())
+        self._state.clear()
+        self.sink.produce(self.topics.worker_state.name, keys, values)
 
     def _reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)
@@ -352,6 +371,7 @@ class Worker:
         log.warning("lost %d partitions", len(parts))
         self.sink.abort()
         self.sink.begin()
+        self._state.clear()  # the new owner's state must not be overwritten by ours
         self.pipeline.forget(sorted({p.partition for p in parts}))
         self.sink.forget(parts)
         gone = {(p.topic, p.partition) for p in parts}
