@@ -4,7 +4,7 @@ from schemas.topics import catalog
 def test_catalog_contract():
     t = catalog("p.", partitions=12, replication_factor=3)
     names = [s.name for s in t]
-    assert len(names) == len(set(names)) == 9
+    assert len(names) == len(set(names)) == 10
     assert all(n.startswith("p.") for n in names)
     assert t.predictions.cleanup_policy == "compact"
     assert t.device_context.cleanup_policy == "compact"
