@@ -115,6 +115,10 @@ def _flood(ctx: Context, admin, reads: int) -> dict[str, float]:
         "PRECAST_REDIS__URL": "",
         "PRECAST_API__PORT": str(port),
         "PRECAST_API__BATCH_MAX": "500",
+        # one load generator stands for many clients: the per-client prefetch allowance
+        # (issue 17) would otherwise refuse its hints before they reach the code measured here
+        "PRECAST_API__CLIENT_PREFETCH_PER_S": "1000000",
+        "PRECAST_API__CLIENT_PREFETCH_BURST": "1000000",
         "PRECAST_LOG_LEVEL": "WARNING",
         "PRECAST_METRICS__PORT": str(wport),
         "PRECAST_MODEL__PROVIDER": "cpu",

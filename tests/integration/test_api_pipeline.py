@@ -225,7 +225,9 @@ def _events(lines):
 def test_a_random_id_flood_writes_nothing(kafka_settings, topics, unique):
     import uuid
 
-    built = build(api_settings(kafka_settings, topics, batch_max=500))
+    built = build(
+        api_settings(kafka_settings, topics, batch_max=500, client_prefetch_per_s=100_000)
+    )
     built.materializer.start()
     try:
         with TestClient(built.app) as client:
