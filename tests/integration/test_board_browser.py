@@ -269,8 +269,8 @@ def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api, http):
         "beacons",
         lambda: (
             grown("precast_beacon_views_total") >= 2
-            and grown("precast_delay_origin_ms_total", origin="front_jank") > 0
-            and grown("precast_delay_origin_ms_total", origin="network_qoe") > 0
+            and grown("precast_delay_origin_seconds_total", origin="front_jank") > 0
+            and grown("precast_delay_origin_seconds_total", origin="network_qoe") > 0
         ),
     )
     # The panel's delay-origin shares now come from these beacons; the largest (the answers'

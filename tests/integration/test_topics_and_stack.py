@@ -34,16 +34,18 @@ def test_ensure_is_idempotent_and_refuses_wrong_partitions(admin, stack, unique)
     try:
         first = cli("topics", "ensure", env=env)
         assert first.returncode == 0, first.stderr
-        assert "9 created" in first.stdout  # the catalog, shadow predictions included
+        assert (
+            "10 created" in first.stdout
+        )  # the catalog, shadow predictions and worker state included
 
         def ours() -> dict[str, int]:  # other tests create topics on the shared broker meanwhile
             return {n: p for n, p in admin.topic_partitions().items() if n.startswith(prefix)}
 
         before = ours()
-        assert len(before) == 9
+        assert len(before) == 10
         second = cli("topics", "ensure", env=env)
         assert second.returncode == 0
-        assert "0 created, 9 already matched" in second.stdout
+        assert "0 created, 10 already matched" in second.stdout
         assert ours() == before
 
         wrong = cli("topics", "ensure", env={**env, "PRECAST_TOPICS__PARTITIONS": "4"})
