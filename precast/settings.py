@@ -78,6 +78,11 @@ class RedisSettings(Section):
     connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
     # Every key precast writes starts with this, so one Redis can host several deployments.
     key_prefix: str = "precast:"
+    cluster: bool = Field(
+        default=False,
+        description="the URL names one node of a Redis Cluster (any node: the client finds "
+        "the others); keys are hash-tagged per device",
+    )
 
     @field_validator("key_prefix")
     @classmethod
