@@ -1,4 +1,8 @@
-"""Redis clients built from settings. The only place `redis` clients are constructed."""
+"""Redis clients built from settings. The only place `redis` clients are constructed.
+
+`RedisSettings.cluster` chooses redis-py's cluster client: the URL names one node, the client
+reads the slot map from it and follows MOVED/ASK redirections and failovers itself.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,13 @@ from precast.errors import Unreachable
 from precast.settings import RedisSettings
 
 
-def connect(settings: RedisSettings) -> redis.Redis:
+def connect(settings: RedisSettings) -> redis.Redis | redis.RedisCluster:
+    if settings.cluster:
+        return redis.RedisCluster.from_url(
+            settings.url,
+            socket_connect_timeout=settings.connect_timeout_s,
+            socket_timeout=settings.connect_timeout_s,
+        )
     return redis.Redis.from_url(
         settings.url,
         socket_connect_timeout=settings.connect_timeout_s,
@@ -18,7 +28,13 @@ def connect(settings: RedisSettings) -> redis.Redis:
     )
 
 
-def connect_async(settings: RedisSettings) -> redis.asyncio.Redis:
+def connect_async(settings: RedisSettings) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+    if settings.cluster:
+        return redis.asyncio.RedisCluster.from_url(
+            settings.url,
+            socket_connect_timeout=settings.connect_timeout_s,
+            socket_timeout=settings.connect_timeout_s,
+        )
     return redis.asyncio.Redis.from_url(
         settings.url,
         socket_connect_timeout=settings.connect_timeout_s,
@@ -28,17 +44,21 @@ def connect_async(settings: RedisSettings) -> redis.asyncio.Redis:
 
 
 def wait_reachable(settings: RedisSettings) -> None:
-    """Raise `Unreachable` unless Redis answers PING within the connect timeout."""
-    client = redis.Redis.from_url(
-        settings.url,
-        socket_connect_timeout=settings.connect_timeout_s,
-        socket_timeout=settings.connect_timeout_s,
-    )
+    """Raise `Unreachable` unless Redis (every master, for a cluster) answers PING within the
+    connect timeout."""
+    try:
+        client = connect(settings)
+    except redis.RedisError as exc:  # a cluster client reads the slot map when built
+        raise Unreachable(
+            "Redis Cluster",
+            _redacted(settings.url),
+            f"no slot map within {settings.connect_timeout_s:g}s: {type(exc).__name__}",
+        ) from None
     try:
         client.ping()
     except redis.RedisError as exc:
         raise Unreachable(
-            "Redis",
+            "Redis Cluster" if settings.cluster else "Redis",
             _redacted(settings.url),
             f"no PING answer within {settings.connect_timeout_s:g}s: {type(exc).__name__}",
         ) from None

@@ -87,8 +87,11 @@ class RedisSettings(Section):
     @field_validator("key_prefix")
     @classmethod
     def _prefix_is_safe(cls, v: str) -> str:
-        if not v or any(c in v for c in " *?[]\r\n"):
-            raise ValueError("key_prefix must be non-empty and free of spaces and glob characters")
+        # Braces would make the prefix the Redis Cluster hash tag: every key in one slot.
+        if not v or any(c in v for c in " *?[]{}\r\n"):
+            raise ValueError(
+                "key_prefix must be non-empty and free of spaces, braces and glob characters"
+            )
         return v
 
 

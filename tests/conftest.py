@@ -94,3 +94,42 @@ def topics(admin, unique):
     admin.ensure_topics(list(cat))
     yield cat
     admin.delete_topics([t.name for t in cat])
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_stack(tmp_path_factory):
+    """A private Redis Cluster (3 masters + 3 replicas) on free ports, for this session only."""
+    from opsctl.settings import StackSettings
+    from opsctl.stack import LocalStack
+    from opsctl.stack.process import free_port_block
+
+    s = LocalStack(
+        StackSettings(
+            home=tmp_path_factory.mktemp("redis-cluster"),
+            redis_cluster=True,
+            redis_cluster_port=free_port_block(6, bus_offset=10_000),
+        )
+    )
+    assert s.redis_cluster is not None
+    s.redis_cluster.start()
+    try:
+        s.redis_cluster.wait_ready(60)
+        yield s
+    finally:
+        s.redis_cluster.stop(hard=True)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_settings(redis_cluster_stack):
+    from precast.settings import RedisSettings
+
+    return RedisSettings(
+        url=redis_cluster_stack.redis_url, cluster=True, key_prefix=f"test-{uuid.uuid4().hex[:8]}:"
+    )
+
+
+@pytest.fixture(params=["redis", "redis-cluster"])
+def serving_redis(request):
+    """Settings of a single Redis, then of a Redis Cluster: store tests run against both."""
+    name = "redis_settings" if request.param == "redis" else "redis_cluster_settings"
+    return request.getfixturevalue(name)
