@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import redis
 import redis.asyncio
+from redis.exceptions import RedisClusterException
 
 from precast.errors import Unreachable
 from precast.settings import RedisSettings
@@ -15,11 +16,18 @@ from precast.settings import RedisSettings
 
 def connect(settings: RedisSettings) -> redis.Redis | redis.RedisCluster:
     if settings.cluster:
-        return redis.RedisCluster.from_url(
-            settings.url,
-            socket_connect_timeout=settings.connect_timeout_s,
-            socket_timeout=settings.connect_timeout_s,
-        )
+        try:  # reads the slot map now
+            return redis.RedisCluster.from_url(
+                settings.url,
+                socket_connect_timeout=settings.connect_timeout_s,
+                socket_timeout=settings.connect_timeout_s,
+            )
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise Unreachable(
+                "Redis Cluster",
+                _redacted(settings.url),
+                f"no slot map within {settings.connect_timeout_s:g}s: {type(exc).__name__}",
+            ) from None
     return redis.Redis.from_url(
         settings.url,
         socket_connect_timeout=settings.connect_timeout_s,
@@ -46,14 +54,7 @@ def connect_async(settings: RedisSettings) -> redis.asyncio.Redis | redis.asynci
 def wait_reachable(settings: RedisSettings) -> None:
     """Raise `Unreachable` unless Redis (every master, for a cluster) answers PING within the
     connect timeout."""
-    try:
-        client = connect(settings)
-    except redis.RedisError as exc:  # a cluster client reads the slot map when built
-        raise Unreachable(
-            "Redis Cluster",
-            _redacted(settings.url),
-            f"no slot map within {settings.connect_timeout_s:g}s: {type(exc).__name__}",
-        ) from None
+    client = connect(settings)
     try:
         client.ping()
     except redis.RedisError as exc:

@@ -10,15 +10,47 @@ the client has re-read the topology.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import RedisClusterException
 
 AnyRedis = redis.Redis | redis.RedisCluster
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def cluster_errors_as_redis_errors(fn: Callable[P, T]) -> Callable[P, T]:
+    """redis-py raises `RedisClusterException` (not a `RedisError`) when no node answers for the
+    slot map; callers handle `RedisError` (fallback answers, retry), so give them one."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise redis.ConnectionError(f"Redis Cluster: {exc}") from exc
+
+    return wrapper
+
+
+def async_cluster_errors_as_redis_errors(
+    fn: Callable[P, Awaitable[T]],
+) -> Callable[P, Awaitable[T]]:
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise redis.ConnectionError(f"Redis Cluster: {exc}") from exc
+
+    return wrapper
+
 
 # Longest a batch keeps retrying keys whose master is unreachable or moved: covers a failover
 # (cluster-node-timeout + election, ~3 s with the local stack's 2 s timeout) with room to spare.
@@ -45,7 +77,10 @@ def per_key_script(
             assert error is not None
             raise error
         time.sleep(RETRY_PAUSE_S)
-        client.nodes_manager.initialize()  # who owns which slot now
+        try:
+            client.nodes_manager.initialize()  # who owns which slot now
+        except (redis.RedisError, RedisClusterException) as exc:
+            error = exc  # no node answers yet: keep the old map, try again
         pending = failed
 
 

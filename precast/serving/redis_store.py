@@ -18,7 +18,12 @@ import redis
 import redis.asyncio
 from redis.commands.core import Script
 
-from precast.serving.cluster_calls import AnyRedis, per_key_script
+from precast.serving.cluster_calls import (
+    AnyRedis,
+    async_cluster_errors_as_redis_errors,
+    cluster_errors_as_redis_errors,
+    per_key_script,
+)
 from precast.serving.entry import Entry, decode, encode, valid_device_id
 from precast.serving.result import FUTURE
 from precast.settings import RedisSettings
@@ -130,10 +135,12 @@ class RedisStore:
         return script(keys=keys, args=[*shared, *args])
 
     # -- reads --------------------------------------------------------------------------------------
+    @cluster_errors_as_redis_errors
     def get(self, device_id: str, now_ms: int | None = None) -> Entry | None:
         raw = self.client.get(self.key(device_id))
         return None if raw is None else _decode(raw)
 
+    @cluster_errors_as_redis_errors
     def get_many(self, device_ids: Sequence[str], now_ms: int | None = None) -> list[Entry | None]:
         if not device_ids:
             return []
@@ -165,6 +172,7 @@ class RedisStore:
             if cursor == 0:
                 return
 
+    @cluster_errors_as_redis_errors
     def count(self) -> int:
         return sum(len(k) for k in self._scan(5000))
 
@@ -172,6 +180,7 @@ class RedisStore:
     def put_if_newer(self, device_id: str, entry: Entry, now_ms: int | None = None) -> int:
         return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
 
+    @cluster_errors_as_redis_errors
     def put_many_if_newer(
         self,
         items: Iterable[tuple[str, Entry]],
@@ -205,10 +214,12 @@ class RedisStore:
             )
         return out
 
+    @cluster_errors_as_redis_errors
     def delete(self, device_ids: Iterable[str]) -> int:
         keys = [self.key(d) for d in device_ids]
         return self.client.delete(*keys) if keys else 0  # a cluster client splits by slot
 
+    @cluster_errors_as_redis_errors
     def purge(self, predicate: Callable[[str, Entry], bool], batch: int = 1000) -> int:
         """Delete every entry for which `predicate(device_id, entry)` is true; an entry that a
         newer prediction replaced meanwhile is kept. Returns how many were deleted."""
@@ -227,6 +238,7 @@ class RedisStore:
                 n += sum(done) if self.cluster else done
         return n
 
+    @cluster_errors_as_redis_errors
     def clear(self) -> int:
         """Delete every stored entry and the load marker (a clean rebuild); returns how many."""
         n = sum(self.client.delete(*keys) for keys in self._scan(1000))
@@ -234,9 +246,11 @@ class RedisStore:
         return n
 
     # -- load marker ----------------------------------------------------------------------------------
+    @cluster_errors_as_redis_errors
     def loaded(self) -> bool:
         return bool(self.client.exists(self._loaded))
 
+    @cluster_errors_as_redis_errors
     def mark_loaded(self) -> None:
         self.client.set(self._loaded, str(_now_ms()))
 
@@ -251,12 +265,14 @@ class AsyncRedisReader:
         self.cluster = isinstance(self.client, redis.asyncio.RedisCluster)
         self._p = settings.key_prefix + "p:{"
 
+    @async_cluster_errors_as_redis_errors
     async def get(self, device_id: str) -> Entry | None:
         if not valid_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
         raw = await self.client.get(self._p + device_id + "}")
         return None if raw is None else _decode(raw)
 
+    @async_cluster_errors_as_redis_errors
     async def get_many(self, device_ids: Sequence[str]) -> list[Entry | None]:
         if not device_ids:
             return []
