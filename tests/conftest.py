@@ -107,7 +107,7 @@ def redis_cluster_stack(tmp_path_factory):
         StackSettings(
             home=tmp_path_factory.mktemp("redis-cluster"),
             redis_cluster=True,
-            redis_cluster_port=free_port_block(6, bus_offset=10_000),
+            redis_cluster_port=free_port_block(6, bus_offset=10_000, low=11_000),
         )
     )
     assert s.redis_cluster is not None
@@ -151,7 +151,7 @@ def kafka_cluster(tmp_path_factory):
             kafka_port=kafka_base,
             controller_port=kafka_base + 1,
             redis_cluster=True,
-            redis_cluster_port=free_port_block(6, bus_offset=10_000, low=30_000),
+            redis_cluster_port=free_port_block(6, bus_offset=10_000, low=11_000),
         )
     )
     try:

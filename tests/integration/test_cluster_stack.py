@@ -35,7 +35,7 @@ def test_three_broker_stack_with_redis_cluster_via_the_cli(tmp_path, unique):
         "PRECAST_STACK__HOME": str(tmp_path),
         "PRECAST_STACK__KAFKA_PORT": str(base),
         "PRECAST_STACK__CONTROLLER_PORT": str(base + 1),
-        "PRECAST_STACK__REDIS_CLUSTER_PORT": str(free_port_block(6, bus_offset=10_000)),
+        "PRECAST_STACK__REDIS_CLUSTER_PORT": str(free_port_block(6, bus_offset=10_000, low=11_000)),
     }
     try:
         up = precast(env, "stack", "up", "--brokers", "3", "--redis-cluster")
