@@ -44,14 +44,21 @@ class StackSettings(Section):
         default=5.0, gt=0, le=300, description="how often the local Prometheus scrapes services"
     )
     kafka_heap: str = "768m"
-    # Three JVMs share the machine: each gets a smaller heap than the single node.
-    cluster_kafka_heap: str = "448m"
+    cluster_kafka_heap: str = Field(
+        default="448m",
+        description="heap of each node of a 3-broker stack (three JVMs share the machine)",
+    )
     redis_cluster: bool = Field(
         default=False,
         description="start a Redis Cluster (3 masters + 3 replicas on redis_cluster_port ... "
         "+5) instead of the single Redis",
     )
-    redis_cluster_port: int = Field(default=7000, ge=1, le=55530)
+    redis_cluster_port: int = Field(
+        default=7000,
+        ge=1,
+        le=55530,
+        description="first Redis Cluster port; each node also uses its port + 10000 (cluster bus)",
+    )
     start_timeout_s: float = Field(default=90.0, gt=0)
     # Where resolved Kafka jars are kept, shared by every clone on this machine.
     jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"
