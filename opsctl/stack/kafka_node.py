@@ -138,7 +138,7 @@ class KafkaNode:
         return self.libs
 
     # -- configuration ------------------------------------------------------------------------
-    def _write_config(self) -> Path:
+    def write_config(self) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         replicas = str(self.s.brokers)
@@ -241,7 +241,7 @@ class KafkaNode:
                     "ports (PRECAST_STACK__KAFKA_PORT / PRECAST_STACK__CONTROLLER_PORT)"
                 )
         self.resolve_jars()
-        config = self._write_config()
+        config = self.write_config()
         self._format(config)
         heap = self.s.cluster_kafka_heap if self.clustered else self.s.kafka_heap
         argv = self._java(
