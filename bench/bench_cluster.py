@@ -243,7 +243,8 @@ def run(ctx: Context) -> Report:
         progress("leader kill under load ...")
         kill = _leader_kill(ctx, stack, settings, admin, logs)
         progress(f"leader kill: {kill}")
-        backlog = 30_000 if ctx.quick else 90_000
+        # Large enough that the drain after the last worker is ready lasts many commit intervals
+        backlog = 60_000 if ctx.quick else 300_000
         progress("scale-out: 1 worker ...")
         one = _drain_rate(ctx, stack, settings, admin, 1, backlog, logs)
         progress("scale-out: 3 workers ...")
