@@ -4,6 +4,7 @@ producer writes them). docs/cluster.md turns them into per-million-devices and p
 
 from __future__ import annotations
 
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -18,20 +19,26 @@ PARTITIONS = 6
 
 
 def _prediction(device: str, now: int, offset: int) -> bytes:
-    """Shaped like a worker's record: three candidates and one lineage reference."""
+    """Shaped like a worker's record: three candidates and one lineage reference, with scores
+    and times that vary per record as real ones do (constant ones would compress unrealistically
+    well)."""
+    rng = random.Random(offset)
+    top = round(rng.uniform(0.4, 0.99), 6)
+    second = round(rng.uniform(0.0, 1 - top), 6)
+    now += rng.randrange(0, 60_000)
     return orjson.dumps(
         {
             "schema_version": 1,
             "device_id": device,
             "candidates": [
-                {"strategy": "firmware_rollback", "score": 0.989621},
-                {"strategy": "monitor_only", "score": 0.003032},
-                {"strategy": "dispatch_technician", "score": 0.002128},
+                {"strategy": "firmware_rollback", "score": top},
+                {"strategy": "monitor_only", "score": second},
+                {"strategy": "dispatch_technician", "score": round(1 - top - second, 6)},
             ],
             "model_version": "1.0.0",
             "computed_at_ms": now,
             "valid_until_ms": now + 3_600_000,
-            "produced_at_ms": now + 5,
+            "produced_at_ms": now + rng.randrange(2, 400),
             "trigger": "heartbeat",
             "lineage": [
                 {
