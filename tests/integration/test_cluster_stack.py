@@ -33,6 +33,7 @@ def test_three_broker_stack_with_redis_cluster_via_the_cli(tmp_path, unique):
     env = {
         **os.environ,
         "PRECAST_STACK__HOME": str(tmp_path),
+        "PRECAST_STACK__PROMETHEUS": "false",  # its fixed port belongs to the shared stack
         "PRECAST_STACK__KAFKA_PORT": str(base),
         "PRECAST_STACK__CONTROLLER_PORT": str(base + 1),
         "PRECAST_STACK__REDIS_CLUSTER_PORT": str(free_port_block(6, bus_offset=10_000, low=11_000)),
