@@ -281,6 +281,7 @@ def test_two_api_replicas_over_redis_cluster_one_killed_the_other_answers(
         wait_for(newest_served, 60, 0.2, what="the survivor serving the newer prediction")
         store = RedisStore.from_settings(rs)
         assert {e.model_version for e in store.get_many(devices)} == {"2.0.0"}
+        store.client.close()
         apis[1].send_signal(signal.SIGTERM)
         assert apis[1].wait(30) == 0
     finally:
@@ -327,6 +328,7 @@ def test_redis_master_killed_fails_over_and_writes_resume(kafka_cluster, unique)
     victim.start()  # it rejoins as a replica of its old slots' new master
     rc.wait_ready(60)
     store.clear()
+    store.client.close()
 
 
 def test_broker_frozen_30s_no_duplicate_no_lost_record(

@@ -76,6 +76,7 @@ def test_three_broker_stack_with_redis_cluster_via_the_cli(tmp_path, unique):
             RedisSettings(url=apps["PRECAST_REDIS__URL"], cluster=True, key_prefix="t:")
         )
         nodes = store.client.cluster_nodes()
+        store.client.close()
         flags = sorted(n["flags"].split(",")[-1] for n in nodes.values())
         assert flags == ["master"] * 3 + ["slave"] * 3, nodes
     finally:
