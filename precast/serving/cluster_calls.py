@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import redis
@@ -40,8 +40,8 @@ def cluster_errors_as_redis_errors(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 def async_cluster_errors_as_redis_errors(
-    fn: Callable[P, Awaitable[T]],
-) -> Callable[P, Awaitable[T]]:
+    fn: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
@@ -95,11 +95,11 @@ def _run_once(
 ) -> tuple[list[int], Exception | None]:
     by_node: dict[str, list[int]] = defaultdict(list)
     for i in pending:
-        by_node[client.get_node_from_key(keys[i]).name].append(i)
+        by_node[client.get_node_from_key(keys[i]).name].append(i)  # type: ignore[no-untyped-call]
     failed: list[int] = []
     error: Exception | None = None
     for name, idx in by_node.items():
-        node = client.get_node(node_name=name)
+        node = client.get_node(node_name=name)  # type: ignore[no-untyped-call]
         conn = node.redis_connection if node is not None else None
         if conn is None:
             failed += idx

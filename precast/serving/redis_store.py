@@ -124,15 +124,22 @@ class RedisStore:
         return key.decode()[len(self._p) : -1]
 
     def _mget(self, keys: Sequence[str] | Sequence[bytes]) -> list[bytes | None]:
-        if self.cluster:  # one MGET per slot, pipelined per node
-            return self.client.mget_nonatomic(keys)
-        return self.client.mget(keys)
+        if isinstance(self.client, redis.RedisCluster):  # one MGET per slot, pipelined per node
+            return cast(list[bytes | None], self.client.mget_nonatomic(keys))
+        return cast(list[bytes | None], self.client.mget(keys))
 
-    def _script(self, script: Script, keys: list, args: list, shared: list) -> list[int]:
+    def _script(
+        self,
+        script: Script,
+        keys: Sequence[str | bytes],
+        args: Sequence[str | bytes | int],
+        shared: Sequence[str | bytes | int],
+    ) -> list[int] | int:
         """Run `script` over `keys` (`args[i]` belongs to `keys[i]`, `shared` go first)."""
-        if self.cluster:
+        if isinstance(self.client, redis.RedisCluster):
             return per_key_script(self.client, script, keys, args, shared)
-        return script(keys=keys, args=[*shared, *args])
+        every: list[str | bytes | int] = [*shared, *args]
+        return cast(list[int] | int, script(keys=list(keys), args=every))
 
     # -- reads --------------------------------------------------------------------------------------
     @cluster_errors_as_redis_errors
@@ -155,14 +162,14 @@ class RedisStore:
 
     def _scan(self, batch: int) -> Iterator[list[bytes]]:
         if self.cluster:  # every master in turn
-            keys: list[bytes] = []
+            found: list[bytes] = []
             for k in self.client.scan_iter(match=self._p + "*", count=batch):
-                keys.append(k)
-                if len(keys) >= batch:
-                    yield keys
-                    keys = []
-            if keys:
-                yield keys
+                found.append(cast(bytes, k))
+                if len(found) >= batch:
+                    yield found
+                    found = []
+            if found:
+                yield found
             return
         cursor = 0
         while True:
@@ -209,9 +216,8 @@ class RedisStore:
         for i in range(0, len(items), chunk):
             part = items[i : i + chunk]
             keys = [p + d + "}" for d, _ in part] if ids_checked else [key(d) for d, _ in part]
-            out.extend(
-                self._script(self._put, keys, [encode(e) for _, e in part], [now, self.grace_ms])
-            )
+            done = self._script(self._put, keys, [encode(e) for _, e in part], [now, self.grace_ms])
+            out.extend(done if isinstance(done, list) else [done])
         return out
 
     @cluster_errors_as_redis_errors
@@ -235,7 +241,7 @@ class RedisStore:
                 done = self._script(
                     self._delete_if_same, [k for k, _ in hit], [r for _, r in hit], []
                 )
-                n += sum(done) if self.cluster else done
+                n += sum(done) if isinstance(done, list) else done
         return n
 
     @cluster_errors_as_redis_errors
@@ -280,7 +286,7 @@ class AsyncRedisReader:
             if not valid_device_id(d):
                 raise ValueError(f"invalid device ID {d[:64]!r}")
         keys = [self._p + d + "}" for d in device_ids]
-        if self.cluster:
+        if isinstance(self.client, redis.asyncio.RedisCluster):
             raws = await self.client.mget_nonatomic(keys)
         else:
             raws = await self.client.mget(keys)
