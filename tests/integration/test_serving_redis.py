@@ -22,6 +22,7 @@ def store(serving_redis):
     s = RedisStore(connect(serving_redis), f"{serving_redis.key_prefix}{uuid.uuid4().hex[:6]}:")
     yield s
     s.purge(lambda d, e: True)
+    s.client.close()
 
 
 def fresh(redis_settings) -> RedisStore:
@@ -42,6 +43,7 @@ def test_redis_keeps_newest_under_any_interleaving(serving_redis, data, items):
     store.put_many_if_newer(order[half:], now_ms=BASE_MS, chunk=7)
     got = {d: e.key for d, e in store.iterate()}
     store.purge(lambda d, e: True)
+    store.client.close()
     assert got == expected_newest(items)
 
 
@@ -65,6 +67,8 @@ def test_redis_concurrent_writers(serving_redis, items, writers, rnd):
         t.join()
     got = {d: e.key for d, e in stores[0].iterate()}
     stores[0].purge(lambda d, e: True)
+    for s in stores:
+        s.client.close()
     assert got == expected_newest(items)
 
 
@@ -157,3 +161,4 @@ def test_cluster_keys_are_hash_tagged_per_device_and_spread_over_masters(
         BASE_MS + 599,
     ]
     assert store.clear() == 600
+    client.close()
