@@ -73,3 +73,13 @@ def _redacted(url: str) -> str:
         return url
     scheme, rest = url.split("://", 1) if "://" in url else ("", url)
     return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+
+
+def close(client: redis.Redis | redis.RedisCluster) -> None:
+    """Close a client and its sockets. redis-py's `RedisCluster.close()` leaves a node's socket
+    open (seen with redis-py 8.1); closing each node's own client closes it."""
+    client.close()
+    if isinstance(client, redis.RedisCluster):
+        for node in client.nodes_manager.startup_nodes.values():
+            if node.redis_connection is not None:
+                node.redis_connection.close()

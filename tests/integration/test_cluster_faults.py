@@ -20,6 +20,7 @@ import pytest
 
 from opsctl.stack.process import free_port
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
+from precast.redis_client import close as redis_close
 from precast.redis_client import connect
 from precast.serving import RedisStore
 from precast.settings import RedisSettings
@@ -281,7 +282,7 @@ def test_two_api_replicas_over_redis_cluster_one_killed_the_other_answers(
         wait_for(newest_served, 60, 0.2, what="the survivor serving the newer prediction")
         store = RedisStore.from_settings(rs)
         assert {e.model_version for e in store.get_many(devices)} == {"2.0.0"}
-        store.client.close()
+        redis_close(store.client)
         apis[1].send_signal(signal.SIGTERM)
         assert apis[1].wait(30) == 0
     finally:
@@ -328,7 +329,7 @@ def test_redis_master_killed_fails_over_and_writes_resume(kafka_cluster, unique)
     victim.start()  # it rejoins as a replica of its old slots' new master
     rc.wait_ready(60)
     store.clear()
-    store.client.close()
+    redis_close(store.client)
 
 
 def test_broker_frozen_30s_no_duplicate_no_lost_record(

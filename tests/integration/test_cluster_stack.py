@@ -12,6 +12,7 @@ import pytest
 
 from opsctl.stack.process import free_port_block
 from precast.kafka import Admin
+from precast.redis_client import close as redis_close
 from precast.serving import RedisStore
 from precast.settings import KafkaSettings, RedisSettings
 
@@ -76,7 +77,7 @@ def test_three_broker_stack_with_redis_cluster_via_the_cli(tmp_path, unique):
             RedisSettings(url=apps["PRECAST_REDIS__URL"], cluster=True, key_prefix="t:")
         )
         nodes = store.client.cluster_nodes()
-        store.client.close()
+        redis_close(store.client)
         flags = sorted(n["flags"].split(",")[-1] for n in nodes.values())
         assert flags == ["master"] * 3 + ["slave"] * 3, nodes
     finally:

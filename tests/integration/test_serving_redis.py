@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from precast.redis_client import close as redis_close
 from precast.redis_client import connect
 from precast.serving import EXPIRED, FUTURE, OLDER, STORED, RedisStore
 from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
@@ -22,7 +23,7 @@ def store(serving_redis):
     s = RedisStore(connect(serving_redis), f"{serving_redis.key_prefix}{uuid.uuid4().hex[:6]}:")
     yield s
     s.purge(lambda d, e: True)
-    s.client.close()
+    redis_close(s.client)
 
 
 def fresh(redis_settings) -> RedisStore:
@@ -43,7 +44,7 @@ def test_redis_keeps_newest_under_any_interleaving(serving_redis, data, items):
     store.put_many_if_newer(order[half:], now_ms=BASE_MS, chunk=7)
     got = {d: e.key for d, e in store.iterate()}
     store.purge(lambda d, e: True)
-    store.client.close()
+    redis_close(store.client)
     assert got == expected_newest(items)
 
 
@@ -68,7 +69,7 @@ def test_redis_concurrent_writers(serving_redis, items, writers, rnd):
     got = {d: e.key for d, e in stores[0].iterate()}
     stores[0].purge(lambda d, e: True)
     for s in stores:
-        s.client.close()
+        redis_close(s.client)
     assert got == expected_newest(items)
 
 
@@ -161,4 +162,4 @@ def test_cluster_keys_are_hash_tagged_per_device_and_spread_over_masters(
         BASE_MS + 599,
     ]
     assert store.clear() == 600
-    client.close()
+    redis_close(client)
