@@ -78,7 +78,11 @@ class RedisBudget:
     """Dedup and ceiling shared by every replica pointing at the same Redis and key prefix."""
 
     def __init__(
-        self, client: redis.asyncio.Redis, key_prefix: str, rate_per_s: float, burst: int
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+        key_prefix: str,
+        rate_per_s: float,
+        burst: int,
     ) -> None:
         self.client, self.rate, self.burst = client, rate_per_s, burst
         self._dedup = key_prefix + "rq:"

@@ -31,9 +31,16 @@ def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
         raise ConfigError(
             f"unknown stack component {', '.join(unknown)} (choose from {', '.join(COMPONENTS)})"
         )
-    stack = LocalStack(settings.stack)
+    update = {"brokers": args.brokers} if args.brokers else {}
+    if args.redis_cluster:
+        update["redis_cluster"] = True
+    stack = LocalStack(settings.stack.model_copy(update=update))
     if args.action == "up":
         stack.up(progress=lambda m: print(m, flush=True), prometheus=settings.stack.prometheus)
+        if stack.settings.brokers > 1 or stack.settings.redis_cluster:
+            # The apps read these; one line to paste into the shell that runs them.
+            env = " ".join(f"{k}={v}" for k, v in stack.client_env().items())
+            print(f"point the apps at it: export {env}", flush=True)
         return 0
     if args.action == "install":
         stack.kafka.resolve_jars(progress=lambda m: print(m, flush=True))
@@ -139,6 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
         "components",
         nargs="*",
         help="with down: stop only these (kafka, redis, prometheus, redis-exporter; default: all)",
+    )
+    st.add_argument(
+        "--brokers",
+        type=int,
+        choices=[1, 3],
+        help="Kafka nodes: 1 (default) or 3 with replicated topics (PRECAST_STACK__BROKERS)",
+    )
+    st.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="a Redis Cluster of 3 masters + 3 replicas instead of one Redis "
+        "(PRECAST_STACK__REDIS_CLUSTER)",
     )
     st.set_defaults(fn=_stack)
     tp = sub.add_parser("topics", help="topic contracts")

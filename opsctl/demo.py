@@ -109,18 +109,22 @@ def run_demo(
         before = set(stack.running())
         stack.up(progress=lambda m: print(m, flush=True), prometheus=scraped)
         started = [c for c in stack.running() if c not in before]
-        env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] = stack.bootstrap_servers
-        env["PRECAST_REDIS__URL"] = stack.redis_url
+        # brokers, Redis (or Redis Cluster) and the replication factor the stack supports
+        env.update(stack.client_env())
         kafka = settings.kafka.model_copy(update={"bootstrap_servers": stack.bootstrap_servers})
-        redis_settings = settings.redis.model_copy(update={"url": stack.redis_url})
+        redis_settings = settings.redis.model_copy(
+            update={"url": stack.redis_url, "cluster": stack.redis_cluster is not None}
+        )
+        replicas = stack.settings.brokers
     else:
         kafka, redis_settings = settings.kafka, settings.redis
+        replicas = settings.topics.replication_factor
     admin = Admin(kafka)
     admin.wait_reachable()
     if redis_settings.url:
         wait_reachable(redis_settings)
     t = settings.topics
-    reports = admin.ensure_topics(list(catalog(t.prefix, t.partitions, t.replication_factor)))
+    reports = admin.ensure_topics(list(catalog(t.prefix, t.partitions, replicas)))
     print(
         f"topics: {sum(r.action == 'created' for r in reports)} created, contract checked",
         flush=True,

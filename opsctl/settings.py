@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from precast.audit.settings import AuditSettings
 from precast.settings import CommonSettings, KafkaSettings, Section
 
 
 class StackSettings(Section):
-    """The local development stack (a Kafka broker and Redis started from this machine)."""
+    """The local development stack (Kafka and Redis started from this machine): one broker and
+    one Redis by default; three KRaft brokers and/or a Redis Cluster on request."""
 
     home: Path = Path(".precast")
     kafka_version: str = "4.1.1"
+    brokers: int = Field(
+        default=1,
+        description="Kafka nodes (combined broker/controller): 1, or 3 for a replicated "
+        "cluster whose node i listens on kafka_port + 2i and controller_port + 2i",
+    )
     kafka_port: int = Field(default=9092, ge=1, le=65535)
     controller_port: int = Field(default=9093, ge=1, le=65535)
     redis_port: int = Field(default=6379, ge=1, le=65535)
@@ -38,9 +44,32 @@ class StackSettings(Section):
         default=5.0, gt=0, le=300, description="how often the local Prometheus scrapes services"
     )
     kafka_heap: str = "768m"
+    cluster_kafka_heap: str = Field(
+        default="448m",
+        description="heap of each node of a 3-broker stack (three JVMs share the machine)",
+    )
+    redis_cluster: bool = Field(
+        default=False,
+        description="start a Redis Cluster (3 masters + 3 replicas on redis_cluster_port ... "
+        "+5) instead of the single Redis",
+    )
+    redis_cluster_port: int = Field(
+        default=7000,
+        ge=1,
+        le=55530,
+        description="first Redis Cluster port; each node also uses its port + 10000 (cluster bus)",
+    )
     start_timeout_s: float = Field(default=90.0, gt=0)
     # Where resolved Kafka jars are kept, shared by every clone on this machine.
     jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"
+
+    @field_validator("brokers")
+    @classmethod
+    def _quorum_size(cls, v: int) -> int:
+        # Two voters tolerate no failure, more than three need more ports than a laptop spares.
+        if v not in (1, 3):
+            raise ValueError("brokers must be 1 or 3")
+        return v
 
 
 class OpsSettings(Section):

@@ -78,12 +78,20 @@ class RedisSettings(Section):
     connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
     # Every key precast writes starts with this, so one Redis can host several deployments.
     key_prefix: str = "precast:"
+    cluster: bool = Field(
+        default=False,
+        description="the URL names one node of a Redis Cluster (any node: the client finds "
+        "the others); keys are hash-tagged per device",
+    )
 
     @field_validator("key_prefix")
     @classmethod
     def _prefix_is_safe(cls, v: str) -> str:
-        if not v or any(c in v for c in " *?[]\r\n"):
-            raise ValueError("key_prefix must be non-empty and free of spaces and glob characters")
+        # Braces would make the prefix the Redis Cluster hash tag: every key in one slot.
+        if not v or any(c in v for c in " *?[]{}\r\n"):
+            raise ValueError(
+                "key_prefix must be non-empty and free of spaces, braces and glob characters"
+            )
         return v
 
 

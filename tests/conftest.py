@@ -94,3 +94,95 @@ def topics(admin, unique):
     admin.ensure_topics(list(cat))
     yield cat
     admin.delete_topics([t.name for t in cat])
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_stack(tmp_path_factory):
+    """A private Redis Cluster (3 masters + 3 replicas) on free ports, for this session only."""
+    from opsctl.settings import StackSettings
+    from opsctl.stack import LocalStack
+    from opsctl.stack.process import free_port_block
+
+    s = LocalStack(
+        StackSettings(
+            home=tmp_path_factory.mktemp("redis-cluster"),
+            redis_cluster=True,
+            redis_cluster_port=free_port_block(6, bus_offset=10_000, low=11_000),
+        )
+    )
+    assert s.redis_cluster is not None
+    s.redis_cluster.start()
+    try:
+        s.redis_cluster.wait_ready(60)
+        yield s
+    finally:
+        s.redis_cluster.stop(hard=True)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_settings(redis_cluster_stack):
+    from precast.settings import RedisSettings
+
+    return RedisSettings(
+        url=redis_cluster_stack.redis_url, cluster=True, key_prefix=f"test-{uuid.uuid4().hex[:8]}:"
+    )
+
+
+@pytest.fixture(params=["redis", "redis-cluster"])
+def serving_redis(request):
+    """Settings of a single Redis, then of a Redis Cluster: store tests run against both."""
+    name = "redis_settings" if request.param == "redis" else "redis_cluster_settings"
+    return request.getfixturevalue(name)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory):
+    """A private 3-node KRaft cluster with its own Redis Cluster, on free ports, for the fault
+    suite (slow tests only: three JVMs). Never the shared stack."""
+    from opsctl.settings import StackSettings
+    from opsctl.stack import LocalStack
+    from opsctl.stack.process import free_port_block
+
+    kafka_base = free_port_block(6)
+    s = LocalStack(
+        StackSettings(
+            home=tmp_path_factory.mktemp("kafka-cluster"),
+            brokers=3,
+            kafka_port=kafka_base,
+            controller_port=kafka_base + 1,
+            redis_cluster=True,
+            redis_cluster_port=free_port_block(6, bus_offset=10_000, low=11_000),
+        )
+    )
+    try:
+        s.up(progress=lambda m: print(m))
+        yield s
+    finally:
+        s.down()
+
+
+@pytest.fixture(scope="session")
+def cluster_kafka_settings(kafka_cluster):
+    from precast.settings import KafkaSettings
+
+    return KafkaSettings(bootstrap_servers=kafka_cluster.bootstrap_servers, connect_timeout_s=10)
+
+
+@pytest.fixture(scope="session")
+def cluster_admin(cluster_kafka_settings):
+    from precast.kafka import Admin
+
+    a = Admin(cluster_kafka_settings)
+    a.wait_reachable()
+    return a
+
+
+@pytest.fixture
+def cluster_topics(cluster_admin, unique):
+    """The topic catalog on the 3-broker cluster: replication factor 3, min.insync.replicas 2."""
+    from schemas.topics import catalog
+
+    cat = catalog(prefix=unique("test") + ".", partitions=6, replication_factor=3)
+    cluster_admin.ensure_topics(list(cat))
+    yield cat
+    cluster_admin.delete_topics([t.name for t in cat])

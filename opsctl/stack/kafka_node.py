@@ -47,6 +47,14 @@ def java_major() -> int:
     return int(m.group(1)) if m else 0
 
 
+def broker_port(settings: StackSettings, index: int) -> int:
+    return settings.kafka_port + 2 * index
+
+
+def controller_port(settings: StackSettings, index: int) -> int:
+    return settings.controller_port + 2 * index
+
+
 def new_cluster_id() -> str:
     """A Kafka cluster ID: 16 random bytes in URL-safe base64 without padding. Like Kafka's own
     Uuid.randomUuid, never one starting with "-": StorageTool's argument parser would take
@@ -58,19 +66,31 @@ def new_cluster_id() -> str:
 
 
 class KafkaNode:
-    def __init__(self, settings: StackSettings) -> None:
+    """One combined broker/controller. `index` numbers the nodes of a 3-node stack (node.id is
+    index + 1); a single-node stack keeps its original folder and ports."""
+
+    def __init__(self, settings: StackSettings, index: int = 0) -> None:
         self.s = settings
-        self.dir = settings.home / "kafka"
+        self.index = index
+        self.node_id = index + 1
+        self.clustered = settings.brokers > 1
+        suffix = f"-{self.node_id}" if self.clustered else ""
+        self.dir = settings.home / f"kafka{suffix}"
         self.data = self.dir / "data"
         self.logs = self.dir / "logs"
         self.libs = settings.jar_cache / settings.kafka_version / "libs"
-        self.proc = ManagedProcess(
-            "Kafka broker", self.dir / "kafka.pid", f"{self.dir}/server.properties"
+        # Every node of a cluster formats its storage with the same cluster ID.
+        self.cluster_id_file = (
+            settings.home / "kafka-cluster.id" if self.clustered else self.dir / "cluster.id"
         )
+        self.port = broker_port(settings, index)
+        self.controller = controller_port(settings, index)
+        name = f"Kafka broker {self.node_id}" if self.clustered else "Kafka broker"
+        self.proc = ManagedProcess(name, self.dir / "kafka.pid", f"{self.dir}/server.properties")
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.s.kafka_port}"
+        return f"127.0.0.1:{self.port}"
 
     # -- jars ---------------------------------------------------------------------------------
     def resolve_jars(self, progress=print) -> Path:
@@ -118,15 +138,17 @@ class KafkaNode:
         return self.libs
 
     # -- configuration ------------------------------------------------------------------------
-    def _write_config(self) -> Path:
+    def write_config(self) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+        replicas = str(self.s.brokers)
+        min_isr = str(min(2, self.s.brokers))
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.s.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.s.kafka_port},CONTROLLER://127.0.0.1:{self.s.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.s.kafka_port}",
+            "node.id": str(self.node_id),
+            **self._quorum(),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -134,14 +156,17 @@ class KafkaNode:
             # Topics come from contracts (`precast topics ensure`), never from a typo.
             "auto.create.topics.enable": "false",
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            # Fewer internal partitions: a single dev node starts and answers faster.
+            # A cluster survives one lost node: internal topics on every node, acks from two.
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replicas,
+            # Fewer internal partitions: a small dev stack starts and answers faster.
             "offsets.topic.num.partitions": "8",
             "transaction.state.log.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
             # Groups form at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms": "0",
             # The cleaner's default 128 MB dedupe buffer would take a big slice of a small heap.
@@ -149,10 +174,25 @@ class KafkaNode:
             "num.network.threads": "2",
             "num.io.threads": "4",
         }
+        if self.clustered:
+            # A dead or frozen node loses its partitions after 4 s instead of 9 s: leadership
+            # moves well inside the 10 s recovery target (docs/cluster.md).
+            props["broker.session.timeout.ms"] = "4000"
+            props["broker.heartbeat.interval.ms"] = "1000"
         path = self.dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(logs=self.logs))
         return path
+
+    def _quorum(self) -> dict[str, str]:
+        if not self.clustered:
+            # One self-formatted voter (`format --standalone`): the dynamic quorum of KIP-853.
+            return {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller}"}
+        # A fixed set of three voters: every node is formatted alike, none bootstraps the others.
+        voters = ",".join(
+            f"{i + 1}@127.0.0.1:{controller_port(self.s, i)}" for i in range(self.s.brokers)
+        )
+        return {"controller.quorum.voters": voters}
 
     def _java(self, *args: str, heap: str = "128m") -> list[str]:
         return ["java", f"-Xmx{heap}", "-cp", f"{self.libs}/*", *args]
@@ -160,15 +200,16 @@ class KafkaNode:
     def _format(self, config: Path) -> None:
         if (self.data / "meta.properties").exists():
             return
-        cluster_file = self.dir / "cluster.id"
+        cluster_file = self.cluster_id_file
         if not cluster_file.exists() or cluster_file.read_text().startswith("-"):
             cluster_file.write_text(new_cluster_id() + "\n")
+        standalone = [] if self.clustered else ["--standalone"]
         run = subprocess.run(
             self._java(
                 "-Dlog4j2.configurationFile=" + str(self.dir / "log4j2.yaml"),
                 "kafka.tools.StorageTool",
                 "format",
-                "--standalone",
+                *standalone,
                 "--ignore-formatted",
                 "-t",
                 cluster_file.read_text().strip(),
@@ -193,17 +234,18 @@ class KafkaNode:
             return
         if java_major() < 17:
             raise StackError("Java 17 or newer is needed for Kafka 4 (java -version reports older)")
-        for port in (self.s.kafka_port, self.s.controller_port):
+        for port in (self.port, self.controller):
             if port_in_use(port):
                 raise StackError(
                     f"port {port} is in use by another process; stop it or choose other "
                     "ports (PRECAST_STACK__KAFKA_PORT / PRECAST_STACK__CONTROLLER_PORT)"
                 )
         self.resolve_jars()
-        config = self._write_config()
+        config = self.write_config()
         self._format(config)
+        heap = self.s.cluster_kafka_heap if self.clustered else self.s.kafka_heap
         argv = self._java(
-            "-Xms256m",
+            "-Xms128m" if self.clustered else "-Xms256m",
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
@@ -211,7 +253,7 @@ class KafkaNode:
             f"-Dkafka.logs.dir={self.logs}",
             "kafka.Kafka",
             str(config),
-            heap=self.s.kafka_heap,
+            heap=heap,
         )
         self.proc.start(argv, self.logs / "stdout.log", self.dir)
 
@@ -222,14 +264,14 @@ class KafkaNode:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.exited_early():
-                raise StackError(f"Kafka broker exited during start: {self.last_log()}")
+                raise StackError(f"{self.proc.name} exited during start: {self.last_log()}")
             try:
                 admin.wait_reachable(timeout=2.0)
                 return
             except Unreachable:
                 if time.monotonic() > deadline:
                     raise StackError(
-                        f"Kafka broker not ready after {timeout:g}s: {self.last_log()}"
+                        f"{self.proc.name} not ready after {timeout:g}s: {self.last_log()}"
                     ) from None
 
     def healthy(self, timeout: float = 3.0) -> bool:

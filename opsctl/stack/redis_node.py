@@ -46,15 +46,30 @@ def ensure_redis_server(progress=print) -> str:
 
 
 class RedisNode:
-    def __init__(self, settings: StackSettings) -> None:
+    """One redis-server. `cluster_index` set: a Redis Cluster node on redis_cluster_port + index,
+    in its own folder; unset: the single Redis of the default stack."""
+
+    def __init__(self, settings: StackSettings, cluster_index: int | None = None) -> None:
         self.s = settings
-        self.dir = settings.home / "redis"
+        self.clustered = cluster_index is not None
+        if cluster_index is None:
+            self.port = settings.redis_port
+            self.dir = settings.home / "redis"
+            name = "Redis"
+        else:
+            self.port = settings.redis_cluster_port + cluster_index
+            self.dir = settings.home / "redis-cluster" / str(self.port)
+            name = f"Redis {self.port}"
         # redis-server rewrites its process title, so only the binary name is a stable marker.
-        self.proc = ManagedProcess("Redis", self.dir / "redis.pid", "redis-server")
+        self.proc = ManagedProcess(name, self.dir / "redis.pid", "redis-server")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.s.redis_port}/0"
+        return f"redis://127.0.0.1:{self.port}/0"
 
     def running(self) -> bool:
         return self.proc.pid() is not None
@@ -63,18 +78,21 @@ class RedisNode:
         if self.running():
             return
         binary = ensure_redis_server()
-        if port_in_use(self.s.redis_port):
-            raise StackError(
-                f"port {self.s.redis_port} is in use by another process; stop it or "
-                "choose another port (PRECAST_STACK__REDIS_PORT)"
-            )
+        # A cluster node also listens on its bus port (port + 10000) for gossip and failover.
+        ports = (self.port, self.port + 10_000) if self.clustered else (self.port,)
+        for port in ports:
+            if port_in_use(port):
+                raise StackError(
+                    f"port {port} is in use by another process; stop it or choose another "
+                    "port (PRECAST_STACK__REDIS_PORT / PRECAST_STACK__REDIS_CLUSTER_PORT)"
+                )
         self.dir.mkdir(parents=True, exist_ok=True)
         argv = [
             binary,
             "--bind",
             "127.0.0.1",
             "--port",
-            str(self.s.redis_port),
+            str(self.port),
             "--save",
             "",
             "--appendonly",
@@ -88,13 +106,23 @@ class RedisNode:
             "--loglevel",
             "warning",
         ]
+        if self.clustered:
+            argv += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                # A dead master is failed over after 2 s instead of the default 15 s.
+                "--cluster-node-timeout",
+                "2000",
+            ]
         self.proc.start(argv, self.dir / "redis.log", self.dir)
 
     def healthy(self, timeout: float = 2.0) -> bool:
         import redis
 
-        client = redis.Redis.from_url(
-            self.url, socket_timeout=timeout, socket_connect_timeout=timeout
+        client = redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout
         )
         try:
             return bool(client.ping())
@@ -107,10 +135,13 @@ class RedisNode:
         deadline = time.monotonic() + timeout
         while not self.healthy(timeout=1.0):
             if self.proc.exited_early():
-                raise StackError(f"Redis exited during start: {tail(self.dir / 'redis.log', 3)}")
+                raise StackError(
+                    f"{self.proc.name} exited during start: {tail(self.dir / 'redis.log', 3)}"
+                )
             if time.monotonic() > deadline:
                 raise StackError(
-                    f"Redis not ready after {timeout:g}s: {tail(self.dir / 'redis.log', 3)}"
+                    f"{self.proc.name} not ready after {timeout:g}s: "
+                    f"{tail(self.dir / 'redis.log', 3)}"
                 )
             time.sleep(0.1)
 

@@ -1,7 +1,7 @@
 """The only place confluent_kafka is imported. Everything else uses these wrappers and the
 plain types in `precast.kafka.types`."""
 
-from precast.kafka.admin import Admin, GroupInfo, TopicReport
+from precast.kafka.admin import Admin, GroupInfo, PartitionReplicas, TopicReport
 from precast.kafka.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer
 from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
 from precast.kafka.producer import Producer
@@ -20,6 +20,7 @@ __all__ = [
     "Headers",
     "KafkaFailure",
     "KafkaMessage",
+    "PartitionReplicas",
     "Producer",
     "Record",
     "TopicPartitionOffset",

@@ -42,6 +42,14 @@ class GroupInfo:
         return any(tp.topic == topic for tp in self.assigned)
 
 
+@dataclass(frozen=True)
+class PartitionReplicas:
+    partition: int
+    leader: int  # broker (node) id; -1 while no leader is elected
+    replicas: tuple[int, ...]
+    in_sync: tuple[int, ...]
+
+
 class Admin:
     def __init__(self, settings: Any, *, quiet: bool = True) -> None:
         self._settings = settings
@@ -123,6 +131,19 @@ class Admin:
             if all(n in parts for n in names) or time.monotonic() > deadline:
                 return parts
             time.sleep(0.1)
+
+    def partition_replicas(self, topic: str, timeout: float = 10.0) -> list[PartitionReplicas]:
+        """Leader, replicas and in-sync replicas of each partition, from cluster metadata."""
+        md = self._a.list_topics(topic, timeout=timeout).topics[topic]
+        return [
+            PartitionReplicas(p.id, p.leader, tuple(p.replicas), tuple(p.isrs))
+            for p in sorted(md.partitions.values(), key=lambda p: p.id)
+        ]
+
+    def topic_config(self, topic: str, timeout: float = 10.0) -> dict[str, str]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        result = self._a.describe_configs([res], request_timeout=timeout)[res].result()
+        return {k: v.value for k, v in result.items()}
 
     def _config_drift(self, specs: list[TopicSpec], timeout: float) -> list[TopicReport]:
         if not specs:

@@ -1,8 +1,12 @@
-"""The shared serving store on Redis: newest-wins by a Lua compare-and-set, so any number of
-writers (API replicas, SRE rebuilds) can race without an older prediction ever replacing a
-newer one. Key layout: `<key_prefix>p:<device_id>` (one string, see `entry.py` for the value);
+"""The shared serving store on Redis or Redis Cluster: newest-wins by a Lua compare-and-set, so
+any number of writers (API replicas, SRE rebuilds) can race without an older prediction ever
+replacing a newer one. Key layout: `<key_prefix>p:{<device_id>}` (one string, see `entry.py` for
+the value; the braces are a Redis Cluster hash tag, so every key of one device shares a slot);
 `<key_prefix>meta:loaded` says a full load from the topic finished (its absence after a Redis
-restart tells the materializers to replay)."""
+restart tells the materializers to replay).
+
+On a cluster no script touches two devices: the multi-key calls of a single Redis become one
+call per key, pipelined per node (`cluster_calls.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,14 @@ from typing import cast
 
 import redis
 import redis.asyncio
+from redis.commands.core import Script
 
+from precast.serving.cluster_calls import (
+    AnyRedis,
+    async_cluster_errors_as_redis_errors,
+    cluster_errors_as_redis_errors,
+    per_key_script,
+)
 from precast.serving.entry import Entry, decode, encode, valid_device_id
 from precast.serving.result import FUTURE
 from precast.settings import RedisSettings
@@ -89,9 +100,10 @@ def _now_ms() -> int:
 class RedisStore:
     """Same API as `MemoryStore`. Redis errors propagate as `redis.RedisError`."""
 
-    def __init__(self, client: redis.Redis, key_prefix: str, grace_ms: int = 0) -> None:
+    def __init__(self, client: AnyRedis, key_prefix: str, grace_ms: int = 0) -> None:
         self.client, self.grace_ms = client, grace_ms
-        self._p = key_prefix + "p:"
+        self.cluster = isinstance(client, redis.RedisCluster)
+        self._p = key_prefix + "p:{"
         self._loaded = key_prefix + "meta:loaded"
         self._put = client.register_script(_PUT)
         self._delete_if_same = client.register_script(_DELETE_IF_SAME)
@@ -106,26 +118,59 @@ class RedisStore:
         # The one place a key is built: only pattern-checked IDs get in (no injection).
         if not valid_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
-        return self._p + device_id
+        return self._p + device_id + "}"
+
+    def _device(self, key: bytes) -> str:
+        return key.decode()[len(self._p) : -1]
+
+    def _mget(self, keys: Sequence[str] | Sequence[bytes]) -> list[bytes | None]:
+        if isinstance(self.client, redis.RedisCluster):  # one MGET per slot, pipelined per node
+            return cast(list[bytes | None], self.client.mget_nonatomic(keys))
+        return cast(list[bytes | None], self.client.mget(keys))
+
+    def _script(
+        self,
+        script: Script,
+        keys: Sequence[str | bytes],
+        args: Sequence[str | bytes | int],
+        shared: Sequence[str | bytes | int],
+    ) -> list[int] | int:
+        """Run `script` over `keys` (`args[i]` belongs to `keys[i]`, `shared` go first)."""
+        if isinstance(self.client, redis.RedisCluster):
+            return per_key_script(self.client, script, keys, args, shared)
+        every: list[str | bytes | int] = [*shared, *args]
+        return cast(list[int] | int, script(keys=list(keys), args=every))
 
     # -- reads --------------------------------------------------------------------------------------
+    @cluster_errors_as_redis_errors
     def get(self, device_id: str, now_ms: int | None = None) -> Entry | None:
         raw = self.client.get(self.key(device_id))
         return None if raw is None else _decode(raw)
 
+    @cluster_errors_as_redis_errors
     def get_many(self, device_ids: Sequence[str], now_ms: int | None = None) -> list[Entry | None]:
         if not device_ids:
             return []
-        raws = self.client.mget([self.key(d) for d in device_ids])
+        raws = self._mget([self.key(d) for d in device_ids])
         return [None if r is None else _decode(r) for r in raws]
 
     def iterate(self, batch: int = 1000) -> Iterator[tuple[str, Entry]]:
         for keys in self._scan(batch):
-            for k, raw in zip(keys, self.client.mget(keys), strict=True):
+            for k, raw in zip(keys, self._mget(keys), strict=True):
                 if raw is not None:
-                    yield k.decode()[len(self._p) :], _decode(raw)
+                    yield self._device(k), _decode(raw)
 
     def _scan(self, batch: int) -> Iterator[list[bytes]]:
+        if self.cluster:  # every master in turn
+            found: list[bytes] = []
+            for k in self.client.scan_iter(match=self._p + "*", count=batch):
+                found.append(cast(bytes, k))
+                if len(found) >= batch:
+                    yield found
+                    found = []
+            if found:
+                yield found
+            return
         cursor = 0
         while True:
             cursor, keys = self.client.scan(cursor, match=self._p + "*", count=batch)
@@ -134,6 +179,7 @@ class RedisStore:
             if cursor == 0:
                 return
 
+    @cluster_errors_as_redis_errors
     def count(self) -> int:
         return sum(len(k) for k in self._scan(5000))
 
@@ -141,6 +187,7 @@ class RedisStore:
     def put_if_newer(self, device_id: str, entry: Entry, now_ms: int | None = None) -> int:
         return self.put_many_if_newer(((device_id, entry),), now_ms)[0]
 
+    @cluster_errors_as_redis_errors
     def put_many_if_newer(
         self,
         items: Iterable[tuple[str, Entry]],
@@ -168,31 +215,36 @@ class RedisStore:
         key, p = self.key, self._p
         for i in range(0, len(items), chunk):
             part = items[i : i + chunk]
-            keys = [p + d for d, _ in part] if ids_checked else [key(d) for d, _ in part]
-            out.extend(
-                self._put(keys=keys, args=[now, self.grace_ms, *(encode(e) for _, e in part)])
-            )
+            keys = [p + d + "}" for d, _ in part] if ids_checked else [key(d) for d, _ in part]
+            done = self._script(self._put, keys, [encode(e) for _, e in part], [now, self.grace_ms])
+            out.extend(done if isinstance(done, list) else [done])
         return out
 
+    @cluster_errors_as_redis_errors
     def delete(self, device_ids: Iterable[str]) -> int:
         keys = [self.key(d) for d in device_ids]
-        return self.client.delete(*keys) if keys else 0
+        return self.client.delete(*keys) if keys else 0  # a cluster client splits by slot
 
+    @cluster_errors_as_redis_errors
     def purge(self, predicate: Callable[[str, Entry], bool], batch: int = 1000) -> int:
         """Delete every entry for which `predicate(device_id, entry)` is true; an entry that a
         newer prediction replaced meanwhile is kept. Returns how many were deleted."""
         n = 0
         for keys in self._scan(batch):
-            raws = self.client.mget(keys)
+            raws = self._mget(keys)
             hit = [
                 (k, r)
                 for k, r in zip(keys, raws, strict=True)
-                if r is not None and predicate(k.decode()[len(self._p) :], _decode(r))
+                if r is not None and predicate(self._device(k), _decode(r))
             ]
             if hit:
-                n += self._delete_if_same(keys=[k for k, _ in hit], args=[r for _, r in hit])
+                done = self._script(
+                    self._delete_if_same, [k for k, _ in hit], [r for _, r in hit], []
+                )
+                n += sum(done) if isinstance(done, list) else done
         return n
 
+    @cluster_errors_as_redis_errors
     def clear(self) -> int:
         """Delete every stored entry and the load marker (a clean rebuild); returns how many."""
         n = sum(self.client.delete(*keys) for keys in self._scan(1000))
@@ -200,9 +252,11 @@ class RedisStore:
         return n
 
     # -- load marker ----------------------------------------------------------------------------------
+    @cluster_errors_as_redis_errors
     def loaded(self) -> bool:
         return bool(self.client.exists(self._loaded))
 
+    @cluster_errors_as_redis_errors
     def mark_loaded(self) -> None:
         self.client.set(self._loaded, str(_now_ms()))
 
@@ -213,22 +267,29 @@ class AsyncRedisReader:
     def __init__(self, settings: RedisSettings) -> None:
         from precast.redis_client import connect_async
 
-        self.client: redis.asyncio.Redis = connect_async(settings)
-        self._p = settings.key_prefix + "p:"
+        self.client = connect_async(settings)
+        self.cluster = isinstance(self.client, redis.asyncio.RedisCluster)
+        self._p = settings.key_prefix + "p:{"
 
+    @async_cluster_errors_as_redis_errors
     async def get(self, device_id: str) -> Entry | None:
         if not valid_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
-        raw = await self.client.get(self._p + device_id)
+        raw = await self.client.get(self._p + device_id + "}")
         return None if raw is None else _decode(raw)
 
+    @async_cluster_errors_as_redis_errors
     async def get_many(self, device_ids: Sequence[str]) -> list[Entry | None]:
         if not device_ids:
             return []
         for d in device_ids:
             if not valid_device_id(d):
                 raise ValueError(f"invalid device ID {d[:64]!r}")
-        raws = await self.client.mget([self._p + d for d in device_ids])
+        keys = [self._p + d + "}" for d in device_ids]
+        if isinstance(self.client, redis.asyncio.RedisCluster):
+            raws = await self.client.mget_nonatomic(keys)
+        else:
+            raws = await self.client.mget(keys)
         return [None if r is None else _decode(r) for r in raws]
 
     async def close(self) -> None:

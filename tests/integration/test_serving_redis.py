@@ -1,5 +1,6 @@
-"""Newest-wins on the real Redis: the Lua compare-and-set under any interleaving of
-out-of-order and duplicate deliveries, with concurrent writers on separate connections."""
+"""Newest-wins on the real Redis and on a real Redis Cluster (3 masters, 3 replicas): the Lua
+compare-and-set under any interleaving of out-of-order and duplicate deliveries, with concurrent
+writers on separate connections. Every test runs against both (`serving_redis`)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from precast.redis_client import close as redis_close
 from precast.redis_client import connect
 from precast.serving import EXPIRED, FUTURE, OLDER, STORED, RedisStore
 from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
 
 
 @pytest.fixture
-def store(redis_settings):
-    s = RedisStore(connect(redis_settings), f"{redis_settings.key_prefix}{uuid.uuid4().hex[:6]}:")
+def store(serving_redis):
+    s = RedisStore(connect(serving_redis), f"{serving_redis.key_prefix}{uuid.uuid4().hex[:6]}:")
     yield s
     s.purge(lambda d, e: True)
+    redis_close(s.client)
 
 
 def fresh(redis_settings) -> RedisStore:
@@ -31,8 +34,8 @@ def fresh(redis_settings) -> RedisStore:
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), items=deliveries)
-def test_redis_keeps_newest_under_any_interleaving(redis_settings, data, items):
-    store = fresh(redis_settings)
+def test_redis_keeps_newest_under_any_interleaving(serving_redis, data, items):
+    store = fresh(serving_redis)
     order = data.draw(interleavings(items))
     # one delivery per script call, and batched calls: both paths must hold
     half = len(order) // 2
@@ -41,14 +44,15 @@ def test_redis_keeps_newest_under_any_interleaving(redis_settings, data, items):
     store.put_many_if_newer(order[half:], now_ms=BASE_MS, chunk=7)
     got = {d: e.key for d, e in store.iterate()}
     store.purge(lambda d, e: True)
+    redis_close(store.client)
     assert got == expected_newest(items)
 
 
 @settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=deliveries, writers=st.integers(2, 5), rnd=st.randoms())
-def test_redis_concurrent_writers(redis_settings, items, writers, rnd):
-    prefix = f"{redis_settings.key_prefix}{uuid.uuid4().hex[:8]}:"
-    stores = [RedisStore(connect(redis_settings), prefix) for _ in range(writers)]
+def test_redis_concurrent_writers(serving_redis, items, writers, rnd):
+    prefix = f"{serving_redis.key_prefix}{uuid.uuid4().hex[:8]}:"
+    stores = [RedisStore(connect(serving_redis), prefix) for _ in range(writers)]
     orders = [rnd.sample(items, len(items)) * 2 for _ in range(writers)]
     barrier = threading.Barrier(writers)
 
@@ -64,6 +68,8 @@ def test_redis_concurrent_writers(redis_settings, items, writers, rnd):
         t.join()
     got = {d: e.key for d, e in stores[0].iterate()}
     stores[0].purge(lambda d, e: True)
+    for s in stores:
+        redis_close(s.client)
     assert got == expected_newest(items)
 
 
@@ -134,3 +140,26 @@ def test_redis_never_keeps_an_answer_computed_in_the_future(store):
     real = prediction("dev-r", BASE_MS - 10, BASE_MS, "1.0.0")
     assert store.put_many_if_newer([("dev-f", ahead), ("dev-r", real)], BASE_MS) == [FUTURE, STORED]
     assert store.get("dev-f") is None and store.get("dev-r") is not None
+
+
+def test_cluster_keys_are_hash_tagged_per_device_and_spread_over_masters(
+    redis_cluster_settings,
+):
+    store = fresh(redis_cluster_settings)
+    client = store.client
+    assert store.cluster
+    # the slot is the device's own: any other key of this device will land beside it
+    assert client.keyslot(store.key("dev-42")) == client.keyslot("dev-42")
+    items = [
+        (f"dev-{i}", prediction(f"dev-{i}", BASE_MS + i, BASE_MS, "1.0.0")) for i in range(600)
+    ]
+    assert store.put_many_if_newer(items, now_ms=BASE_MS, chunk=250) == [STORED] * 600
+    owners = {client.get_node_from_key(store.key(d)).name for d, _ in items}
+    assert len(owners) == len(client.get_primaries()) == 3
+    assert store.count() == 600
+    assert [e.computed_at_ms for e in store.get_many(["dev-0", "dev-599", "dev-x"]) if e] == [
+        BASE_MS,
+        BASE_MS + 599,
+    ]
+    assert store.clear() == 600
+    redis_close(client)

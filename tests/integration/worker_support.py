@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -75,6 +76,7 @@ class Load(threading.Thread):
             every,
         )
         self.sent = 0
+        self.sent_to: Counter[str] = Counter()  # per topic
         self.error: BaseException | None = None
 
     def _send(self, topic: str, event: dict) -> None:
@@ -82,6 +84,7 @@ class Load(threading.Thread):
             topic, event["device_id"].encode(), orjson.dumps(event), [("traceparent", _TRACE())]
         )
         self.sent += 1
+        self.sent_to[topic] += 1
 
     def run(self) -> None:
         try:
