@@ -22,6 +22,7 @@ from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
 from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
 from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
+from workers.sensitivity import estimate, margins
 from workers.state import DeviceTable
 from workers.topk import top_k
 
@@ -54,6 +55,10 @@ class BatchResult:
     features: np.ndarray
     computed_at: np.ndarray
     slots: np.ndarray  # device table slots of `items` (nothing changes them before mark_predicted)
+    inferred: np.ndarray | None = None  # per item: scored by the model (else renewed)
+    idx: np.ndarray | None = None  # top-K class indexes and scores of each item
+    scores: np.ndarray | None = None
+    margins: np.ndarray | None = None  # (n, 2) top-1 and top-K log margins of inferred items
 
 
 class Pipeline:
@@ -67,7 +72,12 @@ class Pipeline:
             topics.device_context.name: "context",
         }
         self.context_topic = topics.device_context.name
-        self.table = DeviceTable()
+        self.table = DeviceTable(top_k=cfg.top_k)
+        # The current model's score sensitivities (workers.sensitivity), estimated once per
+        # version on first use; None until a model has been used (the policy then falls back to
+        # the material-change rule).
+        self.sensitivity: np.ndarray | None = None
+        self._sensitivity_of: str | None = None
         self.batcher: MicroBatcher[Pending] = MicroBatcher(
             cfg.max_batch, cfg.max_queue_delay_s, cfg.preferred_batch_sizes
         )
@@ -190,7 +200,7 @@ class Pipeline:
             self.deferred[d] = item
             self._seq += 1
             heapq.heappush(self._due, (P.release_at(self.cfg.policy, predicted_at), self._seq, d))
-        elif decision.predicts:
+        elif decision.emits:
             self.batcher.add(d, item, mono, merge)
 
     def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
@@ -229,6 +239,10 @@ class Pipeline:
             newest_seen_ms=tab.hb_time[slots],
             valid_until_ms=tab.valid_until[slots],
             horizon_ms=self.cfg.horizon_ms,
+            sensitivity=self.sensitivity,
+            margin_top1=tab.margin_top1[slots],
+            margin_topk=tab.margin_topk[slots],
+            hot=tab.hot_until[slots] >= now_ms,
         )
         wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
         predicted_at = tab.predicted_at[slots]
@@ -271,7 +285,7 @@ class Pipeline:
                 [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
             )
 
-        go = decisions >= _FIRST_PREDICTING
+        go = (decisions >= _FIRST_PREDICTING) | (decisions == _RENEWED)
         if not self.deferred and batcher.isdisjoint(devices):
             # hot path: nobody waits for these devices; the predicting ones get fresh entries
             sel = np.flatnonzero(go).tolist()
@@ -301,6 +315,18 @@ class Pipeline:
                 int(predicted_at[j]),
                 mono,
             )
+
+    def mark_hot(self, devices: Sequence[str], until_ms: int) -> int:
+        """Devices somebody reads or watches, until `until_ms` (read hints from the API); only
+        those this worker holds state for. Returns how many were marked."""
+        tab, n = self.table, 0
+        for d in devices:
+            s = tab.slot.get(d)
+            if s is not None:
+                if until_ms > tab.hot_until[s]:
+                    tab.hot_until[s] = until_ms
+                n += 1
+        return n
 
     # -- batches ------------------------------------------------------------------------------------
     def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
@@ -342,12 +368,84 @@ class Pipeline:
         cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         cols.update(context_columns(ctxs, computed))
         x = build_features(cols)
+        k = self.cfg.top_k
+        # Renewals republish the stored answer (no inference); everything else is scored.
+        renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
+        renew &= tab.valid_until[slots] >= 0
+        infer = ~renew
+        idx = np.empty((len(items), k), dtype=np.int64)
+        scores = np.empty((len(items), k), dtype=np.float32)
+        margin = np.zeros((len(items), 2), dtype=np.float32)
         t1 = time.perf_counter()
-        probs = model.predict(x)
-        t2 = time.perf_counter()
-        idx, scores = top_k(probs, self.cfg.top_k)
+        if model.version != self._sensitivity_of:
+            self.sensitivity = estimate(model, _sensitivity_sample())
+            self._sensitivity_of = model.version
+        t1b = time.perf_counter()
+        inferred_ms = 0
+        if infer.any():
+            rows = np.flatnonzero(infer) if renew.any() else slice(None)
+            probs = model.predict(x[rows])
+            t2 = time.perf_counter()
+            inferred_ms = round((t2 - t1b) * 1000)
+            idx[rows], scores[rows] = top_k(probs, k)
+            m1, mk = margins(probs, k)
+            margin[rows, 0], margin[rows, 1] = m1, mk
+        else:
+            t2 = time.perf_counter()
+        if renew.any():
+            idx[renew], scores[renew] = tab.top_idx[slots[renew]], tab.top_scores[slots[renew]]
         t3 = time.perf_counter()
-        out = encode(
+        if renew.any() and infer.any():
+            # Renewals report no model time: encode the two groups apart, inferred ones first.
+            order = np.concatenate([np.flatnonzero(infer), np.flatnonzero(renew)])
+            items = [items[j] for j in order.tolist()]
+            idx, scores, margin, x = idx[order], scores[order], margin[order], x[order]
+            computed, slots, infer = computed[order], slots[order], infer[order]
+            n_inf = int(infer.sum())
+            a = self._encode(
+                items[:n_inf],
+                idx[:n_inf],
+                scores[:n_inf],
+                model,
+                computed[:n_inf],
+                produced_at_ms,
+                inferred_ms,
+            )
+            b = self._encode(
+                items[n_inf:],
+                idx[n_inf:],
+                scores[n_inf:],
+                model,
+                computed[n_inf:],
+                produced_at_ms,
+                0,
+            )
+            out = Encoded(a.keys + b.keys, a.values + b.values)
+        else:
+            out = self._encode(items, idx, scores, model, computed, produced_at_ms, inferred_ms)
+        t4 = time.perf_counter()
+        for stage, dt in (
+            ("features", t1 - t0),
+            ("inference", t2 - t1),
+            ("topk", t3 - t2),
+            ("encode", t4 - t3),
+        ):
+            M.STAGE[stage].inc(dt)
+        return BatchResult(
+            items, out, model.version, x, computed, slots, infer, idx, scores, margin
+        )
+
+    def _encode(
+        self,
+        items: list[Pending],
+        idx: np.ndarray,
+        scores: np.ndarray,
+        model: Predictor,
+        computed: np.ndarray,
+        produced_at_ms: int,
+        inference_ms: int,
+    ) -> Encoded:
+        return encode(
             items,
             idx,
             scores,
@@ -357,23 +455,26 @@ class Pipeline:
             self.cfg.horizon_ms,
             produced_at_ms,
             self.cfg.backfill,
-            round((t2 - t1) * 1000),
+            inference_ms,
         )
-        t4 = time.perf_counter()
-        for stage, dt in (
-            ("features", t1 - t0),
-            ("inference", t2 - t1),
-            ("topk", t3 - t2),
-            ("encode", t4 - t3),
-        ):
-            M.STAGE[stage].inc(dt)
-        return BatchResult(items, out, model.version, x, computed, slots)
 
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
         tab, slots = self.table, r.slots
-        tab.last_x[slots] = r.features
         tab.valid_until[slots] = r.computed_at + self.cfg.horizon_ms
-        tab.predicted_at[slots] = now_ms
+        inferred = r.inferred if r.inferred is not None else np.ones(len(slots), dtype=bool)
+        s = slots[inferred]
+        # Only an inference moves the reference point of the policy's check; a renewal keeps it,
+        # so small moves add up until they could change the answer.
+        tab.last_x[s] = r.features[inferred]
+        tab.predicted_at[s] = now_ms
+        if r.idx is not None and r.scores is not None and r.margins is not None:
+            tab.top_idx[s], tab.top_scores[s] = r.idx[inferred], r.scores[inferred]
+            tab.margin_top1[s] = r.margins[inferred, 0]
+            tab.margin_topk[s] = r.margins[inferred, 1]
+        n_inferred = int(inferred.sum())
+        M.INFERENCES.inc(n_inferred)
+        if n_inferred < len(slots):
+            M.RENEWALS.inc(len(slots) - n_inferred)
         truncated = sum(map(_TRUNCATED, r.items))
         if truncated:
             M.LINEAGE_TRUNCATED.inc(truncated)
@@ -425,6 +526,25 @@ _TOPIC, _PARTITION, _OFFSET = (
 _DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
 _FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
+_RENEWED = int(P.Reason.RENEWED)
+
+
+def _is_renewal(item: Pending) -> bool:
+    return item.reason == P.Reason.RENEWED
+
+
+_SAMPLE: np.ndarray | None = None
+
+
+def _sensitivity_sample() -> np.ndarray:
+    """Realistic inputs for estimating a model's sensitivities: the fleet's ground-truth
+    distribution through the serving feature function (fixed seed: the same every run)."""
+    global _SAMPLE
+    if _SAMPLE is None:
+        from workers.train import synthetic_dataset
+
+        _SAMPLE = synthetic_dataset(512, seed=20261130)[0]
+    return _SAMPLE
 
 
 def _count_decision(reason: P.Reason, n: int) -> None:

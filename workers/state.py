@@ -16,7 +16,8 @@ _DEFAULT_HB = np.array(list(DEFAULT_HEARTBEAT.values()), dtype=np.float64)
 
 
 class DeviceTable:
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, top_k: int = 3) -> None:
+        self.top_k = top_k
         self.slot: dict[str, int] = {}
         self._free: list[int] = []
         self.contexts: dict[str, DeviceContext] = {}
@@ -32,6 +33,13 @@ class DeviceTable:
             "valid_until": np.full(cap, -1, dtype=np.int64),
             "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
             "partition": np.full(cap, -1, dtype=np.int32),
+            # The last inference's answer (class indexes, scores) and its top-1 and top-K log
+            # margins: what a renewal republishes and what the policy's check uses.
+            "top_idx": np.zeros((cap, self.top_k), dtype=np.int64),
+            "top_scores": np.zeros((cap, self.top_k), dtype=np.float32),
+            "margin_top1": np.zeros(cap, dtype=np.float32),
+            "margin_topk": np.zeros(cap, dtype=np.float32),
+            "hot_until": np.full(cap, -1, dtype=np.int64),  # read or watched until (wall ms)
         }
         for name, arr in grow.items():
             if n:
@@ -69,6 +77,9 @@ class DeviceTable:
         self.last_x[s] = 0
         self.valid_until[s] = -1
         self.predicted_at[s] = -(1 << 62)
+        self.margin_top1[s] = 0
+        self.margin_topk[s] = 0
+        self.hot_until[s] = -1
 
     def heartbeat_cols(self, slots: np.ndarray) -> np.ndarray:
         """Newest heartbeat columns per slot; the documented default row where none was seen."""
@@ -94,4 +105,4 @@ class DeviceTable:
         return len(gone)
 
     def clear(self) -> None:
-        self.__init__(len(self.hb))  # type: ignore[misc]
+        self.__init__(len(self.hb), self.top_k)  # type: ignore[misc]
