@@ -22,7 +22,7 @@ from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
 from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
 from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
-from workers.sensitivity import estimate, margins
+from workers.sensitivity import Sensitivity, estimate, ranking
 from workers.state import DeviceTable
 from workers.topk import top_k
 
@@ -59,6 +59,7 @@ class BatchResult:
     idx: np.ndarray | None = None  # top-K class indexes and scores of each item
     scores: np.ndarray | None = None
     margins: np.ndarray | None = None  # (n, 2) top-1 and top-K log margins of inferred items
+    rank: np.ndarray | None = None  # (n, K+1) ranked classes of inferred items
 
 
 class Pipeline:
@@ -76,7 +77,7 @@ class Pipeline:
         # The current model's score sensitivities (workers.sensitivity), estimated once per
         # version on first use; None until a model has been used (the policy then falls back to
         # the material-change rule).
-        self.sensitivity: np.ndarray | None = None
+        self.sensitivity: Sensitivity | None = None
         self._sensitivity_of: str | None = None
         self.batcher: MicroBatcher[Pending] = MicroBatcher(
             cfg.max_batch, cfg.max_queue_delay_s, cfg.preferred_batch_sizes
@@ -240,6 +241,7 @@ class Pipeline:
             valid_until_ms=tab.valid_until[slots],
             horizon_ms=self.cfg.horizon_ms,
             sensitivity=self.sensitivity,
+            rank=tab.rank_idx[slots],
             margin_top1=tab.margin_top1[slots],
             margin_topk=tab.margin_topk[slots],
             hot=tab.hot_until[slots] >= now_ms,
@@ -354,20 +356,11 @@ class Pipeline:
         tab = self.table
         devices = list(map(_DEVICE, items))
         slots = np.fromiter(map(tab.slot.__getitem__, devices), dtype=np.int64, count=len(devices))
-        hb = tab.heartbeat_cols(slots)
-        computed = tab.hb_time[slots].copy()
-        ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
-        if tab.contexts:
-            for j, c in enumerate(ctxs):
-                if c is not None and c.as_of_ms > computed[j]:
-                    computed[j] = c.as_of_ms
-        for j in np.flatnonzero(
-            computed < 0
-        ).tolist():  # no data at all: a request for a silent device
-            computed[j] = items[j].requested_at_ms or produced_at_ms
-        cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
-        cols.update(context_columns(ctxs, computed))
-        x = build_features(cols)
+        # no data at all (a request for a silent device): the request's time stands in
+        requested = np.fromiter(
+            (it.requested_at_ms or produced_at_ms for it in items), dtype=np.int64, count=len(items)
+        )
+        x, computed = self.features_of(devices, slots, requested)
         k = self.cfg.top_k
         # Renewals republish the stored answer (no inference); everything else is scored.
         renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
@@ -376,9 +369,10 @@ class Pipeline:
         idx = np.empty((len(items), k), dtype=np.int64)
         scores = np.empty((len(items), k), dtype=np.float32)
         margin = np.zeros((len(items), 2), dtype=np.float32)
+        rank = np.zeros((len(items), k + 1), dtype=np.int64)
         t1 = time.perf_counter()
         if model.version != self._sensitivity_of:
-            self.sensitivity = estimate(model, _sensitivity_sample())
+            self.sensitivity = _sensitivity_of(model, k)
             self._sensitivity_of = model.version
         t1b = time.perf_counter()
         inferred_ms = 0
@@ -388,18 +382,19 @@ class Pipeline:
             t2 = time.perf_counter()
             inferred_ms = round((t2 - t1b) * 1000)
             idx[rows], scores[rows] = top_k(probs, k)
-            m1, mk = margins(probs, k)
-            margin[rows, 0], margin[rows, 1] = m1, mk
+            rank[rows], margin[rows, 0], margin[rows, 1] = ranking(probs, k)
         else:
             t2 = time.perf_counter()
         if renew.any():
-            idx[renew], scores[renew] = tab.top_idx[slots[renew]], tab.top_scores[slots[renew]]
+            idx[renew] = tab.rank_idx[slots[renew], :k]
+            scores[renew] = tab.top_scores[slots[renew]]
         t3 = time.perf_counter()
         if renew.any() and infer.any():
             # Renewals report no model time: encode the two groups apart, inferred ones first.
             order = np.concatenate([np.flatnonzero(infer), np.flatnonzero(renew)])
             items = [items[j] for j in order.tolist()]
             idx, scores, margin, x = idx[order], scores[order], margin[order], x[order]
+            rank = rank[order]
             computed, slots, infer = computed[order], slots[order], infer[order]
             n_inf = int(infer.sum())
             a = self._encode(
@@ -432,8 +427,29 @@ class Pipeline:
         ):
             M.STAGE[stage].inc(dt)
         return BatchResult(
-            items, out, model.version, x, computed, slots, infer, idx, scores, margin
+            items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank
         )
+
+    def features_of(
+        self, devices: Sequence[str], slots: np.ndarray, no_data_ms: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(features, as-of time) of each device from its newest heartbeat and context: the
+        input an inference made now would see (also what the speculation benchmark's fresh
+        on-demand reference uses). `no_data_ms` is the time used for a device with neither."""
+        tab = self.table
+        hb = tab.heartbeat_cols(slots)
+        computed = tab.hb_time[slots].copy()
+        ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
+        if tab.contexts:
+            for j, c in enumerate(ctxs):
+                if c is not None and c.as_of_ms > computed[j]:
+                    computed[j] = c.as_of_ms
+        none = computed < 0
+        if none.any():
+            computed[none] = no_data_ms[none]
+        cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
+        cols.update(context_columns(ctxs, computed))
+        return build_features(cols), computed
 
     def _encode(
         self,
@@ -468,7 +484,9 @@ class Pipeline:
         tab.last_x[s] = r.features[inferred]
         tab.predicted_at[s] = now_ms
         if r.idx is not None and r.scores is not None and r.margins is not None:
-            tab.top_idx[s], tab.top_scores[s] = r.idx[inferred], r.scores[inferred]
+            tab.top_scores[s] = r.scores[inferred]
+            if r.rank is not None:
+                tab.rank_idx[s] = r.rank[inferred]
             tab.margin_top1[s] = r.margins[inferred, 0]
             tab.margin_topk[s] = r.margins[inferred, 1]
         n_inferred = int(inferred.sum())
@@ -533,18 +551,19 @@ def _is_renewal(item: Pending) -> bool:
     return item.reason == P.Reason.RENEWED
 
 
-_SAMPLE: np.ndarray | None = None
+_SENSITIVITY: dict[tuple[str, str, int], Sensitivity] = {}
 
 
-def _sensitivity_sample() -> np.ndarray:
-    """Realistic inputs for estimating a model's sensitivities: the fleet's ground-truth
-    distribution through the serving feature function (fixed seed: the same every run)."""
-    global _SAMPLE
-    if _SAMPLE is None:
+def _sensitivity_of(model: Predictor, k: int) -> Sensitivity:
+    """A model version's sensitivities, measured once per process on realistic inputs: the
+    fleet's ground-truth distribution through the serving feature function (fixed seed)."""
+    manifest = getattr(model, "manifest", None)
+    key = (model.version, str(getattr(manifest, "sha256", "")), k)
+    if key not in _SENSITIVITY:
         from workers.train import synthetic_dataset
 
-        _SAMPLE = synthetic_dataset(512, seed=20261130)[0]
-    return _SAMPLE
+        _SENSITIVITY[key] = estimate(model, synthetic_dataset(4_096, seed=20261130)[0], k)
+    return _SENSITIVITY[key]
 
 
 def _count_decision(reason: P.Reason, n: int) -> None:

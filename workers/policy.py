@@ -6,17 +6,19 @@ Rules, in priority order:
   next: predict;
 - a heartbeat from a device never predicted here (`first_seen`), or one whose features could
   change the served answer (`heartbeat_changed`). With the model's sensitivities known
-  (`workers.sensitivity`), "could change" means the first-order bound on the score move since
-  the last inference, times `safety`, reaches the top-1 or top-K margin of that inference (or the
-  features moved by `max_change` or more, beyond the bound's linear regime). Without them it is
+  (`workers.sensitivity`), "could change" means the estimated new gap between the last
+  inference's top-1 and runner-up, from the feature move since that inference, falls within
+  `safety` times its uncertainty; for a device somebody reads or watches (hot: recent reads,
+  prefetch hints, open event streams, fed back by the read API through the read-hints topic) the
+  stricter `hot_safety` applies (and with `hot_top_k`, to its top-K set too). A move of
+  `max_change` or more predicts outright (beyond the estimate's linear regime). Without them it is
   the older material-change rule: max_f |x_new - x_last| / CHANGE_SCALE_f >= min_change;
 - a heartbeat that cannot change the answer, but after which the device's *next* heartbeat would
   come too late (`event_time + expected_gap >= valid_until - refresh_lead_ms`, `expected_gap`
-  being the device's last heartbeat interval, 0 when unknown, clipped to the horizon): a device
-  somebody reads or watches (hot: recent reads, prefetch hints, open streams, fed back by the read
-  API) is refreshed with an inference (`refresh_before_expiry`); a cold one is `renewed`: its
-  stored answer, certified unchanged by the same margin check, is published again with the new
-  data's time and validity, without an inference;
+  being the device's last heartbeat interval, 0 when unknown, clipped to the horizon): the
+  stored answer, certified unchanged by the check above, is `renewed`: published again with the
+  new data's time and validity, without an inference (without the model's sensitivities: an
+  inference, `refresh_before_expiry`);
 - otherwise skip (`unchanged`); a heartbeat older than the newest one seen is `stale`.
 Throttle: a device predicted less than `throttle_ms` ago (worker clock) is `throttled`: the
 trigger is deferred, not dropped, and released when its window ends (see `workers.pipeline`).
@@ -31,7 +33,7 @@ from enum import IntEnum
 import numpy as np
 
 from workers.features import CHANGE_SCALE
-from workers.sensitivity import score_bound
+from workers.sensitivity import Sensitivity
 
 _SCALE = np.asarray(CHANGE_SCALE, dtype=np.float32)
 
@@ -111,12 +113,13 @@ class PolicyConfig:
     min_change: float = 0.05  # material change, when the model's sensitivities are unknown
     refresh_lead_ms: int = 1_000
     throttle_ms: int = 250
-    # Answer-aware skip: multipliers on the first-order log-score bound. A cold device predicts
-    # when its top-1 could change (`safety`, the main knob: lower skips more and risks more
-    # disagreement; the curve is in BENCHMARKS.md); a hot one (read or watched) when its top-1 or
-    # its top-K set could (`hot_safety`).
-    safety: float = 2.0
+    # Answer-aware skip (workers.sensitivity): a device predicts when the estimated new top-1
+    # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
+    # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
+    # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
+    safety: float = 1.0
     hot_safety: float = 2.0
+    hot_top_k: bool = False
     # A move this large (in CHANGE_SCALE units) predicts whatever the bound says.
     max_change: float = 1.0
     # Backfill/replay: every device with input gets a prediction (no skip, no throttle).
@@ -142,7 +145,8 @@ def decide_heartbeats(
     newest_seen_ms: np.ndarray,
     valid_until_ms: np.ndarray,
     horizon_ms: int,
-    sensitivity: np.ndarray | None = None,
+    sensitivity: Sensitivity | None = None,
+    rank: np.ndarray | None = None,
     margin_top1: np.ndarray | None = None,
     margin_topk: np.ndarray | None = None,
     hot: np.ndarray | None = None,
@@ -152,9 +156,9 @@ def decide_heartbeats(
     `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
     (-1 when none), so duplicates and out-of-order deliveries are `stale`; the gap to it is the
     interval expected until the device's next heartbeat (see `expected_gap`). `sensitivity` is
-    the model's (workers.sensitivity.estimate), `margin_top1`/`margin_topk` the log margins of each
-    device's last inference (0 when unknown: then any move may change it), `hot` whether somebody
-    reads or watches the device."""
+    the model's (workers.sensitivity.estimate); `rank` the top-(K+1) classes of each device's
+    last inference and `margin_top1`/`margin_topk` its log margins (negative when unknown: then
+    it predicts); `hot` whether somebody reads or watches the device."""
     n = len(new_x)
     out = np.full(n, Reason.UNCHANGED, dtype=np.int8)
     if n == 0:
@@ -168,19 +172,20 @@ def decide_heartbeats(
     else:
         gap = expected_gap(event_time_ms, newest_seen_ms, horizon_ms)
         due = event_time_ms + gap >= valid_until_ms - cfg.refresh_lead_ms
-        if sensitivity is None or margin_top1 is None or margin_topk is None:
+        if sensitivity is None or rank is None or margin_top1 is None or margin_topk is None:
             out[due] = Reason.REFRESH
             may_change = change >= cfg.min_change
         else:
-            is_hot = np.zeros(n, dtype=bool) if hot is None else hot
-            bound = 2 * score_bound(sensitivity, last_x, new_x)
-            may_change = np.where(
-                is_hot,
-                cfg.hot_safety * bound >= np.minimum(margin_top1, margin_topk),
-                cfg.safety * bound >= margin_top1,
-            ) | (change >= cfg.max_change)
-            out[due & ~is_hot] = Reason.RENEWED
-            out[due & is_hot] = Reason.REFRESH
+            is_hot = np.zeros(n, dtype=bool) if hot is None else np.asarray(hot, dtype=bool)
+            dx = new_x - last_x
+            est, unc = sensitivity.gap_estimate(rank[:, 0], rank[:, 1], margin_top1, dx)
+            may_change = est <= np.where(is_hot, cfg.hot_safety, cfg.safety) * unc
+            if cfg.hot_top_k and is_hot.any():
+                k = rank.shape[1] - 1
+                est, unc = sensitivity.gap_estimate(rank[:, k - 1], rank[:, k], margin_topk, dx)
+                may_change |= is_hot & (est <= cfg.hot_safety * unc)
+            may_change |= (margin_top1 < 0) | (change >= cfg.max_change)
+            out[due] = Reason.RENEWED
         out[may_change] = Reason.HEARTBEAT_CHANGED
     out[~has_prediction] = Reason.FIRST_SEEN
     out[event_time_ms <= newest_seen_ms] = Reason.STALE

@@ -99,6 +99,26 @@ class PolicyOptions(Section):
     throttle_ms: int = Field(
         default=250, ge=0, description="at most one prediction per device per this long"
     )
+    safety: float = Field(
+        default=2.0,
+        gt=0,
+        le=1_000,
+        description="cold devices predict when this x the score-move bound reaches the top-1 log margin",
+    )
+    hot_safety: float = Field(
+        default=2.0,
+        gt=0,
+        le=1_000,
+        description="hot (read or watched) devices: the same against the top-1 and top-K margins",
+    )
+    max_change: float = Field(
+        default=1.0,
+        gt=0,
+        description="a move this large (in change-scale units) predicts whatever the bound says",
+    )
+    every_event: bool = Field(
+        default=False, description="predict on every fresh heartbeat (the baseline, no skipping)"
+    )
 
 
 class WorkerSettings(CommonSettings):

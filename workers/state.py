@@ -35,10 +35,10 @@ class DeviceTable:
             "partition": np.full(cap, -1, dtype=np.int32),
             # The last inference's answer (class indexes, scores) and its top-1 and top-K log
             # margins: what a renewal republishes and what the policy's check uses.
-            "top_idx": np.zeros((cap, self.top_k), dtype=np.int64),
+            "rank_idx": np.zeros((cap, self.top_k + 1), dtype=np.int64),  # top-(K+1) classes
             "top_scores": np.zeros((cap, self.top_k), dtype=np.float32),
-            "margin_top1": np.zeros(cap, dtype=np.float32),
-            "margin_topk": np.zeros(cap, dtype=np.float32),
+            "margin_top1": np.full(cap, -1, dtype=np.float32),
+            "margin_topk": np.full(cap, -1, dtype=np.float32),
             "hot_until": np.full(cap, -1, dtype=np.int64),  # read or watched until (wall ms)
         }
         for name, arr in grow.items():
@@ -77,8 +77,8 @@ class DeviceTable:
         self.last_x[s] = 0
         self.valid_until[s] = -1
         self.predicted_at[s] = -(1 << 62)
-        self.margin_top1[s] = 0
-        self.margin_topk[s] = 0
+        self.margin_top1[s] = -1  # unknown: the policy predicts
+        self.margin_topk[s] = -1
         self.hot_until[s] = -1
 
     def heartbeat_cols(self, slots: np.ndarray) -> np.ndarray:

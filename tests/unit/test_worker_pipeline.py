@@ -84,7 +84,7 @@ def test_unchanged_and_duplicate_heartbeats_are_skipped_but_committed(model):
     assert [x.trigger for x in flush(p, model)] == ["expiry"]
 
 
-def test_a_cold_device_is_renewed_without_inference_when_its_next_heartbeat_would_be_late(model):
+def test_a_stable_answer_is_renewed_without_inference_when_the_next_heartbeat_would_be_late(model):
     p, _, decisions = make()
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
     (first,) = flush(p, model)  # valid until T0 + 5 s; the lead window starts at T0 + 4 s
@@ -94,24 +94,32 @@ def test_a_cold_device_is_renewed_without_inference_when_its_next_heartbeat_woul
     assert flush(p, model) == [] and decisions[-1] == Reason.UNCHANGED
     p.ingest([record(HB, heartbeat("d1", T0 + 3_000), 2)], T0, 0.0)  # next at +4.5 s: renew now
     assert decisions[-1] == Reason.RENEWED
+    inferred_before = p.table.predicted_at[p.table.slot["d1"]]
     (pred,) = flush(p, model)
     assert pred.trigger == "expiry" and pred.computed_at_ms == T0 + 3_000
     assert pred.valid_until_ms == T0 + 3_000 + 5_000
     assert pred.candidates == first.candidates and pred.inference_ms == 0
+    assert p.table.predicted_at[p.table.slot["d1"]] == inferred_before  # no inference
 
 
-def test_a_hot_device_is_refreshed_with_an_inference_before_expiry(model):
-    p, _, decisions = make()
-    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
-    flush(p, model)
-    assert p.mark_hot(["d1", "never-seen"], T0 + 60_000) == 1
-    p.ingest([record(HB, heartbeat("d1", T0 + 1_500), 1)], T0, 0.0)
-    p.ingest([record(HB, heartbeat("d1", T0 + 3_000), 2)], T0, 0.0)
-    assert decisions[-1] == Reason.REFRESH
-    before = p.table.predicted_at[p.table.slot["d1"]]
-    (pred,) = flush(p, model, now_ms=T0 + 3_100)
-    assert pred.trigger == "expiry" and pred.computed_at_ms == T0 + 3_000
-    assert p.table.predicted_at[p.table.slot["d1"]] == T0 + 3_100 != before
+def test_a_hot_device_is_held_to_the_stricter_check(model):
+    def probe(rate: float) -> tuple[bool, bool]:
+        """Both devices make the same move; which of them is queued for an inference?"""
+        p, _, _ = make()
+        p.ingest([record(HB, heartbeat(d, T0), i) for i, d in enumerate(("d1", "d2"))], T0, 0.0)
+        flush(p, model)
+        assert p.mark_hot(["d1", "never-seen"], T0 + 60_000) == 1
+        moved = [
+            record(HB, heartbeat(d, T0 + 100, error_rate=rate), 2 + i)
+            for i, d in enumerate(("d1", "d2"))
+        ]
+        p.ingest(moved, T0, 0.0)
+        return "d1" in p.batcher, "d2" in p.batcher
+
+    seen = [probe(float(r)) for r in np.linspace(0.01, 0.6, 60)]
+    assert (True, False) in seen  # a move only the hot device predicts on
+    assert (False, True) not in seen  # never the other way round
+    assert seen[0] == (False, False) and seen[-1] == (True, True)
 
 
 def test_a_move_that_cannot_change_the_answer_is_skipped_and_one_that_can_is_not(model):
