@@ -127,6 +127,8 @@ class Endpoints:
         ids = list(dict.fromkeys(hint.device_ids))
         entries = svc.view.get_many(ids, now) if svc.view is not None else await _get_many(svc, ids)
         for d, e in zip(ids, entries, strict=True):
+            if e is not None and svc.hints is not None:
+                svc.hints.prefetched(d)  # a device with an answer, about to be shown
             if svc.renderer.classify(e, now)[0] == PRECOMPUTED:
                 counts["fresh"] += 1
             else:
@@ -167,11 +169,19 @@ def create_app(svc: Service):
                 svc.asker.poll()
                 await asyncio.sleep(0.1)
 
+        async def hint():  # read hints to the workers (speculation)
+            while True:
+                await asyncio.sleep(svc.options.hint_interval_s)
+                if svc.hints is not None:
+                    svc.hints.flush(now_ms(), svc.hub.watched())
+
         task = asyncio.create_task(poll())
+        hints_task = asyncio.create_task(hint())
         try:
             yield
         finally:
             task.cancel()
+            hints_task.cancel()
             svc.asker.flush()
             if svc.reader is not None:
                 await svc.reader.close()

@@ -9,6 +9,7 @@ from consumer_api.app import create_app
 from consumer_api.hub import Hub
 from consumer_api.materializer import Materializer
 from consumer_api.precompute_requests import PrecomputeAsker
+from consumer_api.read_hints import ReadHints
 from consumer_api.serve import check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
@@ -65,9 +66,11 @@ def build(settings: ApiSettings) -> Built:
             "error": f"materializer: {mat.error}"
         }
 
+    producer = Producer(settings.kafka)  # precompute requests and read hints share one client
     asker = PrecomputeAsker(
-        Producer(settings.kafka), topics.precompute_requests.name, int(opts.request_window_s * 1000)
+        producer, topics.precompute_requests.name, int(opts.request_window_s * 1000)
     )
+    hints = ReadHints(producer, topics.read_hints.name, int(opts.hot_for_s * 1000))
     svc = Service(
         opts,
         view,
@@ -76,6 +79,7 @@ def build(settings: ApiSettings) -> Built:
         readiness=readiness,
         health=health,
         hub=hub,
+        hints=hints,
     )
     return Built(svc, mat, create_app(svc))
 

@@ -40,6 +40,10 @@ class Hub:
     def streams(self) -> int:
         return self._open
 
+    def watched(self) -> set[str]:
+        """Devices at least one open event stream watches."""
+        return set(self._subs)
+
     def subscribe(self, devices: list[str]) -> Subscription:
         sub = Subscription(devices)
         self._open += 1

@@ -60,6 +60,18 @@ class ApiOptions(Section):
     sse_keepalive_s: float = Field(
         default=15.0, gt=0, le=300, description="comment line sent on idle event streams"
     )
+    hint_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="how often the devices read, prefetched or watched are sent to the workers (read hints)",
+    )
+    hot_for_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3_600,
+        description="a read, prefetch or open stream keeps a device hot for the speculation policy this long",
+    )
     request_window_s: float = Field(
         default=5.0,
         gt=0,

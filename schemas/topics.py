@@ -77,6 +77,14 @@ _CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
             "delete.retention.ms": str(DAY_MS),
         },
     ),
+    "read_hints": (
+        "read-hints",
+        "delete",
+        HOUR_MS,
+        True,
+        "devices somebody reads or watches, from the read API to the workers (speculation)",
+        {},
+    ),
     "dead_letters": (
         "dead-letters",
         "delete",
@@ -100,6 +108,7 @@ class Topics:
     device_context: TopicSpec
     precompute_requests: TopicSpec
     predictions: TopicSpec
+    read_hints: TopicSpec
     dead_letters: TopicSpec
 
     def __iter__(self) -> Iterator[TopicSpec]:

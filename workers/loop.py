@@ -99,6 +99,7 @@ class Worker:
             topics.alarms.name,
             topics.precompute_requests.name,
             topics.device_context.name,
+            topics.read_hints.name,
         ]
         self.running = True
         self.last_loop = time.monotonic()

@@ -5,6 +5,7 @@ and reusable by a backfill that feeds it a bounded offset range (docs/workers.md
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -19,12 +20,21 @@ from workers import metrics as M
 from workers import policy as P
 from workers.batching import MicroBatcher
 from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
-from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
+from workers.decode import (
+    Heartbeats,
+    Reject,
+    decode_events,
+    decode_heartbeats,
+    decode_hints,
+    decode_requests,
+)
 from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
-from workers.sensitivity import Sensitivity, estimate, ranking
+from workers.sensitivity import Sensitivity, ranking
 from workers.state import DeviceTable
 from workers.topk import top_k
+
+log = logging.getLogger("precast.workers.pipeline")
 
 
 class Predictor:
@@ -71,6 +81,7 @@ class Pipeline:
             topics.alarms.name: "alarms",
             topics.precompute_requests.name: "requests",
             topics.device_context.name: "context",
+            topics.read_hints.name: "hints",
         }
         self.context_topic = topics.device_context.name
         self.table = DeviceTable(top_k=cfg.top_k)
@@ -119,8 +130,15 @@ class Pipeline:
                 self._ingest_context_events(role, by_role[role], now_ms, mono)
         if "heartbeats" in by_role:
             self._ingest_heartbeats(by_role["heartbeats"], now_ms, mono)
+        self._ingest_rest(by_role, now_ms, mono)
+
+    def _ingest_rest(
+        self, by_role: dict[str, list[KafkaMessage]], now_ms: int, mono: float
+    ) -> None:
         if "requests" in by_role:
             self._ingest_requests(by_role["requests"], now_ms, mono)
+        if "hints" in by_role:
+            self._ingest_hints(by_role["hints"])
         for m in by_role.get("unknown", ()):
             self.reject(m, "unknown", f"worker does not read topic {m.topic()!r}")
 
@@ -177,6 +195,11 @@ class Pipeline:
                 now_ms,
                 mono,
             )
+
+    def _ingest_hints(self, msgs: list[KafkaMessage]) -> None:
+        """Read hints (schemas.hints): advice, never a trigger; a bad one is dead-lettered."""
+        for _, device, until in decode_hints(msgs, self.reject):
+            self.mark_hot([device], until)
 
     def _trigger(self, item: Pending, now_ms: int, mono: float) -> None:
         """One decision for a low-rate trigger (work order, alarm, request)."""
@@ -551,19 +574,19 @@ def _is_renewal(item: Pending) -> bool:
     return item.reason == P.Reason.RENEWED
 
 
-_SENSITIVITY: dict[tuple[str, str, int], Sensitivity] = {}
-
-
-def _sensitivity_of(model: Predictor, k: int) -> Sensitivity:
-    """A model version's sensitivities, measured once per process on realistic inputs: the
-    fleet's ground-truth distribution through the serving feature function (fixed seed)."""
-    manifest = getattr(model, "manifest", None)
-    key = (model.version, str(getattr(manifest, "sha256", "")), k)
-    if key not in _SENSITIVITY:
-        from workers.train import synthetic_dataset
-
-        _SENSITIVITY[key] = estimate(model, synthetic_dataset(4_096, seed=20261130)[0], k)
-    return _SENSITIVITY[key]
+def _sensitivity_of(model: Predictor, k: int) -> Sensitivity | None:
+    """The model's sensitivities when it can measure them (workers.inference.ModelSession
+    can); otherwise None, and the policy uses the material-change rule."""
+    measure = getattr(model, "sensitivity_for", None)
+    if measure is None:
+        return None
+    try:
+        return measure(k)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be probed still serves
+        log.warning(
+            "model %s: sensitivities not measured (%s); material-change rule", model.version, exc
+        )
+        return None
 
 
 def _count_decision(reason: P.Reason, n: int) -> None:

@@ -109,3 +109,40 @@ def test_an_unknown_answer_predicts_and_a_large_move_ignores_the_estimate():
         Reason.UNCHANGED,
     ]
     assert _decide(cfg, m1=[1e9], mk=[1e9], hot=[0], move=-60.0) == [Reason.HEARTBEAT_CHANGED]
+
+
+def test_read_hints_mark_known_devices_hot_and_bad_ones_are_dead_lettered():
+    from schemas.topics import catalog
+    from tests.worker_events import T0, heartbeat, record
+    from workers.pipeline import Pipeline, PipelineConfig
+
+    topics = catalog("u.", 3)
+    rejected = []
+    p = Pipeline(topics, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), str(r))))
+    p.ingest([record(topics.heartbeats.name, heartbeat("d1", T0), 0)], T0, 0.0)
+
+    def hint(offset, device, until, key=None, **extra):
+        body = {
+            "schema_version": 1,
+            "device_id": device,
+            "source": "read",
+            "hinted_at_ms": T0,
+            "hot_until_ms": until,
+            **extra,
+        }
+        return record(topics.read_hints.name, body, offset, key=key)
+
+    p.ingest(
+        [
+            hint(0, "d1", T0 + 30_000),
+            hint(1, "nobody", T0 + 30_000),  # no state here: ignored, not stored
+            hint(2, "d1", T0 + 30_000, key=b"d2"),
+            hint(3, "d1", -5),
+            hint(4, "d1", T0, surprise=1),
+        ],
+        T0,
+        0.0,
+    )
+    assert p.table.hot_until[p.table.slot["d1"]] == T0 + 30_000
+    assert "nobody" not in p.table
+    assert rejected == [(2, "key_mismatch"), (3, "invalid"), (4, "invalid")]
