@@ -50,7 +50,7 @@ class Predictor:
 class PipelineConfig:
     policy: P.PolicyConfig = P.PolicyConfig()
     max_batch: int = 2_000
-    max_queue_delay_s: float = 0.005
+    max_queue_delay_s: float = 0.001
     preferred_batch_sizes: tuple[int, ...] = ()
     horizon_ms: int = 5_000
     top_k: int = 3

@@ -41,7 +41,7 @@ class WorkerOptions(Section):
     group_id: str = "precast-workers"
     batch_max: int = Field(default=2_000, ge=1, le=100_000)
     max_queue_delay_ms: float = Field(
-        default=5.0,
+        default=1.0,
         ge=0,
         le=10_000,
         description=(
