@@ -320,11 +320,9 @@ def run(ctx: Context) -> Report:
             ),
         ]
     progress("speculation: the safety curve on the noisy profile ...")
-    curve = {
-        f"safety {s:g}, hot {2 * s:g}": PolicyConfig(safety=s, hot_safety=2 * s)
-        for s in (0.25, 0.5, 1, 2, 4)
-    }
-    curve["safety 1, hot 2, hot top-K guarded"] = PolicyConfig(hot_top_k=True)
+    curve = {f"safety {c:g}, hot 2": PolicyConfig(safety=c) for c in (0.25, 0.5, 1, 2)}
+    curve |= {f"safety 0.5, hot {h:g}": PolicyConfig(hot_safety=h) for h in (1, 4)}
+    curve["safety 0.5, hot 2, hot top-K guarded"] = PolicyConfig(hot_top_k=True)
     res = simulate(
         "noisy",
         {"every event": PolicyConfig(every_event=True), **curve},

@@ -117,7 +117,7 @@ class PolicyConfig:
     # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
     # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
     # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
-    safety: float = 1.0
+    safety: float = 0.5
     hot_safety: float = 2.0
     hot_top_k: bool = False
     # A move this large (in CHANGE_SCALE units) predicts whatever the bound says.

@@ -100,16 +100,16 @@ class PolicyOptions(Section):
         default=250, ge=0, description="at most one prediction per device per this long"
     )
     safety: float = Field(
-        default=2.0,
+        default=0.5,
         gt=0,
         le=1_000,
-        description="cold devices predict when this x the score-move bound reaches the top-1 log margin",
+        description="cold devices predict when the estimated top-1 gap is within this x its uncertainty",
     )
     hot_safety: float = Field(
         default=2.0,
         gt=0,
         le=1_000,
-        description="hot (read or watched) devices: the same against the top-1 and top-K margins",
+        description="the same for hot devices (read, prefetched or watched recently)",
     )
     max_change: float = Field(
         default=1.0,
