@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from consumer_api.cli import build
-from consumer_api.serve import serve
+from consumer_api.serve import ServerLimits, serve
 from consumer_api.settings import ApiSettings
 from precast.settings import load
 from producers.simulator import Fleet
@@ -118,7 +118,13 @@ def main() -> int:
     sys.setswitchinterval(0.001)
     built.materializer.start()
     try:
-        serve(wrap(built.app, OnDemand(devices)), "127.0.0.1", port, settings.api.server)
+        serve(
+            wrap(built.app, OnDemand(devices)),
+            "127.0.0.1",
+            port,
+            settings.api.server,
+            ServerLimits.from_options(settings.api),
+        )
     finally:
         built.materializer.stop()
     return 0

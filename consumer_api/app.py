@@ -6,24 +6,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from consumer_api import beacon as beacons
+from consumer_api import board as boards
 from consumer_api.answers import PRECOMPUTED, etag_matches
 from consumer_api.errors import error
 from consumer_api.fastpath import FastPath
+from consumer_api.hygiene import ErrorHygiene
+from consumer_api.limits import retry_after
 from consumer_api.openapi import SPEC
 from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_params
 from consumer_api.service import Service, now_ms
+from consumer_api.streams import open_stream
 
 _SPEC_BYTES = orjson.dumps(SPEC)
+log = logging.getLogger("precast.api")
 
 
 class Endpoints:
@@ -75,25 +82,13 @@ class Endpoints:
         ids = device_list(request.query_params.get("ids"), self.opts.sse_max_devices)
         if isinstance(ids, Response):
             return ids
-        # Each stream holds a connection and a subscription: bound them so a reconnect storm
-        # sheds load with a clear answer instead of exhausting the replica.
-        if self.svc.hub.streams >= self.opts.sse_max_streams:
-            return error(
-                503,
-                "too_many_streams",
-                f"this replica already serves {self.opts.sse_max_streams} event "
-                "streams; retry later or use another replica",
-                headers={"Retry-After": "5"},
-            )
-        return StreamingResponse(
-            self._events(ids),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
+        # Each stream holds a connection and a subscription: bound per client and per replica
+        # so a reconnect storm sheds load with a clear answer instead of exhausting the replica.
+        return open_stream(self.svc, request, self._events(ids))
 
     async def _events(self, ids: list[str]):
         svc = self.svc
-        sub = svc.hub.subscribe(ids)
+        sub = svc.hub.subscribe(ids)  # the stream's slot was reserved by `stream`
         try:
             for d, a in zip(ids, await svc.answers(ids, now_ms()), strict=True):
                 yield _event(d, a.body)
@@ -112,7 +107,9 @@ class Endpoints:
     async def prefetch(self, request: Request) -> Response:
         if (bad := self.guard(request, ())) is not None:
             return bad
-        hint = await read_json(request, Prefetch, self.opts.max_body_bytes)
+        hint = await read_json(
+            request, Prefetch, self.opts.max_body_bytes, self.opts.body_timeout_s
+        )
         if isinstance(hint, Response):
             return hint
         if len(hint.device_ids) > self.opts.batch_max:
@@ -122,26 +119,49 @@ class Endpoints:
                 f"at most {self.opts.batch_max} devices per hint",
                 "device_ids",
             )
-        svc, now = self.svc, now_ms()
-        counts = {"sent": 0, "deduplicated": 0, "dropped": 0, "fresh": 0}
+        svc = self.svc
         ids = list(dict.fromkeys(hint.device_ids))
+        # Each named device may cost a precompute: the allowance counts devices, not requests.
+        if wait := svc.limits.take("prefetch", svc.limits.keys(request), len(ids)):
+            return error(
+                429,
+                "rate_limited",
+                f"at most {self.opts.client_prefetch_per_s:g} prefetched devices a second per client",
+                headers={"Retry-After": retry_after(wait)},
+            )
+        now = now_ms()
         entries = svc.view.get_many(ids, now) if svc.view is not None else await _get_many(svc, ids)
         for d, e in zip(ids, entries, strict=True):
             if e is not None and svc.hints is not None:
                 svc.hints.prefetched(d)  # a device with an answer, about to be shown
-            if svc.renderer.classify(e, now)[0] == PRECOMPUTED:
-                counts["fresh"] += 1
-            else:
-                counts[svc.asker.request(d, "prefetch", now)] += 1
+        ask = [
+            d
+            for d, e in zip(ids, entries, strict=True)
+            if svc.renderer.classify(e, now)[0] != PRECOMPUTED
+        ]
+        counts = await svc.asker.request_many(ask, "prefetch", now)
+        counts["fresh"] = len(ids) - len(ask)
         return Response(orjson.dumps(counts), 202, media_type="application/json")
 
     async def beacon(self, request: Request) -> Response:
         if (bad := self.guard(request, ())) is not None:
             return bad
-        b = await read_json(request, beacons.Beacon, self.opts.max_body_bytes)
+        keys = self.svc.limits.keys(request)
+        if wait := self.svc.limits.take("beacon", keys):
+            return error(
+                429,
+                "rate_limited",
+                f"at most {self.opts.client_beacons_per_s:g} beacons a second per client",
+                headers={"Retry-After": retry_after(wait)},
+            )
+        b = await read_json(
+            request, beacons.Beacon, self.opts.max_body_bytes, self.opts.body_timeout_s
+        )
         if isinstance(b, Response):
             return b
-        beacons.record(b, self.svc.shares)
+        # One client's weight in the shares: its address where known (the token is often
+        # shared by every UI), see consumer_api.beacon.
+        beacons.record(b, self.svc.shares, keys[-1], self.opts.beacon_max_ms)
         return Response(status_code=204)
 
     async def healthz(self, _: Request) -> Response:
@@ -157,17 +177,22 @@ class Endpoints:
         return Response(_SPEC_BYTES, media_type="application/json")
 
 
-def create_app(svc: Service):
+def create_app(svc: Service, board: boards.Board | None = None):
+    """The ASGI app; with `board`, also the operations-center board (consumer_api.board)."""
     ep = Endpoints(svc)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         svc.hub.bind(asyncio.get_running_loop())
 
-        async def poll():  # delivery reports of precompute requests
+        async def poll():  # budget decisions for noted requests, delivery reports
             while True:
+                try:
+                    await svc.asker.drain()
+                except Exception:  # never let the loop die: the next round asks again
+                    log.exception("precompute requests: drain failed")
                 svc.asker.poll()
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.05)
 
         async def hint():  # read hints to the workers (speculation)
             while True:
@@ -182,6 +207,8 @@ def create_app(svc: Service):
         finally:
             task.cancel()
             hints_task.cancel()
+            with contextlib.suppress(Exception):
+                await svc.asker.drain()
             svc.asker.flush()
             if svc.reader is not None:
                 await svc.reader.close()
@@ -196,10 +223,14 @@ def create_app(svc: Service):
             Route("/readyz", ep.readyz, methods=["GET"]),
             Route("/metrics", ep.metrics, methods=["GET"]),
             Route("/openapi.json", ep.openapi, methods=["GET"]),
+            *(boards.routes(svc, board) if board is not None else ()),
         ],
+        middleware=[Middleware(ErrorHygiene)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
+    # A trailing-slash redirect would build its Location from the client's Host header.
+    app.router.redirect_slashes = False
     return FastPath(svc, app)
 
 
@@ -212,6 +243,7 @@ async def _http_error(_: Request, exc: Exception) -> Response:
 async def _get_many(svc: Service, ids: list[str]):
     import redis
 
+    assert svc.reader is not None  # the service has a reader when it has no view
     try:
         return await svc.reader.get_many(ids)
     except redis.RedisError:

@@ -2,17 +2,29 @@
 origins. End-to-end delay of one view = the shown answer's age split by pipeline segment
 (queue, model, kafka, cache; echoed from its Server-Timing header) + network time
 (`network_qoe`) + the rest of input-to-shown (`front_jank`). Each origin's milliseconds are
-counted (`precast_delay_origin_ms_total`, for PromQL shares over any window) and its share of
-the recent total is a gauge (`precast_delay_origin_share`, decayed with a 60 s half-life), so
-an alert can fire when one origin passes 30 % (deploy/alerts/precast-api.rules.yml)."""
+counted (`precast_delay_origin_ms_total`) and its share of the recent delay is a gauge
+(`precast_delay_origin_share`, 60 s half-life) on which an alert fires when one origin passes
+30 % (deploy/alerts/precast-api.rules.yml).
+
+Trust model: a beacon is a claim by one client, authenticated at most by the shared bearer
+token, so any client can lie. Its influence is bounded three ways: every value is clipped at
+`beacon_max_ms` (counted in `precast_beacon_values_clipped_total`); each client (its token and
+address, as for the per-client limits) keeps its own decayed sums, so sending more beacons only
+refines that client's own shares and never weighs more; and the published share of an origin is
+the median over clients of their shares (renormalized to sum to 1), so a minority of clients
+cannot move it past what honest clients report. The ms counter is raw volume (clipped, rate-
+limited per client), not for alerting."""
 
 from __future__ import annotations
 
 import math
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Annotated
 
+import numpy as np
 from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +38,9 @@ SHARE = Gauge(
     ["origin"],
 )
 VIEWS = Counter("precast_beacon_views", "UI views reported by beacons")
+CLIPPED = Counter(
+    "precast_beacon_values_clipped", "beacon values above PRECAST_API__BEACON_MAX_MS, clipped"
+)
 for _o in ORIGINS:  # every series exists from the start, so shares and alerts see zeros, not gaps
     ORIGIN_MS.labels(_o)
     SHARE.labels(_o)
@@ -70,36 +85,93 @@ def split(t: Timing) -> dict[str, float]:
     }
 
 
-class DelayShares:
-    """Exponentially decayed sum per origin; shares of the decayed total."""
+def clip(t: Timing, ceiling_ms: float) -> tuple[Timing, int]:
+    """The timing with every value at most `ceiling_ms`, and how many were above it."""
+    st = t.server_timing
+    vals = [t.input_to_shown_ms, t.network_ms, st.queue, st.model, st.kafka, st.cache]
+    n = sum(v > ceiling_ms for v in vals)
+    if not n:
+        return t, 0
+    c = [min(v, ceiling_ms) for v in vals]
+    return Timing(
+        input_to_shown_ms=c[0],
+        network_ms=c[1],
+        server_timing=ServerTiming(queue=c[2], model=c[3], kafka=c[4], cache=c[5]),
+    ), n
 
-    def __init__(self, half_life_s: float = 60.0, clock=time.monotonic) -> None:
+
+class _Client:
+    __slots__ = ("at", "sums")
+
+    def __init__(self, at: float) -> None:
+        self.sums = np.zeros(len(ORIGINS))
+        self.at = at
+
+
+class DelayShares:
+    """Decayed sums per origin per client; the published shares are the per-origin median of
+    the clients' shares. A client whose sums decayed below 1/1024 of what it sent (ten half-
+    lives) no longer counts; at most `max_clients` are kept (least recent forgotten)."""
+
+    def __init__(
+        self,
+        half_life_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 100_000,
+    ) -> None:
         self._k = math.log(2) / half_life_s
+        self._horizon = 10 * half_life_s
         self._clock = clock
-        self._sums = dict.fromkeys(ORIGINS, 0.0)
-        self._at = clock()
+        self._max = max_clients
+        self._clients: OrderedDict[str, _Client] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, parts: dict[str, float]) -> None:
+    def add(self, parts: dict[str, float], client: str = "-") -> None:
         with self._lock:
             now = self._clock()
-            decay = math.exp(-self._k * (now - self._at))
-            self._at = now
-            for o in ORIGINS:
-                self._sums[o] = self._sums[o] * decay + parts.get(o, 0.0)
+            c = self._clients.get(client)
+            if c is None:
+                c = self._clients[client] = _Client(now)
+                if len(self._clients) > self._max:
+                    self._clients.popitem(last=False)
+            else:
+                self._clients.move_to_end(client)
+            c.sums = c.sums * math.exp(-self._k * (now - c.at)) + [
+                parts.get(o, 0.0) for o in ORIGINS
+            ]
+            c.at = now
 
     def shares(self) -> dict[str, float]:
         with self._lock:
-            total = sum(self._sums.values())
-            return {o: (v / total if total > 0 else 0.0) for o, v in self._sums.items()}
+            now = self._clock()
+            while self._clients:  # oldest first: drop those past the horizon
+                oldest = next(iter(self._clients.values()))
+                if now - oldest.at <= self._horizon:
+                    break
+                self._clients.popitem(last=False)
+            rows = [c.sums / t for c in self._clients.values() if (t := c.sums.sum()) > 0]
+        if not rows:
+            return dict.fromkeys(ORIGINS, 0.0)
+        med = np.median(np.vstack(rows), axis=0)
+        total = med.sum()
+        return {
+            o: float(v / total) if total > 0 else 0.0 for o, v in zip(ORIGINS, med, strict=True)
+        }
 
 
-def record(beacon: Beacon, shares: DelayShares) -> None:
+def record(
+    beacon: Beacon, shares: DelayShares, client: str = "-", ceiling_ms: float = 60_000.0
+) -> None:
+    clipped = 0
     for t in beacon.timings:
+        t, n = clip(t, ceiling_ms)
+        clipped += n
         parts = split(t)
         for o, v in parts.items():
             ORIGIN_MS.labels(o).inc(v)
-        shares.add(parts)
+        shares.add(parts, client)
+    if clipped:
+        CLIPPED.inc(clipped)
     VIEWS.inc(len(beacon.timings))
     for o, v in shares.shares().items():
         SHARE.labels(o).set(v)

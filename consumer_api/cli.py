@@ -6,15 +6,21 @@ import sys
 from dataclasses import dataclass
 
 from consumer_api.app import create_app
+from consumer_api.board import Board
+from consumer_api.board_feed import BoardFeed
+from consumer_api.budget import Budget, LocalBudget, RedisBudget
+from consumer_api.fleet import FleetIndex
 from consumer_api.hub import Hub
+from consumer_api.lineage import LineageReader
 from consumer_api.materializer import Materializer
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.read_hints import ReadHints
-from consumer_api.serve import check_bind, serve
+from consumer_api.serve import ServerLimits, check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin, Producer
+from precast.redis_client import connect_async
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
 from precast.settings import load
@@ -26,6 +32,8 @@ class Built:
     service: Service
     materializer: Materializer
     app: object
+    board_feed: BoardFeed | None = None
+    board: Board | None = None
 
 
 def build(settings: ApiSettings) -> Built:
@@ -39,7 +47,24 @@ def build(settings: ApiSettings) -> Built:
     grace_ms = int(opts.grace_s * 1000)
     view = MemoryStore(grace_ms) if opts.local_view else None
     shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
-    hub = Hub()
+    hub = Hub(opts.sse_max_streams)
+    index = (
+        FleetIndex(
+            default_strategy=opts.default_strategy,
+            serve_stale=opts.expired == "stale",
+            grace_ms=grace_ms,
+            history_depth=opts.board_history_depth,
+            history_devices=opts.board_history_devices,
+        )
+        if opts.board
+        else None
+    )
+
+    def on_stored(items: list) -> None:
+        hub.publish_threadsafe(items)
+        if index is not None:
+            index.stored(items)
+
     mat = Materializer(
         settings.kafka,
         topics.predictions.name,
@@ -49,8 +74,9 @@ def build(settings: ApiSettings) -> Built:
         group_prefix=opts.group_id,
         producer=Producer(settings.kafka),
         dead_letter_topic=topics.dead_letters.name,
-        on_stored=hub.publish_threadsafe,
+        on_stored=on_stored,
         batch=opts.consume_batch,
+        wait_s=opts.consume_wait_ms / 1000,
         ready_max_lag=opts.ready_max_lag,
     )
 
@@ -66,9 +92,22 @@ def build(settings: ApiSettings) -> Built:
             "error": f"materializer: {mat.error}"
         }
 
+    budget: Budget = (
+        RedisBudget(
+            connect_async(settings.redis),
+            settings.redis.key_prefix,
+            opts.precompute_budget_per_s,
+            opts.precompute_burst,
+        )
+        if settings.redis.url
+        else LocalBudget(opts.precompute_budget_per_s, opts.precompute_burst)
+    )
     producer = Producer(settings.kafka)  # precompute requests and read hints share one client
     asker = PrecomputeAsker(
-        producer, topics.precompute_requests.name, int(opts.request_window_s * 1000)
+        producer,
+        topics.precompute_requests.name,
+        int(opts.request_window_s * 1000),
+        budget=budget,
     )
     hints = ReadHints(producer, topics.read_hints.name, int(opts.hot_for_s * 1000))
     svc = Service(
@@ -81,7 +120,28 @@ def build(settings: ApiSettings) -> Built:
         hub=hub,
         hints=hints,
     )
-    return Built(svc, mat, create_app(svc))
+    feed = (
+        BoardFeed(settings.kafka, topics, index, group_prefix=opts.group_id)
+        if index is not None
+        else None
+    )
+    board = (
+        Board(
+            index,
+            feed,
+            LineageReader(
+                settings.kafka,
+                {topics.heartbeats.name, topics.work_orders.name, topics.alarms.name},
+                opts.group_id,
+            ),
+            max_rows=opts.board_max_rows,
+            queue_max=opts.board_queue_max,
+            frame_s=opts.board_frame_ms / 1000,
+        )
+        if index is not None
+        else None
+    )
+    return Built(svc, mat, create_app(svc, board), feed, board)
 
 
 def run(settings: ApiSettings) -> int:
@@ -92,14 +152,31 @@ def run(settings: ApiSettings) -> int:
     # the default 5 ms keeps it from adding milliseconds to a read's latency.
     sys.setswitchinterval(0.001)
     built.materializer.start()
+    if built.board_feed is not None:
+        built.board_feed.start()
     print(
-        f"precast-api: serving on http://{settings.api.host}:{settings.api.port}",
+        f"precast-api: serving on http://{settings.api.host}:{settings.api.port}"
+        + (
+            f" (board: http://{settings.api.host}:{settings.api.port}/board/)"
+            if settings.api.board
+            else ""
+        ),
         file=sys.stderr,
         flush=True,
     )
     try:
-        serve(built.app, settings.api.host, settings.api.port, settings.api.server)
+        serve(
+            built.app,
+            settings.api.host,
+            settings.api.port,
+            settings.api.server,
+            ServerLimits.from_options(settings.api),
+        )
     finally:
+        if built.board_feed is not None:
+            built.board_feed.stop()
+        if built.board is not None and built.board.lineage is not None:
+            built.board.lineage.close()
         built.materializer.stop()
     return 0
 

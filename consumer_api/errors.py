@@ -3,6 +3,8 @@ one parameter or field is at fault, names it (`parameter`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import orjson
 from starlette.responses import Response
 
@@ -19,7 +21,7 @@ def error(
     code: str,
     detail: str,
     parameter: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
     return Response(
         error_body(code, detail, parameter), status, headers=headers, media_type="application/json"

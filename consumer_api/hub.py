@@ -1,6 +1,10 @@
 """Live updates for Server-Sent Events: the materializer thread hands over what it stored, the
 event loop wakes the streams watching those devices. A slow stream never grows a queue: each
-keeps only the newest pending entry per device (coalescing), bounded by the devices it watches."""
+keeps only the newest pending entry per device (coalescing), bounded by the devices it watches.
+
+The stream cap is a reservation taken in the same step as its check (`reserve`, on the event
+loop, no await in between) and released when the response ends however it ends, so concurrent
+opens can never overrun it."""
 
 from __future__ import annotations
 
@@ -28,10 +32,11 @@ class Subscription:
 
 
 class Hub:
-    def __init__(self) -> None:
+    def __init__(self, max_streams: int = 1_000) -> None:
         self._subs: dict[str, set[Subscription]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._open = 0
+        self.max_streams = max_streams
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -44,17 +49,25 @@ class Hub:
         """Devices at least one open event stream watches."""
         return set(self._subs)
 
-    def subscribe(self, devices: list[str]) -> Subscription:
-        sub = Subscription(devices)
+    def reserve(self) -> bool:
+        """Take one of the replica's stream slots, or say there is none."""
+        if self._open >= self.max_streams:
+            return False
         self._open += 1
         STREAMS.set(self._open)
+        return True
+
+    def release(self) -> None:
+        self._open -= 1
+        STREAMS.set(self._open)
+
+    def subscribe(self, devices: list[str]) -> Subscription:
+        sub = Subscription(devices)
         for d in devices:
             self._subs.setdefault(d, set()).add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self._open -= 1
-        STREAMS.set(self._open)
         for d in sub.devices:
             subs = self._subs.get(d)
             if subs is not None:

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import redis
 from prometheus_client import Counter, Gauge
@@ -24,17 +25,17 @@ from precast.deadletter import DeadLetters
 from precast.kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaFailure,
     KafkaMessage,
     Producer,
     TopicPartitionOffset,
+    retry_settling,
 )
 from precast.serving import (
     STORED,
     Entry,
     InvalidPrediction,
-    MemoryStore,
-    RedisStore,
+    LocalView,
+    SharedStore,
     prediction_item,
 )
 from precast.settings import KafkaSettings
@@ -52,14 +53,6 @@ REPLAYS = Counter(
     "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
 )
 
-_TRANSIENT = {
-    "NOT_LEADER_FOR_PARTITION",
-    "LEADER_NOT_AVAILABLE",
-    "UNKNOWN_TOPIC_OR_PART",
-    "_TIMED_OUT",
-    "_UNKNOWN_PARTITION",
-}  # a fresh consumer whose metadata lacks the topic yet
-
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 
 
@@ -70,19 +63,19 @@ class Materializer:
         topic: str,
         partitions: int,
         *,
-        view: MemoryStore | None,
-        shared: RedisStore | None = None,
+        view: LocalView | None,
+        shared: SharedStore | None = None,
         group_prefix: str = "precast-api",
         producer: Producer | None = None,
         dead_letter_topic: str | None = None,
         on_stored: OnStored | None = None,
         batch: int = 5_000,
         ready_max_lag: int = 0,
+        wait_s: float = 0.2,
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
-        self._consumer = Consumer(
-            kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **{"isolation.level": "read_committed"}
-        )
+        committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
+        self._consumer = Consumer(kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **committed_only)
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
         self._dead = (
@@ -91,6 +84,9 @@ class Materializer:
             else None
         )
         self._on_stored, self._batch, self._max_lag = on_stored, batch, ready_max_lag
+        # A poll returns when `batch` records arrived or after `wait_s`: at a low rate the wait,
+        # not Kafka, is what a live view (event stream, board) sees as delay.
+        self._wait_s = wait_s
         self._targets: dict[int, int] = {}
         self._positions: dict[int, int] = {}
         self._live_from: dict[int, int] = {}  # offsets below these were seen before (replays)
@@ -133,23 +129,21 @@ class Materializer:
             [TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
         )
 
-    def _watermark(self, partition: int, attempts: int = 40) -> int:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
-        for i in range(attempts):
-            try:
-                return self._consumer.watermarks(self.topic, partition)[1]
-            except KafkaFailure as exc:
-                transient = exc.retriable or exc.code in _TRANSIENT
-                if not transient or i == attempts - 1:
-                    raise
-                time.sleep(0.25)
-        raise AssertionError("unreachable")
+    def _watermark(self, partition: int) -> int:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment.
+        _, high = retry_settling(
+            lambda: self._consumer.watermarks(self.topic, partition),
+            patience_s=10.0,
+            interval_s=0.25,
+            what=f"watermarks of {self.topic}[{partition}]",
+        )
+        return high
 
     # -- loop -------------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                self.run_once()
+                self.run_once(self._wait_s)
         except BaseException as exc:  # readiness turns false; the process reports it on /readyz
             self.error = exc
             log.exception("materializer stopped")
@@ -264,6 +258,7 @@ class Materializer:
             self._assign_from_beginning()
 
     def _mark_loaded(self) -> None:
+        assert self.shared is not None  # only called while loading into the shared store
         try:
             self.shared.mark_loaded()
             self._redis_loading = False

@@ -3,6 +3,7 @@ checks that every route is documented and every documented path exists)."""
 
 from __future__ import annotations
 
+from consumer_api import board_openapi
 from consumer_api.beacon import Beacon
 from consumer_api.requests_in import Prefetch
 
@@ -13,6 +14,11 @@ _ERROR = {
 }
 _AUTH = {
     "description": "bearer token missing or wrong (only when auth is enabled)",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+_LIMITED = {
+    "description": "past this client's allowance (PRECAST_API__CLIENT_*); Retry-After says when",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}},
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
 _IDS = {
@@ -120,6 +126,7 @@ SPEC: dict = {
                     },
                     "400": _ERROR,
                     "401": _AUTH,
+                    "429": _LIMITED,
                     "503": {
                         **_ERROR,
                         "description": "too many open streams on this replica "
@@ -142,9 +149,11 @@ SPEC: dict = {
                     "202": _json("PrefetchResult", "what was asked"),
                     "400": _ERROR,
                     "401": _AUTH,
+                    "408": _ERROR,
                     "413": _ERROR,
                     "415": _ERROR,
                     "422": _ERROR,
+                    "429": _LIMITED,
                 },
             }
         },
@@ -162,9 +171,11 @@ SPEC: dict = {
                     "204": {"description": "recorded"},
                     "400": _ERROR,
                     "401": _AUTH,
+                    "408": _ERROR,
                     "413": _ERROR,
                     "415": _ERROR,
                     "422": _ERROR,
+                    "429": _LIMITED,
                 },
             }
         },
@@ -248,7 +259,8 @@ SPEC: dict = {
             "PrefetchResult": {
                 "type": "object",
                 "properties": {
-                    k: {"type": "integer"} for k in ("sent", "deduplicated", "dropped", "fresh")
+                    k: {"type": "integer"}
+                    for k in ("sent", "deduplicated", "dropped", "over_budget", "fresh")
                 },
             },
             "Beacon": Beacon.model_json_schema(
@@ -257,3 +269,6 @@ SPEC: dict = {
         },
     },
 }
+# The board's paths (consumer_api.board) are documented in their own module.
+SPEC["paths"].update(board_openapi.PATHS)
+SPEC["components"]["schemas"].update(board_openapi.SCHEMAS)

@@ -3,6 +3,7 @@ rejection is a 4xx JSON error naming the parameter or field."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TypeVar
 
 import orjson
@@ -60,7 +61,9 @@ def device_list(raw: str | None, limit: int) -> list[str] | Response:
     return ids
 
 
-async def read_json(request: Request, model: type[M], max_bytes: int) -> M | Response:
+async def read_json(
+    request: Request, model: type[M], max_bytes: int, timeout_s: float = 10.0
+) -> M | Response:
     ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if ctype != "application/json":
         return error(415, "unsupported_media_type", "send application/json", "content-type")
@@ -68,10 +71,20 @@ async def read_json(request: Request, model: type[M], max_bytes: int) -> M | Res
     if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
         return error(413, "body_too_large", f"at most {max_bytes} bytes")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            return error(413, "body_too_large", f"at most {max_bytes} bytes")
+    # A body trickled in slowly holds a connection: it gets the whole of `timeout_s`, not more.
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    return error(413, "body_too_large", f"at most {max_bytes} bytes")
+    except TimeoutError:
+        return error(
+            408,
+            "body_timeout",
+            f"the body did not arrive within {timeout_s:g} s",
+            headers={"connection": "close"},
+        )
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

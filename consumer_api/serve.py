@@ -5,17 +5,29 @@ request and per header. Measured side by side with the real app on the 2-core ma
 -m bench api, BENCHMARKS.md) granian serves the hot GET at a clearly higher rate. The server
 runs embedded in this process's event loop (uvloop), so the materializer thread, the view and
 the app share one process exactly as with uvicorn; SIGTERM and SIGINT stop it gracefully
-(lifespan shutdown flushes pending precompute requests)."""
+(lifespan shutdown flushes pending precompute requests).
+
+Capacity is configured on purpose (`ServerLimits`, from PRECAST_API__*): both servers get the
+same backlog, connection ceiling, keep-alive and header timeouts, and the process raises its
+soft open-file limit to the hard one so that ten thousand sockets fit. Granian's own defaults
+(a backlog of 128 and backpressure derived from it) let 128 idle sockets stop a replica."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import logging
+import resource
 import signal
 import socket
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from consumer_api.reaper import Reaper
+from consumer_api.settings import ApiOptions
 from precast.errors import ConfigError, PrecastError
+
+log = logging.getLogger("precast.api")
 
 Server = Literal["granian", "uvicorn"]
 
@@ -24,18 +36,51 @@ class ServeError(PrecastError):
     """The HTTP server could not start or stopped on its own."""
 
 
-def serve(app, host: str, port: int, server: Server = "granian") -> None:
+@dataclass(frozen=True)
+class ServerLimits:
+    backlog: int = 4_096
+    max_connections: int = 16_384
+    keepalive_s: float = 5.0
+    header_timeout_s: float = 15.0
+
+    @classmethod
+    def from_options(cls, opts: ApiOptions) -> ServerLimits:
+        return cls(opts.backlog, opts.max_connections, opts.keepalive_s, opts.header_timeout_s)
+
+
+def serve(
+    app: Any,
+    host: str,
+    port: int,
+    server: Server = "granian",
+    limits: ServerLimits | None = None,
+) -> None:
     """Serve until SIGTERM/SIGINT; raises a one-line `PrecastError` when it cannot."""
+    limits = limits or ServerLimits()
     check_bind(host, port)
+    raise_open_files(limits.max_connections)
     if server == "uvicorn":
         import uvicorn
+
+        from consumer_api.uvicorn_protocol import guarded_protocol
 
         # After its graceful shutdown uvicorn re-raises the signal to the handler it found; the
         # default one would kill the process before the materializer stops. A no-op handler
         # lets it return, so both servers stop the same way (exit 0).
         previous = {sig: signal.signal(sig, _noop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+            uvicorn.run(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+                http=guarded_protocol(limits.header_timeout_s),
+                backlog=limits.backlog,
+                limit_concurrency=limits.max_connections,
+                # uvicorn takes whole seconds; never round a short timeout down to "none"
+                timeout_keep_alive=max(1, round(limits.keepalive_s)),
+            )
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -43,11 +88,33 @@ def serve(app, host: str, port: int, server: Server = "granian") -> None:
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(_granian(app, host, port))
+        runner.run(_granian(app, host, port, limits))
 
 
-async def _granian(app, host: str, port: int) -> None:
+def raise_open_files(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (each connection is a descriptor); say
+    so in one line when the hard limit is below what `wanted` connections need."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted + 1_024)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+    if soft < wanted + 256:
+        log.warning(
+            "open-file limit %d is below PRECAST_API__MAX_CONNECTIONS=%d (+256 for the process); "
+            "raise the hard limit (ulimit -Hn, LimitNOFILE=, docker --ulimit nofile=)",
+            soft,
+            wanted,
+        )
+    return soft
+
+
+async def _granian(app: Any, host: str, port: int, limits: ServerLimits) -> None:
     from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
     from granian.log import LogLevels
     from granian.server.embed import Server as Embedded
 
@@ -60,15 +127,23 @@ async def _granian(app, host: str, port: int) -> None:
         interface=Interfaces.ASGI,
         websockets=False,
         runtime_threads=1,
+        backlog=limits.backlog,
+        # granian counts connections against backpressure, idle ones included
+        backpressure=limits.max_connections,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=int(limits.header_timeout_s * 1000), keep_alive=True
+        ),
         log_level=LogLevels.error,
         log_access=False,
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, srv.stop)
+    reaper = Reaper(port, limits.header_timeout_s).start()
     try:
         await srv.serve()
     finally:
+        reaper.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     if srv.interrupt_children and not srv.interrupt_signal:

@@ -15,10 +15,11 @@ from prometheus_client.core import CounterMetricFamily
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
 from consumer_api.beacon import DelayShares
 from consumer_api.hub import Hub
+from consumer_api.limits import ClientLimits
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.read_hints import ReadHints
 from consumer_api.settings import ApiOptions
-from precast.serving import AsyncRedisReader, Entry, MemoryStore
+from precast.serving import AsyncReader, Entry, LocalView
 
 # Reads are counted in a plain dict on the event loop (the only thread that serves) and
 # exported by a collector: a prometheus_client Counter takes a lock per increment, which
@@ -28,6 +29,11 @@ _READS = dict.fromkeys((PRECOMPUTED, STALE, FALLBACK), 0)
 
 def count_read(source: str) -> None:
     _READS[source] += 1
+
+
+def read_counts() -> dict[str, int]:
+    """Answers served so far, by source (a copy; the board's hit ratio)."""
+    return dict(_READS)
 
 
 class _ReadsCollector:
@@ -48,8 +54,8 @@ def _ready_always() -> tuple[bool, dict]:
 @dataclass
 class Service:
     options: ApiOptions
-    view: MemoryStore | None
-    reader: AsyncRedisReader | None
+    view: LocalView | None
+    reader: AsyncReader | None
     asker: PrecomputeAsker
     readiness: Callable[[], tuple[bool, dict]] = _ready_always
     health: Callable[[], tuple[bool, dict]] = _ready_always
@@ -61,6 +67,8 @@ class Service:
         if (self.view is None) == (self.reader is None):
             raise ValueError("exactly one of view / reader")
         self.renderer = Renderer(self.options.default_strategy, self.options.expired)
+        self.hub.max_streams = self.options.sse_max_streams
+        self.limits = ClientLimits(self.options)
         tok = self.options.auth_token
         self._token = b"Bearer " + tok.get_secret_value().encode() if tok else None
 
@@ -78,6 +86,7 @@ class Service:
         if self.view is not None:
             e = self.view.get(device_id, now_ms)
         else:
+            assert self.reader is not None  # exactly one of the two (__post_init__)
             try:
                 e = await self.reader.get(device_id)
             except redis.RedisError:
@@ -91,6 +100,7 @@ class Service:
         if self.view is not None:
             entries = self.view.get_many(device_ids, now_ms)
         else:
+            assert self.reader is not None  # exactly one of the two (__post_init__)
             try:
                 entries = await self.reader.get_many(device_ids)
             except redis.RedisError:

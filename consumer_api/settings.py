@@ -84,8 +84,130 @@ class ApiOptions(Section):
     consume_batch: int = Field(
         default=5_000, ge=1, le=100_000, description="records per materializer poll"
     )
+    consume_wait_ms: int = Field(
+        default=20,
+        ge=1,
+        le=1_000,
+        description="longest a materializer poll waits when nothing arrives (it returns as soon as a prediction is there)",
+    )
     max_body_bytes: int = Field(
         default=65_536, ge=1024, le=10_485_760, description="largest accepted POST body"
+    )
+    board: bool = Field(
+        default=True,
+        description="serve the operations-center board (/board/, /v1/board/*; docs/board.md)",
+    )
+    board_history_depth: int = Field(
+        default=10, ge=0, le=1000, description="answers kept per device for the board's history"
+    )
+    board_history_devices: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description="devices with a history; past it the least recently updated is forgotten",
+    )
+    board_max_rows: int = Field(
+        default=50_000, ge=1, le=1_000_000, description="most rows in one /v1/board/fleet page"
+    )
+    board_queue_max: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="changed devices a board stream may have pending; past it the board reloads",
+    )
+    board_frame_ms: int = Field(
+        default=25, ge=0, le=5_000, description="least time between two frames of a board stream"
+    )
+    # Connection capacity (docs/api.md, "Capacity and hostile clients"). Both servers get the
+    # same numbers; the server defaults (granian: 128 connections) let 128 idle sockets stop a
+    # replica.
+    backlog: int = Field(
+        default=4_096,
+        ge=16,
+        le=65_535,
+        description="listen backlog (the kernel caps it at net.core.somaxconn)",
+    )
+    max_connections: int = Field(
+        default=16_384,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "connections served at once (granian backpressure, uvicorn limit_concurrency); "
+            "each needs a file descriptor, the soft RLIMIT_NOFILE is raised to the hard limit"
+        ),
+    )
+    keepalive_s: float = Field(
+        default=5.0, gt=0, le=3600, description="an idle keep-alive connection is closed after this"
+    )
+    header_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        le=3600,
+        description="a connection that has not sent a whole request head in this time is closed",
+    )
+    body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="a POST body not received in this time gets 408 body_timeout",
+    )
+    # Per-client limits (per replica): a client is its bearer token and its address.
+    client_key: Literal["token_and_address", "token", "address"] = Field(
+        default="token_and_address",
+        description=(
+            "what a client is for per-client limits: each of its token and its address has "
+            "its own allowance, or only one of them (behind a proxy: token)"
+        ),
+    )
+    trusted_proxies: list[str] = Field(
+        default=[],
+        description=(
+            "addresses of reverse proxies whose X-Forwarded-For names the client "
+            "(its right-most entry); JSON list"
+        ),
+    )
+    client_max_streams: int = Field(
+        default=20, ge=1, le=100_000, description="most open event streams per client"
+    )
+    client_prefetch_per_s: float = Field(
+        default=200.0, gt=0, le=1_000_000, description="prefetched device IDs per second per client"
+    )
+    client_prefetch_burst: int = Field(
+        default=500,
+        ge=1,
+        le=10_000_000,
+        description="prefetched device IDs a client may send at once",
+    )
+    client_beacons_per_s: float = Field(
+        default=2.0, gt=0, le=100_000, description="beacon requests per second per client"
+    )
+    client_beacon_burst: int = Field(
+        default=20, ge=1, le=1_000_000, description="beacon requests a client may send at once"
+    )
+    max_clients: int = Field(
+        default=100_000,
+        ge=100,
+        le=10_000_000,
+        description="clients tracked for limits and beacons; the least recent are forgotten",
+    )
+    # Speculative work budget, shared by all replicas through Redis (per replica without it).
+    precompute_budget_per_s: float = Field(
+        default=500.0,
+        gt=0,
+        le=1_000_000,
+        description="ceiling on precompute requests per second from all replicas together",
+    )
+    precompute_burst: int = Field(
+        default=1_000,
+        ge=1,
+        le=10_000_000,
+        description="precompute requests the budget allows at once",
+    )
+    beacon_max_ms: float = Field(
+        default=60_000.0,
+        gt=0,
+        le=3_600_000,
+        description="beacon values above this are clipped to it (implausible for one view)",
     )
 
     @field_validator("default_strategy")

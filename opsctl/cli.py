@@ -1,10 +1,12 @@
 """`precast`: the local stack, topic contracts and the end-to-end demo.
 
-precast stack up | down | status
+precast stack up | down [kafka|redis] | status | running | install
 precast topics ensure | list
 precast demo
 precast schemas export DIR
-precast replay | backfill | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
+precast observe generate | check   (alert rules and dashboards as code, docs/observability.md)
+precast replay | backfill | shadow | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
+precast audit checkpoint | prove | verify                       (audit log, docs/audit.md)
 """
 
 from __future__ import annotations
@@ -14,20 +16,36 @@ import sys
 from pathlib import Path
 
 from opsctl.settings import StackCliSettings
+from precast.errors import ConfigError
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 
 
 def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
-    from opsctl.stack import LocalStack
+    from opsctl.stack import COMPONENTS, LocalStack
 
+    if args.components and args.action != "down":
+        raise ConfigError(f"stack {args.action} takes no component names")
+    unknown = sorted(set(args.components) - set(COMPONENTS))
+    if unknown:
+        raise ConfigError(
+            f"unknown stack component {', '.join(unknown)} (choose from {', '.join(COMPONENTS)})"
+        )
     stack = LocalStack(settings.stack)
     if args.action == "up":
-        stack.up(progress=lambda m: print(m, flush=True))
+        stack.up(progress=lambda m: print(m, flush=True), prometheus=settings.stack.prometheus)
+        return 0
+    if args.action == "install":
+        stack.kafka.resolve_jars(progress=lambda m: print(m, flush=True))
         return 0
     if args.action == "down":
-        stopped = stack.down()
+        stopped = stack.down(args.components or None)
         print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        return 0
+    if args.action == "running":
+        # One short name per line, for scripts (./dev) that stop only what they started.
+        for name in stack.running():
+            print(name)
         return 0
     rows = stack.status()
     for r in rows:
@@ -93,11 +111,35 @@ def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
     return 0
 
 
+def _observe(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    from opsctl.observe.render import DEPLOY, stale, write
+
+    if args.action == "check":
+        old = stale()
+        for path in old:
+            print(f"out of date: {path.relative_to(DEPLOY.parent)}")
+        if old:
+            print("run: precast observe generate", file=sys.stderr)
+        return 1 if old else 0
+    written = write()
+    for path in written:
+        print(f"wrote {path.relative_to(DEPLOY.parent)}")
+    print(f"{len(written)} files changed" if written else "everything up to date")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="precast", description="precast operations CLI")
     sub = p.add_subparsers(dest="command", required=True)
-    st = sub.add_parser("stack", help="local Kafka 4 + Redis for demos, tests and CI")
-    st.add_argument("action", choices=["up", "down", "status"])
+    st = sub.add_parser(
+        "stack", help="local Kafka 4 + Redis (+ Prometheus) for demos, tests and CI"
+    )
+    st.add_argument("action", choices=["up", "down", "status", "running", "install"])
+    st.add_argument(
+        "components",
+        nargs="*",
+        help="with down: stop only these (kafka, redis, prometheus, redis-exporter; default: all)",
+    )
     st.set_defaults(fn=_stack)
     tp = sub.add_parser("topics", help="topic contracts")
     tp.add_argument("action", choices=["ensure", "list"])
@@ -118,13 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of starting the local stack",
     )
     dm.set_defaults(fn=_demo)
+    ob = sub.add_parser(
+        "observe", help="SLO rules and Grafana dashboards: write them under deploy/, or check"
+    )
+    ob.add_argument("action", choices=["generate", "check"])
+    ob.set_defaults(fn=_observe)
     sc = sub.add_parser("schemas", help="event contracts as JSON Schema (docs/events.md)")
     sc.add_argument("action", choices=["export"])
     sc.add_argument("dir", help="folder to write <role>.v<version>.schema.json files into")
     sc.set_defaults(fn=_schemas)
     from opsctl.commands import register as register_ops
 
-    register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild
+    register_ops(sub)  # replay, backfill, deadletters, purge, lag, rebuild, audit
     return p
 
 

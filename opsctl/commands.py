@@ -6,7 +6,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from opsctl import backfill, deadletters, lag, purge, rebuild, replay
+    from opsctl import audit, backfill, deadletters, lag, purge, rebuild, replay, shadow
 
-    for module in (replay, backfill, deadletters, purge, rebuild, lag):
+    for module in (replay, backfill, shadow, deadletters, purge, rebuild, lag, audit):
         module.add_parser(sub)

@@ -1,8 +1,10 @@
 """`precast demo`: the whole pipeline on the local stack, with a live line of figures.
 
-Starts (or reuses) the stack, ensures topics, runs the simulator, a worker and the read API as
-child processes, prints the API's URL and a sample answer, then one status line every few
-seconds. Ctrl-C stops every process it started, the stack too if it started it.
+Starts (or reuses) the stack, ensures topics, runs the simulator, a worker, the context
+aggregator, the drift monitor and the read API as child processes, registers them with the
+stack's Prometheus (one file_sd targets file, removed on exit), prints the API's URL and a sample
+answer, then one status line every few seconds. Ctrl-C stops every process it started, the
+stack too if it started it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ class Child:
     name: str
     proc: subprocess.Popen
     metrics_url: str
+
+    @property
+    def job(self) -> str:
+        """Prometheus job label (the alert rules and dashboards select on it)."""
+        return f"precast-{self.name}"
+
+    @property
+    def address(self) -> str:
+        return self.metrics_url.removeprefix("http://").removesuffix("/metrics")
 
 
 def _scrape(url: str, names: set[str]) -> dict[str, float]:
@@ -85,14 +96,19 @@ def run_demo(
     duration: float,
     use_stack: bool = True,
 ) -> int:
+    # The board's URL first: an operator opens it while the stack and processes come up.
+    print(
+        f"board: http://127.0.0.1:{api_port}/board/   (operations center; live once the API is up)",
+        flush=True,
+    )
     stack = LocalStack(settings.stack)
-    started_stack = False
+    started: list[str] = []  # stack components this demo started, and so stops
+    scraped = use_stack and settings.stack.prometheus
     env = dict(os.environ)
     if use_stack:
-        started_stack = not any(
-            s.state == "healthy" for s in stack.status() if s.name == "Kafka broker"
-        )
-        stack.up(progress=lambda m: print(m, flush=True))
+        before = set(stack.running())
+        stack.up(progress=lambda m: print(m, flush=True), prometheus=scraped)
+        started = [c for c in stack.running() if c not in before]
         env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] = stack.bootstrap_servers
         env["PRECAST_REDIS__URL"] = stack.redis_url
         kafka = settings.kafka.model_copy(update={"bootstrap_servers": stack.bootstrap_servers})
@@ -111,6 +127,7 @@ def run_demo(
     )
 
     sim_port, worker_port, context_port = free_port(), free_port(), free_port()
+    drift_port = free_port()
     # Children log warnings only, so the live line stays readable (PRECAST_LOG_LEVEL overrides).
     env.setdefault("PRECAST_LOG_LEVEL", "WARNING")
     children: list[Child] = []
@@ -146,6 +163,15 @@ def run_demo(
         )
         children.append(
             Child(
+                "drift",
+                _spawn(
+                    "drift", "workers.drift", {**env, "PRECAST_METRICS__PORT": str(drift_port)}, []
+                ),
+                f"http://127.0.0.1:{drift_port}/metrics",
+            )
+        )
+        children.append(
+            Child(
                 "api",
                 _spawn("api", "consumer_api.cli", env, ["--port", str(api_port)]),
                 f"http://127.0.0.1:{api_port}/metrics",
@@ -167,10 +193,18 @@ def run_demo(
                 f"http://127.0.0.1:{sim_port}/metrics",
             )
         )
+        if scraped:
+            stack.prometheus.write_targets("demo", {c.job: [c.address] for c in children})
+            print(
+                f"Prometheus: {stack.prometheus.url} scrapes {len(children)} services "
+                f"(alerts: {stack.prometheus.url}/alerts)",
+                flush=True,
+            )
         base = f"http://127.0.0.1:{api_port}"
         _wait_serving(base, children, lambda: interrupted)
         status, body = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
-        print(f"\nread API: {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)")
+        print(f"\nboard: {base}/board/")
+        print(f"read API: {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)")
         print(
             f"GET {base}/v1/devices/{SAMPLE_DEVICE}/prediction -> {status}\n{body.decode()}\n",
             flush=True,
@@ -178,10 +212,14 @@ def run_demo(
         _live(children, base, duration, lambda: interrupted)
     finally:
         signal.signal(signal.SIGINT, old)
+        if scraped:
+            stack.prometheus.remove_targets("demo")
         _stop_children(children)
-        if started_stack:
-            stack.down()
-            print("demo: stopped the processes and the stack it started")
+        if started:
+            stack.down(started)
+            print(
+                f"demo: stopped the processes and what it started of the stack ({', '.join(started)})"
+            )
         else:
             print("demo: stopped its processes (the stack was already running and stays up)")
     return 0

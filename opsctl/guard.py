@@ -13,6 +13,9 @@ class LiveTargetRefused(ConfigError):
     """Writing into a live input topic needs `--allow-live-target`."""
 
 
+_NOT_INPUTS = ("dead_letters", "shadow_predictions")
+
+
 def partitions_of(admin: Admin, topic: str, where: str, hint: str = "") -> int:
     n = admin.topic_partitions().get(topic)
     if n is None:
@@ -22,9 +25,9 @@ def partitions_of(admin: Admin, topic: str, where: str, hint: str = "") -> int:
 
 def input_role(topics: TopicSettings, topic: str) -> str | None:
     """The catalog role of `topic` when a precast component consumes it (dead letters are
-    read only by these tools, so they are not an input)."""
+    read only by these tools, shadow predictions only by people: neither is an input)."""
     spec = catalog(topics.prefix, topics.partitions, topics.replication_factor).by_name(topic)
-    return None if spec is None or spec.role == "dead_letters" else spec.role
+    return None if spec is None or spec.role in _NOT_INPUTS else spec.role
 
 
 def refuse_live_target(admin: Admin, topics: TopicSettings, topic: str) -> None:

@@ -106,7 +106,7 @@ def measure(
     out = []
     for g, tp in rows:
         end = ends[(tp.topic, tp.partition)]
-        ts = stamps_at.get((tp.topic, tp.partition, tp.offset))
+        stamp = stamps_at.get((tp.topic, tp.partition, tp.offset))
         out.append(
             PartitionLag(
                 g,
@@ -115,7 +115,7 @@ def measure(
                 tp.offset,
                 end,
                 max(0, end - tp.offset),
-                None if end <= tp.offset or ts is None else max(0.0, (now - ts) / 1000),
+                None if end <= tp.offset or stamp is None else max(0.0, (now - stamp) / 1000),
             )
         )
     states = {
@@ -150,12 +150,12 @@ def report(args: argparse.Namespace, settings: StackCliSettings) -> None:
             "no consumer group has committed offsets" + (" on those topics" if args.topic else "")
         )
     else:
-        summary = {}
+        summary: dict[str, tuple[int, float | None]] = {}  # group -> (lag, max lag time)
         for x in lags:
-            s = summary.setdefault(x.group, [0, None])
-            s[0] += x.lag
+            n, t = summary.get(x.group, (0, None))
             if x.lag_s is not None:
-                s[1] = max(s[1] or 0.0, x.lag_s)
+                t = max(t or 0.0, x.lag_s)
+            summary[x.group] = (n + x.lag, t)
         print(
             table(
                 ["group", "state", "members", "lag", "max lag time"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from opsctl.ranges import OffsetRange, OffsetSpec, TimeRange, resolve_offsets, resolve_times
 from precast.errors import PrecastError
@@ -18,11 +19,11 @@ BATCH = 10_000
 def range_consumer(settings: KafkaSettings, purpose: str) -> Consumer:
     """A consumer that only reads: its own throwaway group, nothing committed, committed data only
     (aborted transactions are not part of any range)."""
-    return Consumer(
-        settings,
-        f"precast-ops-{purpose}-{uuid.uuid4().hex[:8]}",
-        **{"isolation.level": "read_committed", "max.partition.fetch.bytes": 8 * 1024 * 1024},
-    )
+    conf: dict[str, Any] = {
+        "isolation.level": "read_committed",
+        "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    }
+    return Consumer(settings, f"precast-ops-{purpose}-{uuid.uuid4().hex[:8]}", **conf)
 
 
 class RangeReader:
@@ -119,10 +120,10 @@ def resolve(
     """Offsets of a time range or offset spec, asked of the cluster in `settings` (KafkaSettings)."""
     c = range_consumer(settings, "resolve")
     try:
-        return (
-            resolve_times(c, topic, partitions, tr)
-            if tr
-            else resolve_offsets(c, topic, partitions, spec)
-        )
+        if tr:
+            return resolve_times(c, topic, partitions, tr)
+        if spec is None:
+            raise ValueError("resolve needs a time range or an offset spec")
+        return resolve_offsets(c, topic, partitions, spec)
     finally:
         c.close()

@@ -49,8 +49,8 @@ def make_route(
         if not flt.matches(m.key(), info, headers):
             return None
         topic = to_topic or info.get("source.topic")
-        n = partitions.get(topic or "")
-        if n is None:
+        n = partitions.get(topic) if topic else None
+        if topic is None or n is None:
             return None  # no source topic recorded: cannot be redriven
         key = original_key(m.key(), headers)
         src_p = info.get("source.partition", "0")

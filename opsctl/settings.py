@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from precast.audit.settings import AuditSettings
 from precast.settings import CommonSettings, KafkaSettings, Section
 
 
@@ -17,6 +18,25 @@ class StackSettings(Section):
     kafka_port: int = Field(default=9092, ge=1, le=65535)
     controller_port: int = Field(default=9093, ge=1, le=65535)
     redis_port: int = Field(default=6379, ge=1, le=65535)
+    prometheus: bool = Field(
+        default=True,
+        description="`precast stack up` and the demo also start Prometheus (Debian's package)",
+    )
+    prometheus_port: int = Field(
+        default=9490,
+        ge=1,
+        le=65535,
+        description="local Prometheus (not 9090, where Debian's package may run its own)",
+    )
+    redis_exporter_port: int = Field(
+        default=9491,
+        ge=1,
+        le=65535,
+        description="Redis exporter (Debian's prometheus-redis-exporter), started with Prometheus",
+    )
+    scrape_interval_s: float = Field(
+        default=5.0, gt=0, le=300, description="how often the local Prometheus scrapes services"
+    )
     kafka_heap: str = "768m"
     start_timeout_s: float = Field(default=90.0, gt=0)
     # Where resolved Kafka jars are kept, shared by every clone on this machine.
@@ -55,3 +75,4 @@ class OpsSettings(Section):
 class StackCliSettings(CommonSettings):
     stack: StackSettings = StackSettings()
     ops: OpsSettings = OpsSettings()
+    audit: AuditSettings = AuditSettings()

@@ -49,8 +49,8 @@ def _line_parts(text: str) -> tuple[int, ...] | None:
 
 def _floor(parts: tuple[int, ...]) -> semver.Version:
     """The lowest version of a line, below its own pre-releases: 1.3 -> 1.3.0-0."""
-    full = (*parts, 0, 0)[:3]
-    return semver.Version(*full, prerelease="0")
+    major, minor, patch = (*parts, 0, 0)[:3]
+    return semver.Version(major, minor, patch, prerelease="0")
 
 
 def _next_line(parts: tuple[int, ...]) -> semver.Version:
@@ -119,8 +119,8 @@ def parse_selector(text: str) -> Selector:
     hyphen = re.fullmatch(r"(\S+)\s+-\s+(\S+)", s)
     if hyphen:
         lo, hi = hyphen.groups()
-        bounds = _bounds_for(">=", lo, text) + _bounds_for("<=", hi, text)
-        return Selector(text, tuple(bounds))
+        pair = _bounds_for(">=", lo, text) + _bounds_for("<=", hi, text)
+        return Selector(text, tuple(pair))
     if s[0] in "<>=":
         items = [i for i in re.split(r"[\s,]+", re.sub(r"([<>]=?|==?)\s+", r"\1", s)) if i]
         bounds: list[Bound] = []

@@ -23,10 +23,10 @@ class DeadLetters:
     def __init__(self, producer: Producer, topic: str, component: str) -> None:
         self._producer, self.topic, self.component = producer, topic, component
 
-    def send(self, msg: KafkaMessage, reason: dl.Reason | str, detail: str = "") -> None:
+    def send(self, msg: KafkaMessage, reason: dl.Reason, detail: str = "") -> None:
         key, value, headers = dead_letter_record(msg, reason, detail, self.component)
         self._producer.produce(self.topic, key, value, headers)
-        DEAD_LETTERS.labels(self.component, str(reason)).inc()
+        DEAD_LETTERS.labels(self.component, reason.value).inc()
 
     def send_rejected(self, msg: KafkaMessage, rejected: Rejected) -> None:
         """Dead-letter a record `schemas.validation.validate_event` rejected."""
@@ -34,16 +34,15 @@ class DeadLetters:
 
 
 def dead_letter_record(
-    msg: KafkaMessage, reason: dl.Reason | str, detail: str, component: str
+    msg: KafkaMessage, reason: dl.Reason, detail: str, component: str
 ) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
     """(key, value, headers) of the dead letter for `msg`, for producers other than ours
     (the faust-based context aggregator sends it with its own producer)."""
-    reason = str(reason)
     key = msg.key()
     ts = msg.timestamp()
     headers = list(msg.headers() or [])
     headers += [
-        (dl.H_REASON, reason.encode()),
+        (dl.H_REASON, reason.value.encode()),
         (dl.H_DETAIL, detail[: dl.MAX_DETAIL].encode(errors="replace")),
         (dl.H_COMPONENT, component.encode()),
         (dl.H_TOPIC, (msg.topic() or "").encode()),

@@ -5,14 +5,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-Check = Callable[[], tuple[bool, dict]]
+Check = Callable[[], tuple[bool, dict[str, Any]]]
 
 
-def _always_ok() -> tuple[bool, dict]:
+def _always_ok() -> tuple[bool, dict[str, Any]]:
     return True, {}
 
 

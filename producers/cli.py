@@ -42,6 +42,7 @@ def make_fleet(opts: SimulatorOptions) -> Fleet:
         drift_share=opts.drift_share,
         profile=opts.profile,
         drift_s=opts.drift_s,
+        drift_at_s=opts.drift_at_s,
         bad_rate=opts.bad_rate,
         run_id=opts.run_id,
     )
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         "--speedup", type=float, help="simulated-time multiplier for alarms, work orders, drift"
     )
     p.add_argument("--drift-share", type=float, help="share of devices that drift into a fault")
+    p.add_argument(
+        "--drift-at", type=float, dest="drift_at_s", help="simulated second all drift starts at"
+    )
     p.add_argument(
         "--bad-rate", type=float, help="share of records replaced by malformed ones (every kind)"
     )

@@ -40,6 +40,12 @@ class SimulatorOptions(Section):
         default="noisy",
         description="heartbeat noise over time: iid (fresh draw each time), noisy, steady (docs/events.md)",
     )
+    drift_at_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="every drifting device starts at this simulated second (a fleet-wide "
+        "drift event); unset = each at its own moment within drift_s",
+    )
     seed: int = Field(default=42, description="same seed, same fleet and event sequence")
     run_id: str | None = Field(
         default=None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,7 @@ class Fleet:
         speedup: float = 1.0,
         drift_share: float = 0.05,
         drift_s: float = 1800.0,
+        drift_at_s: float | None = None,
         bad_rate: float = 0.0,
         run_id: str | None = None,
         profile: str = "iid",
@@ -82,11 +84,12 @@ class Fleet:
             raise ValueError(f"unknown fleet profile {profile!r} (have: {', '.join(PROFILES)})")
         rng = self.rng = np.random.default_rng(seed)
         n = devices
-        self.ids = [f"dev-{i:06d}" for i in range(n)]
-        self.types = rng.integers(0, len(fleet.DEVICE_TYPES), n)
-        self.conditions = fleet.sample_conditions(rng, n)  # at simulated time 0
-        latest = fleet.sample_firmware_is_latest(rng, self.conditions)
-        pick_older = rng.random(n)
+        self.ids = [fleet.device_id(i) for i in range(n)]
+        # The start-up draws live in schemas.fleet, so the ground truth can be rebuilt from
+        # (devices, seed) without this class (precast shadow scores models against it).
+        draw = fleet.draw_fleet(rng, n, drift_share, drift_s)
+        self.types, self.conditions = draw.types, draw.conditions
+        latest, pick_older = draw.latest, draw.pick_older
         self.firmware, self.style, self.info = [], [], []
         for i in range(n):
             dtype = fleet.DEVICE_TYPES[self.types[i]]
@@ -104,16 +107,12 @@ class Fleet:
                 }
             )
         # Drift: a share of the devices slides from its condition into a faulty one, each
-        # starting at its own moment and taking drift_s of simulated time.
-        self.drifting = rng.random(n) < drift_share
-        faulty = np.array([c for c in range(len(fleet.CONDITIONS)) if c != HEALTHY])
-        target = faulty[rng.integers(0, len(faulty), n)]
-        self.drift_target = np.where(
-            target == self.conditions,
-            faulty[(np.searchsorted(faulty, target) + 1) % len(faulty)],
-            target,
-        )
-        self.drift_start_s = rng.uniform(0, drift_s, n)
+        # starting at its own moment in [0, drift_s) (or all at drift_at_s: a fleet-wide event,
+        # what the drift monitor is calibrated on) and taking drift_s of simulated time.
+        self.drifting, self.drift_target = draw.drifting, draw.drift_target
+        self.drift_start_s = draw.drift_start_s
+        if drift_at_s is not None:
+            self.drift_start_s[:] = drift_at_s
         self.drift_s = drift_s
         self.hb_interval_s, self.speedup, self.bad_rate = hb_interval_s, speedup, bad_rate
         self.run_id = run_id if run_id is not None else os.urandom(4).hex()
@@ -232,7 +231,7 @@ class Fleet:
             e["meta"] = {"info": {**info, "uplink": "lte"}, "boot_count": i % 50}
         return e
 
-    def step(self, n: int, now_ms: int) -> list[dict[str, Any] | BadRecord]:
+    def step(self, n: int, now_ms: int) -> Sequence[dict[str, Any] | BadRecord]:
         """The next n heartbeat slots: heartbeats, the alarms and work orders those devices
         raise meanwhile, and (with `bad_rate`) malformed records in place of some events."""
         events, idx, w = self._heartbeats(n, now_ms)

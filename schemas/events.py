@@ -8,11 +8,11 @@ is normalized lives in `schemas.validation`. Compatibility policy: docs/events.m
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 # Consumers accept the current and the previous version (docs/events.md); v1 has no predecessor.
 SUPPORTED_SCHEMA_VERSIONS = frozenset(v for v in (SCHEMA_VERSION - 1, SCHEMA_VERSION) if v >= 1)
 
@@ -39,11 +39,6 @@ MAX_CLOCK_SKEW_MS = 5 * 60_000
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
-def finite(lo: float | None = None, hi: float | None = None) -> Any:
-    """A finite float within [lo, hi]: one constraint set, so JSON Schema shows min/max."""
-    return Annotated[float, Field(ge=lo, le=hi, allow_inf_nan=False)]
-
-
 class Envelope(BaseModel):
     """Fields every event carries. `event_id` is unique per event (de-duplication key)."""
 
@@ -64,10 +59,11 @@ class Envelope(BaseModel):
         return self
 
 
-Percent = finite(0, 100)
-Share = finite(0, 1)
-Celsius = finite(-80, 250)
-NonNegative = finite(0)
+# Finite floats within [lo, hi]: one constraint set each, so JSON Schema shows min/max.
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Celsius = Annotated[float, Field(ge=-80, le=250, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class HeartbeatMetrics(BaseModel):

@@ -170,7 +170,9 @@ def _param(attr: str, conditions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rate(attr: str, conditions: np.ndarray) -> np.ndarray:
-    return np.array([getattr(c, attr) for c in CONDITIONS], dtype=np.float64)[conditions]
+    rates = np.array([getattr(c, attr) for c in CONDITIONS], dtype=np.float64)
+    picked: np.ndarray = rates[conditions]
+    return picked
 
 
 def sample_conditions(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -193,7 +195,8 @@ def metrics_from_normals(conditions: np.ndarray, z: dict[str, np.ndarray]) -> di
 
     def normal(attr: str, key: str, lo: float, hi: float) -> np.ndarray:
         mean, sd = _param(attr, conditions)
-        return np.clip(mean + sd * z[key], lo, hi)
+        out: np.ndarray = np.clip(mean + sd * z[key], lo, hi)
+        return out
 
     mu, sigma = _param("uptime_h", conditions)
     return {
@@ -234,3 +237,53 @@ def alarm_rate_per_s(conditions: np.ndarray, severity: str) -> np.ndarray:
 def work_order_rate_per_s(conditions: np.ndarray) -> np.ndarray:
     # Devices open roughly `open_wo` orders per day while in a condition.
     return _rate("open_wo", conditions) / 86_400.0
+
+
+HEALTHY = CONDITION_NAMES.index("healthy")
+_FAULTY = np.array([c for c in range(len(CONDITIONS)) if c != HEALTHY])
+
+
+@dataclass(frozen=True)
+class FleetDraw:
+    """Everything a simulated fleet draws at start, in the order the simulator draws it: so the
+    fleet's hidden ground truth can be rebuilt from (devices, seed) alone, e.g. by `precast
+    shadow` to score models against it. Device i is `device_id(i)`."""
+
+    types: np.ndarray
+    conditions: np.ndarray  # at simulated time 0
+    latest: np.ndarray  # runs the latest firmware of its type
+    pick_older: np.ndarray  # which older firmware otherwise
+    drifting: np.ndarray  # slides into `drift_target` over simulated time
+    drift_target: np.ndarray
+    drift_start_s: np.ndarray
+
+
+def device_id(i: int) -> str:
+    return f"dev-{i:06d}"
+
+
+def draw_fleet(rng: np.random.Generator, n: int, drift_share: float, drift_s: float) -> FleetDraw:
+    types = rng.integers(0, len(DEVICE_TYPES), n)
+    conditions = sample_conditions(rng, n)
+    latest = sample_firmware_is_latest(rng, conditions)
+    pick_older = rng.random(n)
+    drifting = rng.random(n) < drift_share
+    target = _FAULTY[rng.integers(0, len(_FAULTY), n)]
+    drift_target = np.where(
+        target == conditions,
+        _FAULTY[(np.searchsorted(_FAULTY, target) + 1) % len(_FAULTY)],
+        target,
+    )
+    drift_start_s = rng.uniform(0, drift_s, n)
+    return FleetDraw(types, conditions, latest, pick_older, drifting, drift_target, drift_start_s)
+
+
+def true_strategies(
+    devices: int, seed: int, drift_share: float = 0.05, drift_s: float = 1800.0
+) -> dict[str, str | None]:
+    """Device ID -> the right strategy of its hidden condition, for a fleet the simulator built
+    with these arguments; None for a drifting device (its truth depends on simulated time)."""
+    d = draw_fleet(np.random.default_rng(seed), devices, drift_share, drift_s)
+    right = STRATEGY_OF_CONDITION[d.conditions].tolist()
+    drifting = d.drifting.tolist()
+    return {device_id(i): None if drifting[i] else STRATEGIES[right[i]] for i in range(devices)}

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.events import DeviceId
 
-HINT_SCHEMA_VERSION = 1
+HINT_SCHEMA_VERSION: Literal[1] = 1
 HintSource = Literal["read", "prefetch", "stream"]
 
 

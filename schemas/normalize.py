@@ -25,8 +25,9 @@ from pydantic import BaseModel
 from schemas.deadletters import Reason
 
 # A JSON number, exactly as the JSON grammar spells it (no spaces, no '+', no '_', no hex).
-_INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
-_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+# Public: the workers' fast decoders accept numbers-as-text by this same grammar.
+INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _NON_FINITE_TEXT = frozenset(
     {"nan", "-nan", "infinity", "-infinity", "+infinity", "inf", "-inf", "+inf"}
 )
@@ -111,10 +112,10 @@ def _number(value: Any, kind: str, path: str, notes: _Notes) -> Any:
         return value  # the model's strict validation judges the type
     if value.lower() in _NON_FINITE_TEXT:
         raise Rejection(Reason.NON_FINITE, f"{path}: {value[:20]!r} is not a finite number")
-    if kind == "int" and _INT_TEXT.fullmatch(value):
+    if kind == "int" and INT_TEXT.fullmatch(value):
         notes.coerced.append(path)
         return int(value)
-    if kind == "float" and _NUMBER_TEXT.fullmatch(value):
+    if kind == "float" and NUMBER_TEXT.fullmatch(value):
         number = float(value)
         if not math.isfinite(number):
             raise Rejection(Reason.NON_FINITE, f"{path}: {value[:20]!r} overflows to infinity")

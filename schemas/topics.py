@@ -16,20 +16,23 @@ HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 
 
+CleanupPolicy = Literal["delete", "compact"]
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     role: str
     name: str
     partitions: int
     replication_factor: int
-    cleanup_policy: Literal["delete", "compact"]
+    cleanup_policy: CleanupPolicy
     keyed_by_device: bool
     description: str
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 # role -> (suffix, cleanup, retention ms or None, keyed by device, description, extra config)
-_CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
+_CATALOG: dict[str, tuple[str, CleanupPolicy, int | None, bool, str, dict[str, str]]] = {
     "heartbeats": (
         "heartbeats",
         "delete",
@@ -85,12 +88,28 @@ _CATALOG: dict[str, tuple[str, str, int | None, bool, str, dict[str, str]]] = {
         "devices somebody reads or watches, from the read API to the workers (speculation)",
         {},
     ),
+    "shadow_predictions": (
+        "shadow-predictions",
+        "delete",
+        7 * DAY_MS,
+        True,
+        "a candidate model's PredictionSets from `precast shadow`; never served, never materialized",
+        {},
+    ),
     "dead_letters": (
         "dead-letters",
         "delete",
         14 * DAY_MS,
         False,
         "records any component rejected, with original bytes and the reason",
+        {},
+    ),
+    "audit_checkpoints": (
+        "audit-checkpoints",
+        "compact",
+        None,
+        False,
+        "signed checkpoints of the predictions audit log, keyed by log origin (newest kept)",
         {},
     ),
 }
@@ -109,7 +128,9 @@ class Topics:
     precompute_requests: TopicSpec
     predictions: TopicSpec
     read_hints: TopicSpec
+    shadow_predictions: TopicSpec
     dead_letters: TopicSpec
+    audit_checkpoints: TopicSpec
 
     def __iter__(self) -> Iterator[TopicSpec]:
         return iter(getattr(self, role) for role in _CATALOG)
@@ -134,7 +155,7 @@ def catalog(prefix: str = "precast.", partitions: int = 6, replication_factor: i
             name=f"{prefix}{suffix}",
             partitions=partitions,
             replication_factor=replication_factor,
-            cleanup_policy=cleanup,  # type: ignore[arg-type]
+            cleanup_policy=cleanup,
             keyed_by_device=by_device,
             description=desc,
             config=MappingProxyType(config),

@@ -7,6 +7,9 @@ import time
 import orjson
 
 from consumer_api.app import create_app
+from consumer_api.board import Board
+from consumer_api.budget import LocalBudget
+from consumer_api.fleet import FleetIndex
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.service import Service
 from consumer_api.settings import ApiOptions
@@ -59,10 +62,25 @@ def make_service(
 ) -> Service:
     opts = ApiOptions(**options)
     view = MemoryStore(int(opts.grace_s * 1000)) if view is None else view
-    return Service(
-        opts, view, None, PrecomputeAsker(producer, topic, int(opts.request_window_s * 1000))
+    budget = LocalBudget(opts.precompute_budget_per_s, opts.precompute_burst)
+    asker = PrecomputeAsker(producer, topic, int(opts.request_window_s * 1000), budget=budget)
+    return Service(opts, view, None, asker)
+
+
+def make_board(svc: Service, **kw) -> Board:
+    o = svc.options
+    return Board(
+        FleetIndex(
+            default_strategy=o.default_strategy,
+            serve_stale=o.expired == "stale",
+            grace_ms=int(o.grace_s * 1000),
+            history_depth=o.board_history_depth,
+            history_devices=o.board_history_devices,
+        ),
+        **kw,
     )
 
 
-def make_app(svc: Service):
-    return create_app(svc)
+def make_app(svc: Service, board: Board | None = None):
+    """The app with the board (a fresh FleetIndex unless one is given)."""
+    return create_app(svc, board if board is not None else make_board(svc))

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import Counter, Gauge
 
@@ -28,6 +28,7 @@ from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
+from schemas.validation import Rejected
 from workers.context import DeviceContext
 from workers.decode import validate
 from workers.settings import ContextSettings
@@ -45,10 +46,13 @@ DEVICES = Gauge("precast_context_devices", "devices with context on this instanc
 def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     """The faust app and its state (for probes). Import faust lazily: the worker never needs it."""
     import faust
+    from faust.tables.manager import TableManager
 
     t = settings.topics
     topics = catalog(t.prefix, t.partitions, t.replication_factor)
     c = settings.context
+    # faust creates only the last folder of its datadir; a fresh checkout has no .precast/ yet.
+    c.data_dir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         c.app_id,
         broker=f"kafka://{settings.kafka.bootstrap_servers}",
@@ -68,12 +72,15 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
         broker_session_timeout=c.session_timeout_s,
         broker_heartbeat_interval=c.session_timeout_s / 4,
     )
-    raw = {"key_serializer": "raw", "value_serializer": "raw"}
+
+    def raw_topic(name: str) -> Any:
+        return app.topic(name, internal=False, key_serializer="raw", value_serializer="raw")
+
     sources = {topics.work_orders.name: "work_orders", topics.alarms.name: "alarms"}
-    wo_topic = app.topic(topics.work_orders.name, internal=False, **raw)
-    alarm_topic = app.topic(topics.alarms.name, internal=False, **raw)
-    out = app.topic(topics.device_context.name, internal=False, **raw)
-    dlq = app.topic(topics.dead_letters.name, internal=False, **raw)
+    wo_topic = raw_topic(topics.work_orders.name)
+    alarm_topic = raw_topic(topics.alarms.name)
+    out = raw_topic(topics.device_context.name)
+    dlq = raw_topic(topics.dead_letters.name)
     # JSON text keys/values: the changelog is read back through the table's own serializers.
     table = app.Table(
         "device-context", default=None, partitions=t.partitions, key_type=str, value_type=str
@@ -92,11 +99,11 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
             int(msg.timestamp * 1000),
         )
         role = sources[msg.topic]
-        e, reason, detail = validate(role, record)
-        if e is None:
-            key, value, headers = dead_letter_record(record, reason, detail, COMPONENT)
+        e = validate(role, record)
+        if isinstance(e, Rejected):
+            key, value, headers = dead_letter_record(record, e.reason, e.detail, COMPONENT)
             await dlq.send(key=key, value=value, headers=headers)
-            DEAD_LETTERS.labels(COMPONENT, str(reason)).inc()
+            DEAD_LETTERS.labels(COMPONENT, e.reason.value).inc()
             EVENTS.labels(msg.topic, "dead_letter").inc()
             return
         device = e["device_id"]
@@ -129,7 +136,9 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
         # the loop itself publishes what they report.
         state["last_tick"] = time.monotonic()
         state["assigned"] = len(app.consumer.assignment())
-        state["recovering"] = not app.tables.recovery.completed.is_set()
+        # `recovery` belongs to faust's TableManager, not to its TableManagerT interface.
+        recovery = cast(TableManager, app.tables).recovery
+        state["recovering"] = not recovery.completed.is_set()
         DEVICES.set(len(table))
 
     return app, state

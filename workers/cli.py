@@ -15,6 +15,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from precast.kafka import Admin
 from precast.observability import ProbeServer
@@ -29,8 +30,9 @@ from workers.registry import ModelRegistry
 from workers.settings import WorkerSettings
 
 
-def build(settings: WorkerSettings) -> Worker:
-    """The worker a settings object describes (also used by tests and benchmarks)."""
+def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker:
+    """The worker a settings object describes (also used by tests, benchmarks, and the shadow
+    run, which passes its own `Worker` subclass)."""
     m, w, pol = settings.model, settings.worker, settings.policy
     load_model = partial(
         _load_model,
@@ -70,11 +72,11 @@ def build(settings: WorkerSettings) -> Worker:
         transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
         transaction_timeout_ms=w.transaction_timeout_ms,
     )
-    return Worker(settings.kafka, topics, registry, pipe, loop)
+    return worker_cls(settings.kafka, topics, registry, pipe, loop)
 
 
-def _load_model(path: Path, **kw: object) -> ModelSession:
-    return ModelSession(path, **kw)  # type: ignore[arg-type]
+def _load_model(path: Path, **kw: Any) -> ModelSession:
+    return ModelSession(path, **kw)
 
 
 def run(settings: WorkerSettings) -> int:
@@ -108,9 +110,10 @@ def run(settings: WorkerSettings) -> int:
     signal.signal(signal.SIGHUP, lambda *_: worker.registry.request_check())
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: every thread's stack to stderr
     model = worker.registry.current
+    where = model.providers[0] if isinstance(model, ModelSession) else type(model).__name__
     mode = "exactly-once" if settings.worker.exactly_once else "at-least-once"
     print(
-        f"precast-worker: model {model.version} on {model.providers[0]}, group {settings.worker.group_id}, "
+        f"precast-worker: model {model.version} on {where}, group {settings.worker.group_id}, "
         f"{mode}",
         file=sys.stderr,
         flush=True,

@@ -21,14 +21,14 @@ from schemas.deadletters import Reason
 from schemas.events import MAX_EVENT_BYTES
 from schemas.fleet import LATEST_FIRMWARE
 from schemas.hints import ReadHint
-from schemas.normalize import _NUMBER_TEXT  # the contract's own number grammar
+from schemas.normalize import NUMBER_TEXT  # the contract's own number grammar
 from schemas.predictions import PrecomputeRequest
-from schemas.validation import validate_event
+from schemas.validation import Rejected, validate_event
 from workers import wire
 from workers.features import device_type_index
 
 # (msg, reason, detail) for the dead-letter topic
-Reject = Callable[[KafkaMessage, str, str], None]
+Reject = Callable[[KafkaMessage, Reason, str], None]
 
 # Column order of Heartbeats.cols (== workers.features.HEARTBEAT_COLUMNS)
 _LO = np.array([0, 0, -80, 0, 0, 0], dtype=np.float64)
@@ -55,13 +55,14 @@ trace_id = wire.trace_id
 
 
 # -- the slow path: the full contract --------------------------------------------------------------
-def validate(role: str, msg: KafkaMessage) -> tuple[dict[str, Any] | None, str, str]:
-    """(event as a dict, "", "") or (None, dead-letter reason, detail), by the one contract
-    validator every consumer uses (`schemas.validation`)."""
+def validate(role: str, msg: KafkaMessage) -> dict[str, Any] | Rejected:
+    """The event as a dict, or why it is rejected, by the one contract validator every consumer
+    uses (`schemas.validation`)."""
     result = validate_event(role, msg.key(), msg.value(), msg.headers())
     if result.ok:
-        return result.event.model_dump(), "", ""
-    return None, str(result.reason), result.detail
+        event: dict[str, Any] = result.event.model_dump()
+        return event
+    return result
 
 
 # -- heartbeats: the fast path ------------------------------------------------------------------------
@@ -97,7 +98,7 @@ def _parse(
 
 
 # Many numbers as text, checked in one regex pass: joined by newlines, which none may contain.
-_NUMBERS_TEXT = re.compile(rf"(?:(?:{_NUMBER_TEXT.pattern})\n)*(?:{_NUMBER_TEXT.pattern})")
+_NUMBERS_TEXT = re.compile(rf"(?:(?:{NUMBER_TEXT.pattern})\n)*(?:{NUMBER_TEXT.pattern})")
 
 
 def _coerce(metrics: list[tuple], odd: list[int], bad: set[int]) -> None:
@@ -110,7 +111,7 @@ def _coerce(metrics: list[tuple], odd: list[int], bad: set[int]) -> None:
     if not texts or (joined.count("\n") == len(texts) - 1 and _NUMBERS_TEXT.fullmatch(joined)):
         return
     for i in odd:
-        if any(type(v) is str and not _NUMBER_TEXT.fullmatch(v) for v in metrics[i]):
+        if any(type(v) is str and not NUMBER_TEXT.fullmatch(v) for v in metrics[i]):
             bad.add(i)
             metrics[i] = (0.0,) * len(metrics[i])
 
@@ -173,9 +174,9 @@ def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject) -> Heartbeat
 def _slow_heartbeats(out: Heartbeats, slow: list[KafkaMessage], reject: Reject) -> None:
     rows, times = [], []
     for m in slow:
-        e, reason, detail = validate("heartbeats", m)
-        if e is None:
-            reject(m, reason, detail)
+        e = validate("heartbeats", m)
+        if isinstance(e, Rejected):
+            reject(m, e.reason, e.detail)
             continue
         mt, dt = e["metrics"], e["device_type"]
         out.msgs.append(m)
@@ -206,9 +207,9 @@ def decode_events(
 ) -> list[tuple[KafkaMessage, dict]]:
     out = []
     for m in msgs:
-        e, reason, detail = validate(role, m)
-        if e is None:
-            reject(m, reason, detail)
+        e = validate(role, m)
+        if isinstance(e, Rejected):
+            reject(m, e.reason, e.detail)
         else:
             out.append((m, e))
     return out
@@ -223,7 +224,7 @@ def decode_requests(
         if result.ok:
             out.append((m, result.event))
         else:
-            reject(m, str(result.reason), result.detail)
+            reject(m, result.reason, result.detail)
     return out
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from precast.deadletter import DeadLetters
 from precast.kafka import Consumer, KafkaFailure, KafkaMessage, Producer, TopicPartitionOffset
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 from workers import metrics as M
 
 log = logging.getLogger("precast.workers.sink")
@@ -32,7 +34,7 @@ class Rewind(Exception):
 
 # Predictions leave as soon as a batch is encoded: a batch is already one produce burst, so
 # librdkafka's 5 ms linger would only add 5 ms to every answer's freshness (bench freshness).
-LOW_LATENCY = {"linger.ms": 1}
+LOW_LATENCY: dict[str, Any] = {"linger.ms": 1}
 
 
 class AtLeastOnce:
@@ -49,7 +51,7 @@ class AtLeastOnce:
     def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
         self.producer.produce_batch(topic, keys, values)
 
-    def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+    def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.dead_letters.send(msg, reason, detail)
 
     def commit(
@@ -83,7 +85,7 @@ class ExactlyOnce:
     ) -> None:
         self._kafka, self._dlq_topic = kafka, dead_letter_topic
         # librdkafka requires a record's delivery timeout to fit inside its transaction's.
-        self._conf = {
+        self._conf: dict[str, Any] = {
             **LOW_LATENCY,
             "transactional.id": transactional_id,
             "transaction.timeout.ms": transaction_timeout_ms,
@@ -111,7 +113,7 @@ class ExactlyOnce:
         self._dirty = True
         self.producer.produce_batch(topic, keys, values)
 
-    def dead_letter(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+    def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.begin()
         self._dirty = True
         self.dead_letters.send(msg, reason, detail)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain, islice
 from operator import attrgetter, methodcaller
+from typing import cast
 
 import numpy as np
 import orjson
@@ -64,10 +65,11 @@ def _json_ids(ids: list[str | None]) -> list[bytes]:
     # IDs reaching here passed the contracts' patterns ([A-Za-z0-9._:-]): nothing to escape.
     if None in ids:
         return [b"null" if i is None else b'"%s"' % i.encode() for i in ids]
+    texts = cast(list[str], ids)  # no None among them (checked above)
     parts = (
-        ('"' + '"\0"'.join(ids) + '"').encode().split(b"\0") if ids else []
+        ('"' + '"\0"'.join(texts) + '"').encode().split(b"\0") if texts else []
     )  # one encode for all
-    return parts if len(parts) == len(ids) else [b'"%s"' % i.encode() for i in ids]
+    return parts if len(parts) == len(texts) else [b'"%s"' % i.encode() for i in texts]
 
 
 def _ref_columns(refs: Sequence[tuple[KafkaMessage, str | None]]) -> tuple:

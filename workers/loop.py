@@ -13,11 +13,20 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import methodcaller
+from typing import Any
 
-from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
+from precast.kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaMessage,
+    TopicPartitionOffset,
+    retry_settling,
+)
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers import metrics as M
 from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
@@ -86,7 +95,7 @@ class Worker:
             if cfg.exactly_once
             else AtLeastOnce(kafka, topics.dead_letters.name)
         )
-        overrides = {"partition.assignment.strategy": "range"}
+        overrides: dict[str, Any] = {"partition.assignment.strategy": "range"}
         if cfg.exactly_once:
             overrides["isolation.level"] = "read_committed"
         self.consumer = Consumer(kafka, cfg.group_id, **overrides)
@@ -111,6 +120,9 @@ class Worker:
         self._next_commit = time.monotonic() + cfg.commit_interval_s
         self._next_lag = time.monotonic() + cfg.lag_interval_s
         self.batches = 0
+        # The policy's clock (throttle windows, predicted_at). A shadow run replays history on
+        # the event-time clock instead, so the policy decides as it did at the time.
+        self.clock: Callable[[], int] = _now_ms
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -161,7 +173,7 @@ class Worker:
         msgs = self.consumer.consume(self.cfg.consume_max, timeout)
         M.STAGE["consume"].inc(time.perf_counter() - t0)
         self.last_loop = mono = time.monotonic()
-        now_ms = _now_ms()
+        now_ms = self.clock()
         if self.stop_at and msgs:
             msgs = self._within_range(msgs)
         if msgs:
@@ -187,7 +199,7 @@ class Worker:
 
     def _run_batch(self, items: list, delay: float) -> None:
         model = self.registry.current  # one model for the whole batch
-        now_ms = _now_ms()
+        now_ms = self.clock()
         result = None
         for attempt in (1, 2):
             t0 = time.perf_counter()
@@ -209,7 +221,7 @@ class Worker:
         if result is None:
             for it in items:
                 for m, _ in it.refs:
-                    self._reject(m, "model_failure", error)
+                    self._reject(m, Reason.MODEL_FAILURE, error)
             return
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
@@ -223,7 +235,7 @@ class Worker:
 
     def drain(self) -> None:
         """Predict everything waiting, throttled devices included (revoke, shutdown, EOS commit)."""
-        self.pipeline.release_deferred(_now_ms(), time.monotonic(), everything=True)
+        self.pipeline.release_deferred(self.clock(), time.monotonic(), everything=True)
         self._run_batches(force=True)
 
     def commit(self, sync: bool = False, rewind: bool = True) -> None:
@@ -248,7 +260,7 @@ class Worker:
         else:
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
 
-    def _reject(self, msg, reason: str, detail: str) -> None:
+    def _reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)
 
     # -- rebalancing ----------------------------------------------------------------------------------
@@ -272,22 +284,13 @@ class Worker:
             self.consumer.pause(self._paused)
         log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
 
-    def _watermarks(self, topic: str, partition: int, patience_s: float = 15.0) -> tuple[int, int]:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment: retry.
-        deadline = time.monotonic() + patience_s
-        while True:
-            try:
-                return self.consumer.watermarks(topic, partition, timeout=5.0)
-            except KafkaFailure as exc:
-                if time.monotonic() > deadline:
-                    raise
-                log.info(
-                    "watermarks of %s[%d] not available yet (%s); retrying",
-                    topic,
-                    partition,
-                    exc.code,
-                )
-                time.sleep(0.2)
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        # A just-created topic or a leader election answers NOT_LEADER for a moment.
+        return retry_settling(
+            lambda: self.consumer.watermarks(topic, partition, timeout=5.0),
+            patience_s=15.0,
+            what=f"watermarks of {topic}[{partition}]",
+        )
 
     def _check_restored(self) -> None:
         pos = self.pipeline.positions

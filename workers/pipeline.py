@@ -15,6 +15,7 @@ from operator import attrgetter, methodcaller
 import numpy as np
 
 from precast.kafka import KafkaMessage, TopicPartitionOffset
+from schemas import deadletters as dl
 from schemas.topics import Topics
 from workers import metrics as M
 from workers import policy as P
@@ -30,20 +31,12 @@ from workers.decode import (
 )
 from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
+from workers.predictor import Predictor
 from workers.sensitivity import Sensitivity, ranking
 from workers.state import DeviceTable
 from workers.topk import top_k
 
 log = logging.getLogger("precast.workers.pipeline")
-
-
-class Predictor:
-    """What the pipeline needs of a model (workers.inference.ModelSession satisfies it)."""
-
-    version: str
-    labels: tuple[str, ...]
-
-    def predict(self, features: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -140,13 +133,13 @@ class Pipeline:
         if "hints" in by_role:
             self._ingest_hints(by_role["hints"])
         for m in by_role.get("unknown", ()):
-            self.reject(m, "unknown", f"worker does not read topic {m.topic()!r}")
+            self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
 
     def _ingest_context(self, msgs: list[KafkaMessage]) -> None:
         for m in msgs:
             key, value = m.key(), m.value()
             if not key:
-                self.reject(m, "missing_key", "device-context record without a key")
+                self.reject(m, dl.Reason.MISSING_KEY, "device-context record without a key")
                 continue
             device = key.decode(errors="replace")
             if value is None:  # tombstone: the device's context was purged
@@ -155,7 +148,7 @@ class Pipeline:
             try:
                 snap = DeviceContext.from_json(value)
             except (ValueError, KeyError, TypeError) as exc:
-                self.reject(m, "invalid", f"device-context snapshot: {exc}")
+                self.reject(m, dl.Reason.INVALID, f"device-context snapshot: {exc}")
                 continue
             self.table.slots([device], [m.partition()])
             self.table.context(device).merge_snapshot(snap)
@@ -305,7 +298,7 @@ class Pipeline:
     ) -> None:
         msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, self.batcher
 
-        def refs(j: int, i: int) -> list[tuple[KafkaMessage, str]]:
+        def refs(j: int, i: int) -> list[tuple[KafkaMessage, str | None]]:
             return (
                 [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
             )

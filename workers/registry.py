@@ -16,6 +16,7 @@ from typing import Any
 
 from precast.errors import PrecastError
 from workers import metrics as M
+from workers.predictor import Predictor
 
 log = logging.getLogger("precast.workers.registry")
 
@@ -49,13 +50,13 @@ def wanted_version(registry: Path) -> str | None:
         pass
     try:
         versions = [
-            p.name
+            (key, p.name)
             for p in registry.iterdir()
-            if (p / "manifest.json").is_file() and semver_key(p.name)
+            if (p / "manifest.json").is_file() and (key := semver_key(p.name)) is not None
         ]
     except OSError:
         return None
-    return max(versions, key=semver_key) if versions else None  # type: ignore[arg-type,return-value]
+    return max(versions)[1] if versions else None
 
 
 class ModelRegistry:
@@ -64,15 +65,13 @@ class ModelRegistry:
 
     def __init__(
         self,
-        load: Callable[[Path], Any],
+        load: Callable[[Path], Predictor],
         *,
         path: Path | None = None,
         registry: Path | None = None,
         poll_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if path is None and registry is None:
-            raise ValueError("need a model path or a registry folder")
         self._load, self.registry, self.poll_s, self._clock = load, registry, poll_s, clock
         if registry is not None:
             version = wanted_version(registry)
@@ -81,10 +80,13 @@ class ModelRegistry:
                     f"model registry {registry} holds no model version (folders with manifest.json)"
                 )
             path = registry / version
-        self.current = load(path)
+        elif path is None:
+            raise ValueError("need a model path or a registry folder")
+        self.current: Predictor = load(path)
         M.MODEL_VERSION.labels(self.current.version).set(1)
+        M.MODEL_FAILURES.labels(self.current.version)  # a zero series, not a gap, until one fails
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-load")
-        self._loading: tuple[str, Future] | None = None
+        self._loading: tuple[str, Future[Predictor]] | None = None
         self._failed: set[str] = set()
         self._next_check = clock() + poll_s
         self._force = threading.Event()
@@ -124,6 +126,7 @@ class ModelRegistry:
             self.swaps += 1
             M.MODEL_VERSION.labels(old).set(0)
             M.MODEL_VERSION.labels(model.version).set(1)
+            M.MODEL_FAILURES.labels(model.version)
             log.info("model swapped: %s -> %s", old, model.version)
             return model.version
         now = self._clock()
@@ -131,10 +134,10 @@ class ModelRegistry:
             return None
         self._force.clear()
         self._next_check = now + self.poll_s
-        version = wanted_version(self.registry)
-        if version and version != self.current.version and version not in self._failed:
-            log.info("loading model %s (serving %s)", version, self.current.version)
-            self._loading = (version, self._pool.submit(self._load, self.registry / version))
+        wanted = wanted_version(self.registry)
+        if wanted and wanted != self.current.version and wanted not in self._failed:
+            log.info("loading model %s (serving %s)", wanted, self.current.version)
+            self._loading = (wanted, self._pool.submit(self._load, self.registry / wanted))
         return None
 
     def close(self) -> None:

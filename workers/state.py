@@ -16,6 +16,20 @@ _DEFAULT_HB = np.array(list(DEFAULT_HEARTBEAT.values()), dtype=np.float64)
 
 
 class DeviceTable:
+    # Columns, one row per slot, grown together by `_alloc`.
+    hb: np.ndarray  # newest heartbeat's metrics
+    hb_time: np.ndarray  # its event time, ms; -1: none seen
+    last_x: np.ndarray  # features of the last prediction
+    valid_until: np.ndarray  # the last prediction's valid_until, ms
+    predicted_at: np.ndarray  # worker clock, ms
+    partition: np.ndarray
+
+    rank_idx: np.ndarray  # the last inference's top-(K+1) classes, best first
+    top_scores: np.ndarray  # its top-K scores (what a renewal republishes)
+    margin_top1: np.ndarray  # its top-1 log margin; -1: unknown
+    margin_topk: np.ndarray  # its top-K log margin; -1: unknown
+    hot_until: np.ndarray  # read or watched until (wall ms); -1: never
+
     def __init__(self, capacity: int = 1024, top_k: int = 3) -> None:
         self.top_k = top_k
         self.slot: dict[str, int] = {}
@@ -26,12 +40,12 @@ class DeviceTable:
     def _alloc(self, cap: int) -> None:
         old = getattr(self, "hb", None)
         n = 0 if old is None else len(old)
-        grow = {
+        grow: dict[str, np.ndarray] = {
             "hb": np.zeros((cap, len(_DEFAULT_HB))),
             "hb_time": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, N_FEATURES), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
-            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
+            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),
             "partition": np.full(cap, -1, dtype=np.int32),
             # The last inference's answer (class indexes, scores) and its top-1 and top-K log
             # margins: what a renewal republishes and what the policy's check uses.

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from schemas import fleet
+from workers.drift_reference import build_reference, save_reference
 from workers.features import FEATURE_NAMES, build_features
 
 MODEL_NAME = "fleet-strategy"
@@ -169,7 +170,17 @@ def train(
         "holdout": holdout_metrics(probs, yh),
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    save_reference(build_reference(x, version), out_dir)  # what the drift monitor compares with
     return manifest
+
+
+def write_reference(model_dir: Path) -> Path:
+    """Rebuild a model's drift reference from the training data its manifest names (the
+    synthetic dataset is a pure function of seed and size)."""
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    t = manifest["training"]
+    x, _ = synthetic_dataset(t["samples"], t["seed"])
+    return save_reference(build_reference(x, manifest["version"]), model_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out", type=Path, default=None, help="default: workers/models/<name>/<version>"
     )
+    p.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="only (re)write drift-reference.npz of an existing model from its manifest",
+    )
     args = p.parse_args(argv)
+    out = args.out or DEFAULT_MODELS_DIR / MODEL_NAME / args.version
+    if args.reference_only:
+        print(f"drift reference -> {write_reference(out)}")
+        return 0
     try:
         import onnx  # noqa: F401
         import sklearn  # noqa: F401
@@ -191,7 +211,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    out = args.out or DEFAULT_MODELS_DIR / MODEL_NAME / args.version
     m = train(args.version, args.seed, args.samples, args.holdout, out)
     h = m["holdout"]
     print(

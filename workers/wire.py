@@ -31,7 +31,7 @@ import orjson
 from precast.kafka import KafkaMessage
 from schemas import events as ev
 from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE
-from schemas.normalize import _INT_TEXT
+from schemas.normalize import INT_TEXT
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 
@@ -146,7 +146,7 @@ def _info_ok(info: dict) -> bool:
         if v is not None and not (type(v) is str and 0 < len(v) <= 64):
             return False
     r = info.get("hw_rev")
-    if type(r) is str and _INT_TEXT.fullmatch(r):  # an integer sent as text: tolerated
+    if type(r) is str and INT_TEXT.fullmatch(r):  # an integer sent as text: tolerated
         r = int(r)
     return r is None or type(r) is int and 0 <= r <= 10_000
 
@@ -233,10 +233,15 @@ def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
                     break
     if len(values) < _SMALL:  # numpy's fixed cost per call is more than a few records' checks
         return list(map(_trace_id_json, values))
-    rows = [i for i, v in enumerate(values) if v is not None and len(v) == 55]
+    rows: list[int] = []
+    found: list[bytes] = []
+    for i, v in enumerate(values):
+        if v is not None and len(v) == 55:
+            rows.append(i)
+            found.append(v)
     if not rows:
         return [b"null"] * len(values)
-    a = np.frombuffer(b"".join([values[i] for i in rows]), dtype=np.uint8).reshape(len(rows), 55)
+    a = np.frombuffer(b"".join(found), dtype=np.uint8).reshape(len(rows), 55)
     tid = a[:, 3:35]
     ok = (
         (a[:, 2] == 45)

@@ -1,4 +1,6 @@
-"""The local development stack: one Kafka 4 (KRaft) broker and one Redis, on loopback.
+"""The local development stack: one Kafka 4 (KRaft) broker and one Redis, on loopback, plus
+Prometheus when asked (`up(prometheus=True)`: `precast stack up` and the demo do, tests that
+need it start a private one).
 
 `LocalStack.up()` is idempotent: a healthy stack started earlier from the same home folder is
 reused. `down()` stops only processes whose pid files it wrote. Tests, the demo and CI all use
@@ -9,15 +11,19 @@ from __future__ import annotations
 
 import fcntl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.settings import StackSettings
 from opsctl.stack.kafka_node import KafkaNode
+from opsctl.stack.prometheus_node import PrometheusNode, RedisExporterNode
 from opsctl.stack.redis_node import RedisNode
 from precast.errors import StackError
+
+# What `down(only=...)` and `running()` name: one entry per process the stack starts.
+COMPONENTS = ("prometheus", "redis-exporter", "kafka", "redis")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class LocalStack:
         )
         self.kafka = KafkaNode(self.settings)
         self.redis = RedisNode(self.settings)
+        self.prometheus = PrometheusNode(self.settings)
+        self.redis_exporter = RedisExporterNode(self.settings)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -59,11 +67,19 @@ class LocalStack:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def up(self, progress: Callable[[str], None] = print) -> list[ComponentStatus]:
+    def up(
+        self, progress: Callable[[str], None] = print, *, prometheus: bool = False
+    ) -> list[ComponentStatus]:
         started = time.monotonic()
+        nodes: list[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode] = [
+            self.redis,
+            self.kafka,
+        ]
+        if prometheus:
+            nodes += [self.redis_exporter, self.prometheus]
         with self._lock():
             self.kafka.resolve_jars(progress)
-            for node in (self.redis, self.kafka):
+            for node in nodes:
                 if node.running() and node.healthy():
                     continue
                 if node.running():
@@ -72,29 +88,58 @@ class LocalStack:
                     continue
                 node.start()
             try:
-                self.redis.wait_ready(self.settings.start_timeout_s)
-                self.kafka.wait_ready(self.settings.start_timeout_s)
+                for node in nodes:
+                    node.wait_ready(self.settings.start_timeout_s)
             except StackError:
-                self.kafka.stop()
-                self.redis.stop()
+                for node in nodes:
+                    node.stop()
                 raise
+            if prometheus:
+                self.prometheus.write_targets("stack", {"redis": [self.redis_exporter.address]})
+        extra = f", Prometheus {self.prometheus.url}" if prometheus else ""
         progress(
             f"stack ready in {time.monotonic() - started:.1f}s: Kafka {self.bootstrap_servers}, "
-            f"Redis {self.redis_url} (home {self.settings.home})"
+            f"Redis {self.redis_url}{extra} (home {self.settings.home})"
         )
         return self.status()
 
-    def down(self) -> list[str]:
+    def _nodes(self) -> dict[str, KafkaNode | RedisNode | PrometheusNode | RedisExporterNode]:
+        # Short names (`COMPONENTS`), in stop order: the scrapers first, Redis last.
+        return {
+            "prometheus": self.prometheus,
+            "redis-exporter": self.redis_exporter,
+            "kafka": self.kafka,
+            "redis": self.redis,
+        }
+
+    def running(self) -> list[str]:
+        """Short names (`COMPONENTS`) of the components whose process is alive now."""
+        return [name for name, node in self._nodes().items() if node.proc.pid() is not None]
+
+    def down(self, only: Iterable[str] | None = None) -> list[str]:
+        """Stop the components named in `only` (all by default); returns what was running."""
+        wanted = set(COMPONENTS if only is None else only)
+        if wanted - set(COMPONENTS):
+            raise ValueError(f"unknown stack components: {sorted(wanted - set(COMPONENTS))}")
         stopped = []
         with self._lock():
-            for node in (self.kafka, self.redis):
-                if node.stop():
+            for name, node in self._nodes().items():
+                if name in wanted and node.stop():
                     stopped.append(node.proc.name)
         return stopped
 
     def status(self) -> list[ComponentStatus]:
+        """Kafka and Redis always; Prometheus and the Redis exporter only while they run."""
         out = []
-        for node, addr in ((self.kafka, self.bootstrap_servers), (self.redis, self.redis_url)):
+        nodes: list[tuple[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode, str]] = [
+            (self.kafka, self.bootstrap_servers),
+            (self.redis, self.redis_url),
+        ]
+        if self.prometheus.running():
+            nodes.append((self.prometheus, self.prometheus.url))
+        if self.redis_exporter.running():
+            nodes.append((self.redis_exporter, self.redis_exporter.address))
+        for node, addr in nodes:
             pid = node.proc.pid()
             state = "stopped" if pid is None else ("healthy" if node.healthy() else "unhealthy")
             out.append(ComponentStatus(node.proc.name, state, pid, addr))

@@ -5,11 +5,13 @@ from precast.kafka.admin import Admin, GroupInfo, TopicReport
 from precast.kafka.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer
 from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
 from precast.kafka.producer import Producer
+from precast.kafka.retry import SETTLING_CODES, is_settling, retry_settling
 from precast.kafka.types import Headers, KafkaMessage, Record, TopicPartitionOffset
 
 __all__ = [
     "OFFSET_BEGINNING",
     "OFFSET_END",
+    "SETTLING_CODES",
     "Admin",
     "Consumer",
     "DeliveryFailed",
@@ -22,4 +24,6 @@ __all__ = [
     "Record",
     "TopicPartitionOffset",
     "TopicReport",
+    "is_settling",
+    "retry_settling",
 ]

@@ -13,7 +13,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 
 from precast.errors import TopicContractError, Unreachable
 from precast.kafka.config import admin_config
-from precast.kafka.errors import KafkaFailure, build_client
+from precast.kafka.errors import KafkaFailure, build_client, failure
+from precast.kafka.retry import retry_settling
 from precast.kafka.types import TopicPartitionOffset
 from schemas.topics import TopicSpec
 
@@ -28,10 +29,6 @@ class TopicReport:
     name: str
     action: str  # "created" | "ok" | "drift"
     detail: str = ""
-
-
-# Answers a partition gives while its leadership settles (not flagged retriable by the client).
-_LEADER_SETTLING = {"NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"}
 
 
 @dataclass(frozen=True)
@@ -247,8 +244,8 @@ class Admin:
         if not parts:
             return {}
         req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in parts}
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def ask() -> dict[tuple[str, int], int]:
             try:
                 futures = self._a.list_offsets(
                     req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
@@ -257,11 +254,9 @@ class Admin:
                     (tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()
                 }
             except confluent_kafka.KafkaException as exc:
-                err = exc.args[0]
-                settling = err.retriable() or err.name() in _LEADER_SETTLING
-                if not settling or time.monotonic() > deadline:
-                    raise KafkaFailure(f"end offsets: {err.str()}", code=err.name()) from None
-                time.sleep(0.1)
+                raise failure(exc.args[0], "end offsets") from None
+
+        return retry_settling(ask, patience_s=timeout, interval_s=0.1, what="end offsets")
 
     @property
     def raw(self) -> AdminClient:

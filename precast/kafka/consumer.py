@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka
 
 from precast.kafka.config import consumer_config
-from precast.kafka.errors import KafkaFailure, build_client
+from precast.kafka.errors import KafkaFailure, build_client, failure
 from precast.kafka.types import KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
 
@@ -31,12 +31,6 @@ def _to_tpo(parts: Sequence[confluent_kafka.TopicPartition]) -> list[TopicPartit
 
 def _to_native(parts: Sequence[TopicPartitionOffset]) -> list[confluent_kafka.TopicPartition]:
     return [confluent_kafka.TopicPartition(p.topic, p.partition, p.offset) for p in parts]
-
-
-def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
-    return KafkaFailure(
-        f"{what}: {err.str()}", code=err.name(), fatal=err.fatal(), retriable=err.retriable()
-    )
 
 
 class Consumer:
@@ -68,7 +62,7 @@ class Consumer:
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
         if err.fatal():
-            self._fatal = _failure(err, "consumer fatal error")
+            self._fatal = failure(err, "consumer fatal error")
         else:
             log.debug("consumer: %s", err.str())
 
@@ -120,12 +114,13 @@ class Consumer:
             raise self._fatal
         msgs = self._c.consume(max_messages, timeout)
         if not msgs:
-            return msgs
+            return []
         # Fast path: one pass that only builds a new list when an error is present.
         for m in msgs:
             if m.error() is not None:
                 return self._drop_errors(msgs)
-        return msgs
+        # A consumed record has topic, partition and offset: see `KafkaMessage`.
+        return cast(list[KafkaMessage], msgs)
 
     def consume_available(
         self, max_messages: int = 1000, timeout: float = 0.5
@@ -148,7 +143,7 @@ class Consumer:
             elif err.code() in _BENIGN:
                 continue
             elif err.fatal():
-                raise _failure(err, "consume")
+                raise failure(err, "consume")
             else:
                 log.warning("consume error on %s[%s]: %s", m.topic(), m.partition(), err.str())
         return good
@@ -159,15 +154,17 @@ class Consumer:
     ) -> None:
         """Commit the given next-offsets (offset of the last processed record + 1)."""
         try:
+            # The client's stub overloads `commit` on Literal[True]/Literal[False] only.
             if offsets is None:
-                self._c.commit(asynchronous=asynchronous)
+                self._c.commit(asynchronous=asynchronous)  # type: ignore[call-overload]
             elif offsets:
-                self._c.commit(offsets=_to_native(offsets), asynchronous=asynchronous)
+                native = _to_native(offsets)
+                self._c.commit(offsets=native, asynchronous=asynchronous)  # type: ignore[call-overload]
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
             if err.code() == confluent_kafka.KafkaError._NO_OFFSET:
                 return
-            raise _failure(err, "commit") from None
+            raise failure(err, "commit") from None
 
     def committed(
         self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0
@@ -187,7 +184,7 @@ class Consumer:
                 confluent_kafka.TopicPartition(topic, partition), timeout=timeout, cached=False
             )
         except confluent_kafka.KafkaException as exc:
-            raise _failure(exc.args[0], f"watermarks of {topic}[{partition}]") from None
+            raise failure(exc.args[0], f"watermarks of {topic}[{partition}]") from None
 
     def offsets_for_times(
         self, parts: Sequence[TopicPartitionOffset], timeout: float = 10.0
@@ -197,7 +194,7 @@ class Consumer:
         try:
             return _to_tpo(self._c.offsets_for_times(_to_native(parts), timeout=timeout))
         except confluent_kafka.KafkaException as exc:
-            raise _failure(exc.args[0], "offsets_for_times") from None
+            raise failure(exc.args[0], "offsets_for_times") from None
 
     def pause(self, parts: Sequence[TopicPartitionOffset]) -> None:
         self._c.pause(_to_native(parts))

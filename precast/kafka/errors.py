@@ -44,6 +44,17 @@ class DeliveryFailed(KafkaFailure):
     """At least one produced record was not acknowledged by the broker."""
 
 
+def failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
+    """A client error as a `KafkaFailure`, with its name and flags kept."""
+    return KafkaFailure(
+        f"{what}: {err.str()}",
+        code=err.name(),
+        fatal=err.fatal(),
+        retriable=err.retriable(),
+        txn_requires_abort=err.txn_requires_abort(),
+    )
+
+
 def build_client(factory: Callable[..., T], kind: str, *args: Any, **kwargs: Any) -> T:
     """`factory(*args, **kwargs)` for a confluent_kafka client class. librdkafka checks the whole
     configuration here (acks vs idempotence, transactional.id, pass-through properties): a

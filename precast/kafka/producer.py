@@ -11,7 +11,13 @@ import confluent_kafka
 from prometheus_client import Counter
 
 from precast.kafka.config import producer_config
-from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure, build_client
+from precast.kafka.errors import (
+    DeliveryFailed,
+    EmptyKeyError,
+    KafkaFailure,
+    build_client,
+    failure,
+)
 from precast.kafka.types import Headers, KafkaMessage
 from precast.settings import KafkaSettings
 
@@ -32,16 +38,6 @@ BACKPRESSURE_SECONDS = Counter(
     "precast_producer_backpressure_seconds_total",
     "time produce calls spent waiting for room in the local queue",
 )
-
-
-def _failure(err: confluent_kafka.KafkaError, what: str) -> KafkaFailure:
-    return KafkaFailure(
-        f"{what}: {err.str()}",
-        code=err.name(),
-        fatal=err.fatal(),
-        retriable=err.retriable(),
-        txn_requires_abort=err.txn_requires_abort(),
-    )
 
 
 class Producer:
@@ -81,17 +77,17 @@ class Producer:
     def _on_delivery(self, err: confluent_kafka.KafkaError | None, msg: Any) -> None:
         if err is None:
             return
-        failure = _failure(err, f"delivery to {msg.topic()} failed")
+        failed = failure(err, f"delivery to {msg.topic()} failed")
         self._failed_total += 1
         DELIVERY_FAILURES.labels(msg.topic() or "", err.name()).inc()
         if len(self._failures) < 1000:  # keep a sample, not an unbounded list
-            self._failures.append(failure)
+            self._failures.append(failed)
         if self._on_delivery_error is not None:
-            self._on_delivery_error(failure)
+            self._on_delivery_error(failed)
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
         if err.fatal():
-            self._fatal = _failure(err, "producer fatal error")
+            self._fatal = failure(err, "producer fatal error")
             log.error("%s", self._fatal)
         else:
             log.debug("producer: %s", err.str())
@@ -160,12 +156,21 @@ class Producer:
         """Write a record exactly as it was (replay, redrive): an absent key stays absent, which
         is why the partition is explicit. Same backpressure as `produce`; the hot loop of a
         replay, so no per-call dict."""
+        # `type: ignore[arg-type]` here and below: the client's stub types headers as an
+        # invariant list[tuple[str, str | bytes | None]]; our list[tuple[str, bytes]] is one.
         try:
-            self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)
+            self._p.produce(topic, value, key, partition, None, None, timestamp_ms, headers)  # type: ignore[arg-type]
         except BufferError:
             self._when_room(
                 lambda: self._p.produce(
-                    topic, value, key, partition, None, None, timestamp_ms, headers
+                    topic,
+                    value,
+                    key,
+                    partition,
+                    None,
+                    None,
+                    timestamp_ms,
+                    headers,  # type: ignore[arg-type]
                 )
             )
 
@@ -178,7 +183,7 @@ class Producer:
         for m in msgs:
             ts = m.timestamp()[1] if keep_timestamps else 0
             try:
-                produce(topic, m.value(), m.key(), m.partition(), None, None, ts, m.headers())
+                produce(topic, m.value(), m.key(), m.partition(), None, None, ts, m.headers())  # type: ignore[arg-type]
             except BufferError:
                 self.copy(topic, m.partition(), m.key(), m.value(), m.headers(), ts)
 
@@ -245,7 +250,7 @@ class Producer:
         try:
             getattr(self._p, name)(*args)
         except confluent_kafka.KafkaException as exc:
-            raise _failure(exc.args[0], name) from None
+            raise failure(exc.args[0], name) from None
 
     @property
     def raw(self) -> confluent_kafka.Producer:

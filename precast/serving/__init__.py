@@ -7,6 +7,8 @@ and read path) and the SRE tools (purge, rebuild). Two implementations with one 
 API (both): `get`, `get_many`, `put_if_newer`, `put_many_if_newer` (→ STORED / OLDER /
 EXPIRED per item), `delete`, `purge(predicate)`, `iterate`. Build entries from predictions
 records with `entry_from_prediction`. Ordering: `schemas.predictions.supersedes`.
+What the applications need of a store is written down as protocols (`ServingStore`,
+`LocalView`, `SharedStore`, `AsyncReader`, in `protocols.py`).
 See docs/api.md ("Serving store").
 """
 
@@ -20,6 +22,7 @@ from precast.serving.entry import (
     valid_device_id,
 )
 from precast.serving.memory import MemoryStore
+from precast.serving.protocols import AsyncReader, LocalView, ServingStore, SharedStore
 from precast.serving.redis_store import AsyncRedisReader, RedisStore
 from precast.serving.result import EXPIRED, OLDER, STORED
 
@@ -27,11 +30,15 @@ __all__ = [
     "EXPIRED",
     "OLDER",
     "STORED",
+    "AsyncReader",
     "AsyncRedisReader",
     "Entry",
     "InvalidPrediction",
+    "LocalView",
     "MemoryStore",
     "RedisStore",
+    "ServingStore",
+    "SharedStore",
     "decode",
     "encode",
     "entry_from_prediction",

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import msgspec
 
+from schemas.deadletters import Reason
 from schemas.events import DEVICE_ID_PATTERN
 from schemas.predictions import OrderKey, order_key
 
@@ -28,7 +29,7 @@ _MAX_MS = 10**_WIDTH - 1
 class InvalidPrediction(ValueError):
     """A predictions record the store cannot hold; `reason` is a dead-letter reason."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: Reason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
 
@@ -103,16 +104,16 @@ def prediction_item(
     try:
         p = _DECODER.decode(value)
     except msgspec.ValidationError as exc:
-        raise InvalidPrediction("invalid", str(exc)) from None
+        raise InvalidPrediction(Reason.INVALID, str(exc)) from None
     except msgspec.DecodeError as exc:
-        raise InvalidPrediction("not_json", str(exc)) from None
+        raise InvalidPrediction(Reason.NOT_JSON, str(exc)) from None
     mv, device_id = p.model_version, p.device_id
     if "\n" in mv:
-        raise InvalidPrediction("invalid", "model_version must be a one-line string")
+        raise InvalidPrediction(Reason.INVALID, "model_version must be a one-line string")
     if _DEVICE_ID.fullmatch(device_id) is None:
-        raise InvalidPrediction("invalid", "device_id does not match the device ID pattern")
+        raise InvalidPrediction(Reason.INVALID, "device_id does not match the device ID pattern")
     if key is not None and key != device_id.encode():
-        raise InvalidPrediction("key_mismatch", f"key {key[:64]!r} != device_id {device_id!r}")
+        raise InvalidPrediction(Reason.KEY_MISMATCH, f"key {key[:64]!r} != device_id {device_id!r}")
     inf = p.inference_ms
     if value[-1:] != b"}":  # the read path splices fields before the closing brace
         value = value.rstrip()

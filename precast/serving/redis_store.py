@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import cast
 
 import redis
 import redis.asyncio
 
 from precast.serving.entry import Entry, decode, encode, valid_device_id
 from precast.settings import RedisSettings
+
+# redis-py types replies as `bytes | str`; our clients never set decode_responses, so they are
+# always bytes. A typed alias of `decode` says so without a per-value check on the read path.
+_decode = cast(Callable[[bytes | str], Entry], decode)
 
 # Byte-wise string comparison: Lua's `<` uses strcoll, which depends on the server's locale;
 # Python compares code points, which for UTF-8 equals byte order.
@@ -104,26 +109,26 @@ class RedisStore:
     # -- reads --------------------------------------------------------------------------------------
     def get(self, device_id: str, now_ms: int | None = None) -> Entry | None:
         raw = self.client.get(self.key(device_id))
-        return None if raw is None else decode(raw)
+        return None if raw is None else _decode(raw)
 
     def get_many(self, device_ids: Sequence[str], now_ms: int | None = None) -> list[Entry | None]:
         if not device_ids:
             return []
         raws = self.client.mget([self.key(d) for d in device_ids])
-        return [None if r is None else decode(r) for r in raws]
+        return [None if r is None else _decode(r) for r in raws]
 
     def iterate(self, batch: int = 1000) -> Iterator[tuple[str, Entry]]:
         for keys in self._scan(batch):
             for k, raw in zip(keys, self.client.mget(keys), strict=True):
                 if raw is not None:
-                    yield k.decode()[len(self._p) :], decode(raw)
+                    yield k.decode()[len(self._p) :], _decode(raw)
 
     def _scan(self, batch: int) -> Iterator[list[bytes]]:
         cursor = 0
         while True:
             cursor, keys = self.client.scan(cursor, match=self._p + "*", count=batch)
             if keys:
-                yield keys
+                yield cast(list[bytes], keys)
             if cursor == 0:
                 return
 
@@ -169,7 +174,7 @@ class RedisStore:
             hit = [
                 (k, r)
                 for k, r in zip(keys, raws, strict=True)
-                if r is not None and predicate(k.decode()[len(self._p) :], decode(r))
+                if r is not None and predicate(k.decode()[len(self._p) :], _decode(r))
             ]
             if hit:
                 n += self._delete_if_same(keys=[k for k, _ in hit], args=[r for _, r in hit])
@@ -202,7 +207,7 @@ class AsyncRedisReader:
         if not valid_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
         raw = await self.client.get(self._p + device_id)
-        return None if raw is None else decode(raw)
+        return None if raw is None else _decode(raw)
 
     async def get_many(self, device_ids: Sequence[str]) -> list[Entry | None]:
         if not device_ids:
@@ -211,7 +216,7 @@ class AsyncRedisReader:
             if not valid_device_id(d):
                 raise ValueError(f"invalid device ID {d[:64]!r}")
         raws = await self.client.mget([self._p + d for d in device_ids])
-        return [None if r is None else decode(r) for r in raws]
+        return [None if r is None else _decode(r) for r in raws]
 
     async def close(self) -> None:
         await self.client.aclose()

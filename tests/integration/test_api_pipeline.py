@@ -40,7 +40,13 @@ def test_misses_ask_for_exactly_one_backfill_each(kafka_settings, topics, unique
                 )
             client.get("/v1/predictions", params={"ids": "dev-miss-1,dev-miss-2"})
             r = client.post("/v1/prefetch", json={"device_ids": ["dev-miss-2", "dev-miss-3"]})
-            assert r.json() == {"sent": 1, "deduplicated": 1, "dropped": 0, "fresh": 0}
+            assert r.json() == {
+                "sent": 1,
+                "deduplicated": 1,
+                "dropped": 0,
+                "over_budget": 0,
+                "fresh": 0,
+            }
     finally:
         built.materializer.stop()
     msgs = read_all(

@@ -142,7 +142,7 @@ def test_beacon_shares_and_front_jank(client):
         {"timings": [{"input_to_shown_ms": 300, "network_ms": 100, "server_timing": {"cache": 50}}]}
     ).timings[0]
     assert split(t)["front_jank"] == 200 and split(t)["network_qoe"] == 100
-    shares = DelayShares(clock=iter([0.0, 0.0, 60.0]).__next__)
+    shares = DelayShares(clock=iter([0.0, 60.0, 60.0]).__next__)
     shares.add({"front_jank": 100})
     shares.add({"network_qoe": 100})  # 60 s later: the first half-decayed
     s = shares.shares()
@@ -158,7 +158,7 @@ def test_prefetch_counts_fresh_and_unavailable(svc, client):
     r = client.post("/v1/prefetch", json={"device_ids": ["dev-1", "dev-2", "dev-2"]})
     assert r.status_code == 202
     # no producer in this unit test: the miss cannot be sent, and says so
-    assert r.json() == {"sent": 0, "deduplicated": 0, "dropped": 1, "fresh": 1}
+    assert r.json() == {"sent": 0, "deduplicated": 0, "dropped": 1, "over_budget": 0, "fresh": 1}
 
 
 def test_probes_and_openapi(client):
@@ -178,7 +178,7 @@ def test_every_route_is_documented_and_every_documented_path_exists(svc):
         assert documented == set(r.methods) - {"HEAD"}, r.path
     client = TestClient(app)
     for path in SPEC["paths"]:
-        if "{" not in path and path not in ("/v1/stream",):
+        if "{" not in path and path not in ("/v1/stream", "/v1/board/stream"):
             assert client.request(next(iter(SPEC["paths"][path])).upper(), path).status_code != 404
 
 
@@ -198,6 +198,22 @@ BAD_INPUTS = [
     ("GET", "/v1/predictions?ids=a,b%20c", {}, 400, "invalid_device_id", "ids"),
     ("GET", "/v1/predictions?ids=a&ids=b", {}, 400, "repeated_parameter", "ids"),
     ("GET", "/v1/predictions?ids=a&limit=3", {}, 400, "unknown_parameter", "limit"),
+    ("GET", "/v1/board/fleet?sort=nope", {}, 400, "invalid_parameter", "sort"),
+    ("GET", "/v1/board/fleet?order=up", {}, 400, "invalid_parameter", "order"),
+    ("GET", "/v1/board/fleet?limit=0", {}, 400, "invalid_parameter", "limit"),
+    ("GET", "/v1/board/fleet?offset=-1", {}, 400, "invalid_parameter", "offset"),
+    ("GET", "/v1/board/fleet?alarm=red", {}, 400, "invalid_parameter", "alarm"),
+    ("GET", "/v1/board/fleet?source=cached", {}, 400, "invalid_parameter", "source"),
+    ("GET", "/v1/board/fleet?debug=1", {}, 400, "unknown_parameter", "debug"),
+    ("GET", "/v1/board/fleet?site=a&site=b", {}, 400, "repeated_parameter", "site"),
+    ("GET", "/v1/board/devices/bad%20id", {}, 400, "invalid_device_id", "device_id"),
+    ("GET", "/v1/board/devices/dev-never-seen", {}, 404, "unknown_device", "device_id"),
+    ("GET", "/v1/board/devices/bad%20id/events", {}, 400, "invalid_device_id", "device_id"),
+    ("GET", "/v1/board/devices/dev-never-seen/events", {}, 404, "no_answer", "device_id"),
+    ("GET", "/v1/board/panel?x=1", {}, 400, "unknown_parameter", "x"),
+    ("GET", "/v1/board/stream?last_event_id=abc", {}, 400, "invalid_parameter", "last_event_id"),
+    ("GET", "/v1/board/stream?ids=a", {}, 400, "unknown_parameter", "ids"),
+    ("GET", "/board/secrets.txt", {}, 404, "not_found", None),
     (
         "GET",
         "/v1/predictions?ids=" + ",".join(f"d{i}" for i in range(101)),
@@ -345,6 +361,9 @@ AUTH_CALLS = [
     ("GET", "/v1/stream?ids=a", {}),
     ("POST", "/v1/prefetch", {"json": {"device_ids": ["a"]}}),
     ("POST", "/v1/beacon", {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1}]}}),
+    ("GET", "/v1/board/fleet", {}),
+    ("GET", "/v1/board/panel", {}),
+    ("GET", "/v1/board/stream", {}),
 ]
 
 
@@ -355,7 +374,7 @@ def test_bearer_token_guards_every_v1_endpoint(method, path, kwargs):
         r = client.request(method, path, headers=headers, **kwargs)
         assert r.status_code == 401 and r.json()["error"] == "unauthorized"
         assert r.headers["www-authenticate"].startswith("Bearer")
-    if path != "/v1/stream?ids=a":  # an accepted stream never ends; tested over HTTP elsewhere
+    if "stream" not in path:  # an accepted stream never ends; tested over HTTP elsewhere
         r = client.request(method, path, headers={"Authorization": "Bearer s3cret"}, **kwargs)
         assert r.status_code < 300
 

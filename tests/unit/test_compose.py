@@ -11,10 +11,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from auditor.settings import AuditorSettings
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
-from workers.settings import ContextSettings, WorkerSettings
+from workers.settings import ContextSettings, DriftSettings, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
@@ -25,6 +26,8 @@ SETTINGS_OF = {
     "precast-worker": WorkerSettings,
     "precast-api": ApiSettings,
     "precast-context": ContextSettings,
+    "precast-drift": DriftSettings,
+    "precast-auditor": AuditorSettings,
 }
 PRECAST_SERVICES = {
     n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")
@@ -87,5 +90,43 @@ def test_broker_address_matches_kafka_listener():
 
 def test_dockerfile_copies_every_package():
     dockerfile = (ROOT / "compose" / "Dockerfile").read_text()
-    for pkg in ("precast", "schemas", "producers", "workers", "consumer_api"):
+    for pkg in ("precast", "schemas", "producers", "workers", "consumer_api", "opsctl", "auditor"):
         assert f"COPY {pkg} ./{pkg}" in dockerfile
+
+
+def test_prometheus_scrapes_every_precast_service_and_loads_the_rules():
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.compose.yml").read_text())
+    targets = {
+        c["job_name"]: t
+        for c in prom["scrape_configs"]
+        for g in c["static_configs"]
+        for t in g["targets"]
+    }
+    for name, svc in PRECAST_SERVICES.items():
+        if name == "topics":
+            continue  # a one-shot job
+        env = svc["environment"]
+        port = (
+            env.get("PRECAST_METRICS__PORT")
+            or env.get("PRECAST_API__PORT")
+            or env.get("PRECAST_AUDIT__PORT")
+        )
+        assert targets.get(f"precast-{name}") == f"{name}:{port}", name
+    volumes = " ".join(COMPOSE["services"]["prometheus"]["volumes"])
+    assert "../deploy/alerts:/etc/prometheus/rules" in volumes
+    assert prom["rule_files"] == ["/etc/prometheus/rules/*.rules.yml"]
+    grafana = " ".join(COMPOSE["services"]["grafana"]["volumes"])
+    assert "../deploy/grafana/dashboards:/var/lib/grafana/dashboards" in grafana
+    provider = yaml.safe_load(
+        (ROOT / "deploy" / "grafana" / "provisioning" / "dashboards" / "precast.yml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    datasource = yaml.safe_load(
+        (
+            ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+        ).read_text()
+    )["datasources"][0]
+    dashboards = list((ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"))
+    assert len(dashboards) >= 7
+    for d in dashboards:
+        assert f'"uid": "{datasource["uid"]}"' in d.read_text(), d.name

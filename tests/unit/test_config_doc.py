@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from auditor.settings import AuditorSettings
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
-from workers.settings import ContextSettings, WorkerSettings
+from workers.settings import ContextSettings, DriftSettings, WorkerSettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 PROCESSES = {
@@ -20,6 +21,8 @@ PROCESSES = {
     "precast-worker": WorkerSettings,
     "precast-api": ApiSettings,
     "precast-context": ContextSettings,
+    "precast-drift": DriftSettings,
+    "precast-auditor": AuditorSettings,
 }
 
 

@@ -108,8 +108,8 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     # both paths give the same columns: decode each record alone through the validator
     by_id = dict(zip(fast.device_ids, fast.cols.tolist(), strict=True))
     for r, e in zip(recs, events, strict=True):
-        v, reason, _ = real("heartbeats", r)
-        assert v is not None, reason
+        v = real("heartbeats", r)
+        assert isinstance(v, dict), v
         assert by_id[e["device_id"]][:6] == [
             float(v["metrics"][k])
             for k in (
@@ -145,7 +145,7 @@ def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
 
     e = {**heartbeat("d1"), "meta": meta}
     assert _meta_ok(meta) is ok
-    assert (validate("heartbeats", record(TOPIC, e, 0))[0] is not None) is ok
+    assert isinstance(validate("heartbeats", record(TOPIC, e, 0)), dict) is ok
 
 
 @pytest.mark.parametrize(

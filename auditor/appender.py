@@ -1,0 +1,141 @@
+"""Consume the predictions topic and append one leaf per record; sign and publish checkpoints.
+
+Positions come only from the log's own store (leaves and next offsets commit in one SQLite
+transaction), so a kill -9 at any point resumes exactly after the last stored leaf: no gap, no
+duplicate. A checkpoint is signed over the in-memory frontier, stored with a full fsync, and
+only then mirrored to the compacted checkpoints topic."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import orjson
+
+from auditor import metrics
+from precast.audit.batch import prepare
+from precast.audit.checkpoint import Checkpoint, Signer
+from precast.audit.store import LogStore
+from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaMessage, Producer, TopicPartitionOffset
+
+log = logging.getLogger("auditor.appender")
+
+# Called after each checkpoint with (publish time ms, Kafka timestamps of the records it newly
+# covers): the benchmark measures checkpoint lag through it.
+LagHook = Callable[[int, list[int]], None]
+
+
+class Appender:
+    def __init__(
+        self,
+        store: LogStore,
+        signer: Signer,
+        consumer: Consumer,
+        producer: Producer | None,
+        *,
+        topic: str,
+        checkpoint_topic: str | None,
+        partitions: int,
+        interval_s: float = 1.0,
+        batch: int = 5_000,
+        on_checkpoint: LagHook | None = None,
+    ) -> None:
+        self.store, self.signer, self.consumer, self.producer = store, signer, consumer, producer
+        self.topic, self.checkpoint_topic, self.partitions = topic, checkpoint_topic, partitions
+        self.interval_s, self.batch, self.on_checkpoint = interval_s, batch, on_checkpoint
+        store.bind(signer.name, topic)
+        self.tree = store.frontier()
+        self.offsets = store.offsets()
+        self._uncovered: list[int] = []  # Kafka timestamps of leaves no checkpoint covers yet
+        self._last_checkpoint = 0.0
+        self.last_checkpoint_at = 0.0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+
+    def assign(self) -> None:
+        self.consumer.assign(
+            [
+                TopicPartitionOffset(self.topic, p, self.offsets.get(p, OFFSET_BEGINNING))
+                for p in range(self.partitions)
+            ]
+        )
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def step(self, timeout: float = 0.1) -> int:
+        msgs = self.consumer.consume(self.batch, timeout)
+        if msgs:
+            self.append(msgs)
+        if time.monotonic() - self._last_checkpoint >= self.interval_s:
+            self.checkpoint()
+        return len(msgs)
+
+    def run(self) -> None:
+        """Until `stop()`; a failure is kept in `error` (health turns red) and ends the loop."""
+        try:
+            self.assign()
+            while not self._stop.is_set():
+                self.step()
+            self.checkpoint()
+        except BaseException as exc:
+            self.error = exc
+            log.exception("auditor stopped")
+        finally:
+            try:
+                if self.producer is not None:
+                    self.producer.flush(10)
+            finally:
+                self.consumer.close()
+                self.store.close()  # the last connection folds the WAL back into the file
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- appending --------------------------------------------------------------------------------
+    def append(self, msgs: list[KafkaMessage]) -> None:
+        started = time.perf_counter()
+        offsets = self.offsets
+        # A record below a partition's stored position is already in the log (a refetch).
+        fresh = [m for m in msgs if m.offset() >= offsets.get(m.partition(), -1)]
+        if not fresh:
+            return
+        topic = self.topic
+        batch = prepare(topic, fresh, self.tree)
+        self.store.append(batch.rows, batch.tree, batch.nodes, batch.ends)
+        self.tree = batch.tree
+        offsets.update(batch.ends)
+        self._uncovered.extend(m.timestamp()[1] for m in fresh)
+        if self.producer is not None:  # let Kafka lag tools see the auditor's position
+            self.consumer.commit(
+                [TopicPartitionOffset(topic, p, o) for p, o in batch.ends.items()],
+                asynchronous=True,
+            )
+        kinds: dict[str, int] = {}
+        for x in batch.leaves:
+            kinds[x.kind] = kinds.get(x.kind, 0) + 1
+        for kind, n in kinds.items():
+            metrics.LEAVES.labels(kind).inc(n)
+        metrics.TREE_SIZE.set(batch.tree.size)
+        metrics.APPEND_SECONDS.observe(time.perf_counter() - started)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint:
+        self._last_checkpoint = time.monotonic()
+        cp = Checkpoint(self.signer.name, self.tree.size, self.tree.root())
+        note = self.signer.sign(cp)
+        now_ms = int(time.time() * 1000)
+        self.store.add_checkpoint(cp.size, cp.root, note, now_ms)  # fsync before publishing
+        if self.producer is not None and self.checkpoint_topic:
+            doc = {"size": cp.size, "root": cp.root.hex(), "published_at_ms": now_ms, "note": note}
+            self.producer.produce(self.checkpoint_topic, cp.origin.encode(), orjson.dumps(doc))
+            self.producer.poll(0)
+        covered, self._uncovered = self._uncovered, []
+        if covered:
+            metrics.CHECKPOINT_LAG.observe(max(0, now_ms - min(covered)) / 1000)
+            if self.on_checkpoint is not None:
+                self.on_checkpoint(now_ms, covered)
+        metrics.CHECKPOINTS.inc()
+        metrics.LAST_CHECKPOINT.set(now_ms / 1000)
+        self.last_checkpoint_at = time.time()
+        return cp

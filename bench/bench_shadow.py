@@ -1,0 +1,203 @@
+"""`precast shadow`'s run (`workers.shadow`: one pipeline, two models, candidate outputs to the
+shadow topic, the comparison) against the precompute worker itself on the same range of the
+same topic, in one run: events/s of each and their ratio."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from bench.bench_worker import PARTITIONS, ROOT, _catalog, _produce_heartbeats, _worker
+from bench.harness import Context, Figure, Report, progress
+
+NAME = "shadow"
+DESCRIPTION = "shadow run (live + candidate model, comparison) events/s vs the worker's, same range"
+REPS = 2  # interleaved worker/shadow runs; the best of each is reported
+
+
+def _worker_run(ctx: Context, topics, ends: dict[int, int]) -> tuple[float, int]:
+    from workers import metrics as M
+    from workers.loop import tune_gc
+
+    w = _worker(ctx, topics, end=ends)
+    tune_gc()
+    preds0 = _predictions(M.PREDICTIONS)
+    t0 = time.perf_counter()
+    w.run()
+    el = time.perf_counter() - t0
+    w.close()
+    return sum(ends.values()) / el, int(_predictions(M.PREDICTIONS) - preds0)
+
+
+def _predictions(counter: Any) -> float:
+    """Sum over the labelled children of a prometheus Counter (the worker counts per version)."""
+    return sum(c._value.get() for c in counter._metrics.values())
+
+
+def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:
+    from precast.kafka import TopicPartitionOffset
+    from precast.settings import TopicSettings
+    from workers.settings import DEFAULT_MODEL_DIR, ModelOptions, WorkerSettings
+    from workers.shadow import ShadowArgs, run
+
+    hb = topics.heartbeats.name
+    settings = WorkerSettings(
+        kafka=ctx.kafka_settings(),
+        topics=TopicSettings(prefix=hb.removesuffix("heartbeats"), partitions=PARTITIONS),
+        model=ModelOptions(provider="cpu"),
+    )
+    args = ShadowArgs(
+        live=DEFAULT_MODEL_DIR.parent / "1.0.0",
+        candidate=DEFAULT_MODEL_DIR.parent / "1.1.0",
+        assignment=[TopicPartitionOffset(hb, p, 0) for p in range(PARTITIONS)],
+        stop_at={(hb, p): ends[p] for p in range(PARTITIONS)},
+        summary=out,
+        checkpoint=None,
+        job="bench",
+        fresh=True,
+        all_triggers=False,
+        truth=None,
+        progress=False,
+    )
+    run(settings, args)
+    return json.loads(out.read_text())
+
+
+def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple[int, float]:
+    """(records, peak RSS in MiB) of `python -m workers.shadow` over [0, ends) in its own process."""
+    ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
+    env = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": hb.removesuffix("heartbeats"),
+        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
+        "PRECAST_MODEL__PROVIDER": "cpu",
+        "PRECAST_LOG_LEVEL": "WARNING",
+    }
+    cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0", "--candidate", "1.1.0"]
+    cmd += ["--ranges", ranges, "--summary", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"shadow run exited {proc.returncode}")
+    return sum(ends.values()), usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def _shadow_heap(ctx: Context, topics, ends: dict[int, int], out: Path) -> tuple[int, float]:
+    """(records, peak Python heap in MiB, tracemalloc) of a shadow run in this process: the
+    device table, the comparison and every Python object; not librdkafka's own buffers."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _shadow_run(ctx, topics, ends, out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return sum(ends.values()), peak / 2**20
+
+
+def run(ctx: Context) -> Report:
+    from precast.kafka import Admin, Consumer
+
+    admin = Admin(ctx.kafka_settings())
+    devices, rounds = (10_000, 3) if ctx.quick else (40_000, 5)
+    topics = _catalog(ctx, admin)
+    hb = topics.heartbeats.name
+    try:
+        progress(f"producing {devices * rounds:,} heartbeats ({devices:,} devices x {rounds})")
+        _produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
+        c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
+        ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
+        c.close()
+        total = sum(ends.values())
+        worker, shadow, summaries = [], [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            for rep in range(REPS):
+                progress(f"rep {rep + 1}/{REPS}: worker over {total:,} events")
+                worker.append(_worker_run(ctx, topics, ends))
+                progress(f"rep {rep + 1}/{REPS}: shadow run over the same {total:,} events")
+                s = _shadow_run(ctx, topics, ends, Path(tmp) / f"summary-{rep}.json")
+                summaries.append(s)
+                shadow.append(total / s["elapsed_s"])
+            # Memory: the same fleet over a 1x and a 4x longer range, each in its own process.
+            progress(f"producing {3 * devices * rounds:,} more heartbeats for the memory check")
+            _produce_heartbeats(ctx.kafka_settings(), hb, devices, 3 * rounds)
+            c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
+            ends4 = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
+            c.close()
+            rss = [
+                _shadow_rss(ctx, hb, e, Path(tmp) / f"rss-{i}.json")
+                for i, e in enumerate((ends, ends4))
+            ]
+            heap = [
+                _shadow_heap(ctx, topics, e, Path(tmp) / f"heap-{i}.json")
+                for i, e in enumerate((ends, ends4))
+            ]
+    finally:
+        admin.delete_topics([t.name for t in topics])
+    w_best = max(r for r, _ in worker)
+    s_best = max(shadow)
+    s = summaries[-1]
+    cmp, timing = s["comparison"], s["comparison"]["timing"]
+    cond = (
+        f"{total:,} heartbeats ({devices:,} devices x {rounds}) on {PARTITIONS} partitions, "
+        f"live 1.0.0 vs candidate 1.1.0 on CPU, live policy, best of {REPS} interleaved runs"
+    )
+    rows = [
+        [
+            "worker (1.0.0, predictions topic)",
+            round(w_best),
+            worker[-1][1],
+            statistics.mean(r for r, _ in worker),
+        ],
+        [
+            "shadow run (1.0.0 + 1.1.0, shadow topic, comparison)",
+            round(s_best),
+            cmp["overall"]["predictions"],
+            statistics.mean(shadow),
+        ],
+        *[
+            [f"shadow run, own process, {n:,} events: peak RSS {mib:,.0f} MiB", "", "", ""]
+            for n, mib in rss
+        ],
+        *[
+            [f"shadow run, {n:,} events: peak Python heap {mib:,.1f} MiB", "", "", ""]
+            for n, mib in heap
+        ],
+    ]
+    return Report(
+        title="Shadow run vs worker (same range, same topic)",
+        columns=["run", "events/s (best)", "predictions", "events/s (mean)"],
+        rows=rows,
+        figures=[
+            Figure("shadow_events_per_s", round(s_best), "events/s", "-", cond),
+            Figure(
+                "shadow_vs_worker",
+                round(s_best / w_best, 3),
+                "x",
+                f"worker {w_best:,.0f} events/s on the same range (goal >= 0.5)",
+                cond,
+            ),
+        ],
+        notes=[
+            f"top-1 agreement 1.0.0 vs 1.1.0 on this range: {cmp['overall']['top1_agreement']:.4f}",
+            f"model time per batch: live {timing['live']['ms_per_batch_mean']:.2f} ms, candidate "
+            f"{timing['candidate']['ms_per_batch_mean']:.2f} ms "
+            f"({timing['live']['batches']} batches each)",
+            f"memory, the same {devices:,} devices over {rss[0][0]:,} and {rss[1][0]:,} events: "
+            f"process peak RSS {rss[0][1]:,.0f} -> {rss[1][1]:,.0f} MiB; peak Python heap "
+            f"(tracemalloc, in-process) {heap[0][1]:,.1f} -> {heap[1][1]:,.1f} MiB",
+            "the shadow run reads the same records through the same pipeline and policy; it runs "
+            "a second model per batch, compares, and writes only the candidate's outputs",
+        ],
+    )

@@ -1,0 +1,344 @@
+"""The operations-center board: its page (static files shipped with this package) and its API.
+
+- `GET /board/` and its assets: public, like any page without data; every data request of the
+  page carries the same bearer token as any other `/v1/*` call (entered once per tab).
+  A Content-Security-Policy of `'self'` keeps the page from fetching anything from elsewhere.
+- `GET /v1/board/fleet`: rows of the fleet (filter, sort, page) with the change sequence the
+  snapshot is at; `GET /v1/board/devices/{id}`: history, context and info of one device;
+  `GET /v1/board/devices/{id}/events`: the input records its current answer's lineage names,
+  read back from Kafka; `GET /v1/board/panel`: the fleet panel's figures.
+- `GET /v1/board/stream`: one Server-Sent Events stream per board. `event: rows` carries the
+  current rows of the devices changed since the previous frame (`id:` = change sequence);
+  a reconnect with `Last-Event-ID` (or a fresh stream started at a snapshot's `seq`) resumes
+  from there; `event: reset` tells the board to reload its snapshot (its pending set passed
+  the bound, or the change log no longer reaches back); `event: panel` every second.
+  Frames are at least `board_frame_ms` apart, so a burst becomes a few larger frames.
+See docs/board.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import orjson
+from prometheus_client import Gauge
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from consumer_api.board_feed import BoardFeed
+from consumer_api.errors import error
+from consumer_api.fleet import ALARM_STATES, COLUMNS, SORTABLE, SOURCES, FleetIndex
+from consumer_api.lineage import LineageReader
+from consumer_api.requests_in import unknown_params
+from consumer_api.service import Service, now_ms, read_counts
+from consumer_api.streams import open_stream
+from precast.serving import valid_device_id
+from schemas.events import DEVICE_ID_PATTERN
+
+BOARD_STREAMS = Gauge("precast_api_board_streams", "open board event streams in this replica")
+ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "board.js": "text/javascript; charset=utf-8",
+    "board.css": "text/css; charset=utf-8",
+}
+# The page loads nothing from elsewhere, and nothing may frame it.
+_CSP = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+FILTERS = ("site", "device_type", "strategy", "alarm", "source")
+FLEET_PARAMS = (*FILTERS, "sort", "order", "offset", "limit")
+SHARE_BANNER = 0.30  # one delay origin above this share of the recent delay gets a banner
+
+
+@dataclass
+class Board:
+    index: FleetIndex
+    feed: BoardFeed | None = None
+    lineage: LineageReader | None = None
+    max_rows: int = 50_000
+    queue_max: int = 10_000
+    frame_s: float = 0.025
+    panel_s: float = 1.0
+    _reads: collections.deque[tuple[float, dict[str, int]]] = field(
+        default_factory=lambda: collections.deque(maxlen=120)
+    )
+    _panel: tuple[float, bytes] = (0.0, b"")
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("consumer_api").joinpath("static", name).read_bytes()
+
+
+class BoardEndpoints:
+    def __init__(self, svc: Service, board: Board) -> None:
+        self.svc, self.board, self.index = svc, board, board.index
+        self._assets = {name: _asset(name) for name in ASSETS}
+
+    def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
+        if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
+            return error(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token",
+                headers={"WWW-Authenticate": 'Bearer realm="precast"'},
+            )
+        return unknown_params(request, allowed)
+
+    # -- the page --------------------------------------------------------------------------------
+    async def redirect(self, _: Request) -> Response:
+        return RedirectResponse("/board/", 308)
+
+    async def page(self, request: Request) -> Response:
+        name = request.path_params.get("asset", "index.html")
+        if name not in ASSETS:
+            return error(404, "not_found", f"no board file {name[:64]!r}")
+        return Response(
+            self._assets[name],
+            media_type=ASSETS[name],
+            headers={
+                "content-security-policy": _CSP,
+                "x-content-type-options": "nosniff",
+                "cache-control": "no-cache",
+            },
+        )
+
+    # -- data --------------------------------------------------------------------------------------
+    async def fleet(self, request: Request) -> Response:
+        if (bad := self.guard(request, FLEET_PARAMS)) is not None:
+            return bad
+        q = request.query_params
+        filters = {k: q[k] for k in FILTERS if q.get(k)}
+        if (a := filters.get("alarm")) is not None and a not in ALARM_STATES:
+            return error(
+                400, "invalid_parameter", f"alarm must be one of {', '.join(ALARM_STATES)}", "alarm"
+            )
+        if (s := filters.get("source")) is not None and s not in SOURCES:
+            return error(
+                400, "invalid_parameter", f"source must be one of {', '.join(SOURCES)}", "source"
+            )
+        sort = q.get("sort", "device_id")
+        if sort not in SORTABLE:
+            return error(
+                400,
+                "invalid_parameter",
+                f"sort must be one of {', '.join(sorted(SORTABLE))}",
+                "sort",
+            )
+        order = q.get("order", "asc")
+        if order not in ("asc", "desc"):
+            return error(400, "invalid_parameter", "order must be asc or desc", "order")
+        offset = _int(q.get("offset"), 0, 0, 10**9)
+        limit = _int(q.get("limit"), 1000, 1, self.board.max_rows)
+        if offset is None:
+            return error(400, "invalid_parameter", "offset must be an integer >= 0", "offset")
+        if limit is None:
+            return error(
+                400,
+                "invalid_parameter",
+                f"limit must be an integer in 1..{self.board.max_rows}",
+                "limit",
+            )
+        seq = self.index.seq  # read before the rows: a change racing the query is sent again
+        now = now_ms()
+        # On a worker thread: a large fleet takes a while to sort, and the event loop keeps
+        # serving reads meanwhile (the GIL switches every millisecond; consumer_api.cli).
+        total, rows = await asyncio.to_thread(
+            self.index.query,
+            now,
+            filters=filters,
+            sort=sort,
+            descending=order == "desc",
+            offset=offset,
+            limit=limit,
+        )
+        body = {
+            "seq": seq,
+            "now_ms": now,
+            "total": total,
+            "offset": offset,
+            "columns": COLUMNS,
+            "rows": rows,
+            "facets": self.index.facets(),
+        }
+        return Response(
+            orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
+        )
+
+    async def device(self, request: Request) -> Response:
+        if (bad := self.guard(request, ())) is not None:
+            return bad
+        d = request.path_params["device_id"]
+        if not valid_device_id(d):
+            return error(
+                400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
+            )
+        detail = self.index.detail(d)
+        if detail is None:
+            return error(
+                404, "unknown_device", f"the board has seen nothing of device {d!r}", "device_id"
+            )
+        return Response(
+            orjson.dumps(detail),
+            media_type="application/json",
+            headers={"cache-control": "no-store"},
+        )
+
+    async def events(self, request: Request) -> Response:
+        if (bad := self.guard(request, ())) is not None:
+            return bad
+        d = request.path_params["device_id"]
+        if not valid_device_id(d):
+            return error(
+                400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
+            )
+        e = self.index.latest(d)
+        if e is None:
+            return error(404, "no_answer", f"no stored answer for device {d!r}", "device_id")
+        try:
+            refs = orjson.loads(e.body).get("lineage") or []
+        except orjson.JSONDecodeError:
+            refs = []
+        reader = self.board.lineage
+        events = await asyncio.to_thread(reader.read, refs) if reader is not None and refs else []
+        body = {"device_id": d, "computed_at_ms": e.computed_at_ms, "events": events}
+        return Response(
+            orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
+        )
+
+    async def panel(self, request: Request) -> Response:
+        if (bad := self.guard(request, ())) is not None:
+            return bad
+        return Response(
+            self.panel_bytes(), media_type="application/json", headers={"cache-control": "no-store"}
+        )
+
+    def panel_bytes(self) -> bytes:
+        """The fleet panel, computed at most once per `panel_s` for every board together."""
+        b, mono = self.board, time.monotonic()
+        if b._panel[1] and mono - b._panel[0] < b.panel_s:
+            return b._panel[1]
+        reads = read_counts()
+        b._reads.append((mono, reads))
+        old = next((c for t, c in b._reads if mono - t <= 60.0), reads)
+        window = {k: reads[k] - old.get(k, 0) for k in reads}
+        total = sum(window.values())
+        shares = self.svc.shares.shares()
+        top = max(shares, key=lambda o: shares[o])
+        rates = b.feed.rates if b.feed is not None else None
+        doc: dict[str, Any] = {
+            "at_ms": now_ms(),
+            "reads_last_min": window,
+            "hit_ratio": window.get("precomputed", 0) / total if total else None,
+            "freshness": self.index.freshness(now_ms()),
+            "events_per_s": rates.events_per_s if rates else None,
+            "inferences_per_s": rates.inferences_per_s if rates else None,
+            "dead_letters_per_s": rates.dead_letters_per_s if rates else None,
+            "dead_letters_total": rates.dead_letters_total if rates else None,
+            "delay_origin_shares": shares,
+            "banner": (
+                {"origin": top, "share": shares[top], "threshold": SHARE_BANNER}
+                if shares[top] > SHARE_BANNER
+                else None
+            ),
+            "board_streams": self.index.subscribers,
+        }
+        body = orjson.dumps(doc)
+        b._panel = (mono, body)
+        return body
+
+    async def stream(self, request: Request) -> Response:
+        if (bad := self.guard(request, ("last_event_id",))) is not None:
+            return bad
+        raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        last: int | None = None
+        if raw:
+            last = _int(raw, 0, 0, 2**62)
+            if last is None:
+                return error(
+                    400,
+                    "invalid_parameter",
+                    "Last-Event-ID must be a change sequence number",
+                    "last_event_id",
+                )
+        # One slot of the replica's stream cap and of the client's, as for /v1/stream.
+        return open_stream(self.svc, request, self._events(last))
+
+    async def _events(self, last: int | None) -> AsyncIterator[bytes]:
+        b, index = self.board, self.index
+        sub, seq = index.subscribe(b.queue_max, last)
+        BOARD_STREAMS.inc()
+        try:
+            yield b'retry: 1000\nevent: hello\nid: %d\ndata: {"seq":%d}\n\n' % (
+                last if last is not None else seq,
+                seq,
+            )
+            yield _frame(b"panel", None, self.panel_bytes())
+            next_panel = time.monotonic() + b.panel_s
+            keepalive = self.svc.options.sse_keepalive_s
+            last_frame = 0.0
+            while True:
+                mono = time.monotonic()
+                wait = min(next_panel - mono, keepalive)
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(sub.wake.wait(), wait)
+                mono = time.monotonic()
+                if mono >= next_panel:
+                    next_panel = mono + b.panel_s
+                    yield _frame(b"panel", None, self.panel_bytes())
+                if not sub.wake.is_set():
+                    if mono - last_frame >= keepalive:
+                        last_frame = mono
+                        yield b": keepalive\n\n"
+                    continue
+                # Coalesce: frames at least frame_s apart; what arrives meanwhile joins the next.
+                if (gap := b.frame_s - (mono - last_frame)) > 0:
+                    await asyncio.sleep(gap)
+                pending, overflow, seq = index.take(sub)
+                last_frame = time.monotonic()
+                if overflow:
+                    yield _frame(b"reset", seq, b'{"reason":"too_many_changes"}')
+                elif pending:
+                    rows = index.rows(sorted(pending), now_ms())
+                    yield _frame(b"rows", seq, b'{"rows":%s}' % orjson.dumps(rows))
+        finally:
+            index.unsubscribe(sub)
+            BOARD_STREAMS.dec()
+
+
+def _frame(event: bytes, seq: int | None, data: bytes) -> bytes:
+    if seq is None:
+        return b"event: %s\ndata: %s\n\n" % (event, data)
+    return b"event: %s\nid: %d\ndata: %s\n\n" % (event, seq, data)
+
+
+def _int(raw: str | None, default: int, lo: int, hi: int) -> int | None:
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit():
+        return None
+    v = int(raw)
+    return v if lo <= v <= hi else None
+
+
+def routes(svc: Service, board: Board) -> list[Route]:
+    ep = BoardEndpoints(svc, board)
+    return [
+        Route("/board", ep.redirect, methods=["GET"]),
+        Route("/board/", ep.page, methods=["GET"]),
+        Route("/board/{asset}", ep.page, methods=["GET"]),
+        Route("/v1/board/fleet", ep.fleet, methods=["GET"]),
+        Route("/v1/board/devices/{device_id}", ep.device, methods=["GET"]),
+        Route("/v1/board/devices/{device_id}/events", ep.events, methods=["GET"]),
+        Route("/v1/board/panel", ep.panel, methods=["GET"]),
+        Route("/v1/board/stream", ep.stream, methods=["GET"]),
+    ]

@@ -1,0 +1,410 @@
+"""The board's picture of the fleet: one row per device (top-1 strategy, source, age, delay
+origin, site, device type, alarm state), each device's recent answers, its work-order/alarm
+context, and a change log that lets a board's event stream resume after a reconnect.
+
+Written by two threads (the materializer hands over what it stored; the board feed hands over
+device context and device info) and read by the event loop, all under one short lock. Every
+structure is bounded: history by depth and device count (least recently updated devices
+forgotten first), the change log by length, each subscriber's pending set by
+`queue_max` (past it the subscriber is told to reload instead of queueing more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, origin, segments
+from precast.serving import Entry
+
+HOUR_MS = 3_600_000
+COLUMNS = (
+    "device_id",
+    "strategy",
+    "score",
+    "source",
+    "computed_at_ms",
+    "valid_until_ms",
+    "delay_origin",
+    "model_version",
+    "site",
+    "device_type",
+    "alarm",
+    "open_work_orders",
+    "trigger",
+)
+SORTABLE = frozenset(COLUMNS) | {"age_ms"}
+ALARM_STATES = ("critical", "warning", "none")
+SOURCES = (PRECOMPUTED, STALE, FALLBACK)
+_ALARM_RANK = {"critical": 0, "warning": 1, "none": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the board shows of a device-context snapshot (the compacted device-context topic)."""
+
+    open_work_orders: dict[str, str]  # work_order_id -> priority
+    alarms: dict[str, tuple[int, str]]  # alarm_id -> (event time, "critical" | "warning")
+    last_work_order_ms: int | None
+    as_of_ms: int
+
+    def alarm_state(self) -> str:
+        """The worst alarm raised in the hour before the newest event folded in."""
+        lo = self.as_of_ms - HOUR_MS
+        buckets = {b for t, b in self.alarms.values() if t >= lo}
+        return "critical" if "critical" in buckets else "warning" if buckets else "none"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "open_work_orders": [
+                {"work_order_id": k, "priority": v} for k, v in self.open_work_orders.items()
+            ],
+            "alarms": sorted(
+                (
+                    {"alarm_id": k, "event_time_ms": t, "severity": b}
+                    for k, (t, b) in self.alarms.items()
+                ),
+                key=lambda a: -a["event_time_ms"],
+            ),
+            "last_work_order_ms": self.last_work_order_ms,
+            "as_of_ms": self.as_of_ms,
+            "alarm_state": self.alarm_state(),
+        }
+
+
+def parse_context(raw: bytes) -> tuple[str, Context]:
+    """(device_id, Context) from one device-context record; ValueError/KeyError/TypeError on a
+    malformed one (schema_version 1, written by precast-context; docs/workers.md)."""
+    d = orjson.loads(raw)
+    if not isinstance(d, dict) or d.get("schema_version") != 1:
+        raise ValueError("not a device-context snapshot of schema_version 1")
+    last = d.get("last_work_order_ms")
+    return str(d["device_id"]), Context(
+        {str(k): str(v) for k, v in dict(d["open_work_orders"]).items()},
+        {str(k): (int(v[0]), str(v[1])) for k, v in dict(d["alarms"]).items()},
+        None if last is None else int(last),
+        int(d["as_of_ms"]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The fields of a stored answer that a fleet row shows (parsed once per stored entry)."""
+
+    strategy: str
+    score: float
+    trigger: str
+
+
+def summarize(e: Entry, default_strategy: str) -> Summary:
+    try:
+        doc = orjson.loads(e.body)
+        top = doc["candidates"][0] if doc.get("candidates") else None
+        return Summary(
+            str(top["strategy"]) if top else default_strategy,
+            float(top["score"]) if top else 0.0,
+            str(doc.get("trigger", "")),
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return Summary(default_strategy, 0.0, "")
+
+
+@dataclass(eq=False)  # identity: subscribers live in a set
+class Subscriber:
+    """One board's event stream: the devices changed since its last frame (a set, so a burst
+    of updates to one device is one row in the next frame) and a wake-up event."""
+
+    loop: asyncio.AbstractEventLoop
+    queue_max: int
+    pending: set[str] = field(default_factory=set)
+    overflow: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class FleetIndex:
+    def __init__(
+        self,
+        *,
+        default_strategy: str,
+        serve_stale: bool,
+        grace_ms: int,
+        history_depth: int = 10,
+        history_devices: int = 10_000,
+        log_size: int = 100_000,
+    ) -> None:
+        self.default_strategy, self.serve_stale, self.grace_ms = (
+            default_strategy,
+            serve_stale,
+            grace_ms,
+        )
+        self.history_depth, self.history_devices = history_depth, history_devices
+        self._lock = threading.Lock()
+        self._latest: dict[str, Entry] = {}
+        self._summaries: dict[str, tuple[Entry, Summary]] = {}
+        self._history: OrderedDict[str, deque[Entry]] = OrderedDict()
+        self._context: dict[str, Context] = {}
+        self._info: dict[str, tuple[str | None, str | None]] = {}  # site, device type
+        self._devices: dict[str, None] = {}  # every device seen anywhere, in arrival order
+        self._log: deque[tuple[int, str]] = deque(maxlen=log_size)
+        self.seq = 0
+        self._subs: set[Subscriber] = set()
+
+    # -- writers (materializer and board-feed threads) -------------------------------------------
+    def stored(self, items: list[tuple[str, Entry]]) -> None:
+        """What the materializer stored (newest-wins already applied). Runs once per record of
+        a rebuild too, so it stays a few dict operations per record: a device's history holds
+        only the answers it had *before* its newest (kept in `_latest`), and nothing is
+        allocated for a device that has had one answer (a rebuild of the compacted topic)."""
+        with self._lock:
+            latest, keep = self._latest, self.history_depth > 1
+            devices = []
+            for d, e in items:
+                old = latest.get(d)
+                latest[d] = e
+                if keep and old is not None:
+                    self._remember(d, old)
+                devices.append(d)
+            self._changed_many(devices)
+        self._wake()
+
+    def _remember(self, d: str, old: Entry) -> None:  # under the lock
+        h = self._history.get(d)
+        if h is None:
+            h = self._history[d] = deque(maxlen=self.history_depth - 1)
+            if len(self._history) > self.history_devices:
+                self._history.popitem(last=False)
+        else:
+            self._history.move_to_end(d)
+        h.append(old)
+
+    def set_context(self, device_id: str, ctx: Context) -> None:
+        with self._lock:
+            self._context[device_id] = ctx
+            self._changed(device_id)
+        self._wake()
+
+    def knows_info(self, device_id: str) -> bool:
+        return device_id in self._info
+
+    def set_info(self, device_id: str, site: str | None, device_type: str | None) -> None:
+        with self._lock:
+            self._info[device_id] = (site, device_type)
+            self._changed(device_id)
+        self._wake()
+
+    def _changed(self, d: str) -> None:  # under the lock
+        self._changed_many([d])
+
+    def _changed_many(self, ds: list[str]) -> None:  # under the lock
+        self._devices.update(dict.fromkeys(ds))
+        first = self.seq + 1
+        self.seq += len(ds)
+        self._log.extend(zip(range(first, self.seq + 1), ds, strict=True))
+        for s in self._subs:
+            if not s.overflow:
+                s.pending.update(ds)
+                if len(s.pending) > s.queue_max:
+                    s.overflow, s.pending = True, set()
+
+    def _wake(self) -> None:
+        for s in list(self._subs):
+            s.loop.call_soon_threadsafe(s.wake.set)
+
+    # -- subscribers (event loop) --------------------------------------------------------------
+    def subscribe(self, queue_max: int, last_seq: int | None) -> tuple[Subscriber, int]:
+        """A subscriber and the sequence number it starts from. With `last_seq` (a reconnect's
+        Last-Event-ID) the devices changed since then are pending at once; when the log no
+        longer reaches back that far the subscriber starts in overflow (it must reload)."""
+        sub = Subscriber(asyncio.get_running_loop(), queue_max)
+        with self._lock:
+            if last_seq is not None:
+                changed = self._since(last_seq)
+                if changed is None or len(changed) > queue_max:
+                    sub.overflow = True
+                else:
+                    sub.pending = changed
+            self._subs.add(sub)
+            seq = self.seq
+        if sub.pending or sub.overflow:
+            sub.wake.set()
+        return sub, seq
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        with self._lock:
+            self._subs.discard(sub)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subs)
+
+    def take(self, sub: Subscriber) -> tuple[set[str], bool, int]:
+        """(pending devices, overflow, seq of the newest change included) and reset them."""
+        with self._lock:
+            sub.wake.clear()
+            pending, overflow = sub.pending, sub.overflow
+            sub.pending, sub.overflow = set(), False
+            return pending, overflow, self.seq
+
+    def _since(self, seq: int) -> set[str] | None:
+        if seq > self.seq:
+            return None  # a sequence from another process (restarted replica): reload
+        if seq == self.seq:
+            return set()
+        if not self._log or self._log[0][0] > seq + 1:
+            return None
+        return {d for s, d in self._log if s > seq}
+
+    # -- readers (event loop) --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._devices)
+
+    def _summary(self, d: str, e: Entry) -> Summary:
+        cached = self._summaries.get(d)
+        if cached is not None and cached[0] is e:
+            return cached[1]
+        s = summarize(e, self.default_strategy)
+        self._summaries[d] = (e, s)
+        return s
+
+    def latest(self, d: str) -> Entry | None:
+        """The newest stored answer of a device (None when it has none, or only a purge)."""
+        e = self._latest.get(d)
+        return None if e is None or e.purge else e
+
+    def row(self, d: str, now_ms: int) -> list[Any]:
+        e = self._latest.get(d)
+        if e is not None and (e.purge or e.valid_until_ms + self.grace_ms <= now_ms):
+            e = None
+        ctx = self._context.get(d)
+        site, dtype = self._info.get(d, (None, None))
+        alarm = ctx.alarm_state() if ctx is not None else "none"
+        wos = len(ctx.open_work_orders) if ctx is not None else 0
+        if e is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
+            return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None,
+                    site, dtype, alarm, wos, None]  # fmt: skip
+        s = self._summary(d, e)
+        source = PRECOMPUTED if now_ms < e.valid_until_ms else STALE
+        return [d, s.strategy, s.score, source, e.computed_at_ms, e.valid_until_ms,
+                origin(segments(e, now_ms)), e.model_version, site, dtype, alarm, wos,
+                s.trigger]  # fmt: skip
+
+    def rows(self, devices: Iterable[str], now_ms: int) -> list[list[Any]]:
+        with self._lock:
+            return [self.row(d, now_ms) for d in devices if d in self._devices]
+
+    def query(
+        self,
+        now_ms: int,
+        *,
+        filters: dict[str, str] | None = None,
+        sort: str = "device_id",
+        descending: bool = False,
+        offset: int = 0,
+        limit: int = 1000,
+    ) -> tuple[int, list[list[Any]]]:
+        """(matching rows, one page of them) filtered by exact column values, sorted."""
+        with self._lock:
+            devices = list(self._devices)
+        rows = [self.row(d, now_ms) for d in devices]
+        for col, want in (filters or {}).items():
+            i = COLUMNS.index(col)
+            rows = [r for r in rows if str(r[i]) == want]
+        rows.sort(key=_sort_key(sort, now_ms), reverse=descending)
+        return len(rows), rows[offset : offset + limit]
+
+    def facets(self) -> dict[str, list[str]]:
+        """The values the board offers in its filters."""
+        with self._lock:
+            info = list(self._info.values())
+            # list() copies in one C call: _summary() may add entries from another thread
+            summaries = [s for _, s in list(self._summaries.values())]
+        return {
+            "site": sorted({s for s, _ in info if s}),
+            "device_type": sorted({t for _, t in info if t}),
+            "strategy": sorted({s.strategy for s in summaries} | {self.default_strategy}),
+            "alarm": list(ALARM_STATES),
+            "source": list(SOURCES),
+        }
+
+    def detail(self, d: str) -> dict[str, Any] | None:
+        """History, context and device info of one device; None when the board never saw it."""
+        with self._lock:
+            if d not in self._devices:
+                return None
+            e = self._latest.get(d)
+            history = [*self._history.get(d, ()), *(() if e is None else (e,))]
+            ctx = self._context.get(d)
+            site, dtype = self._info.get(d, (None, None))
+        return {
+            "device_id": d,
+            "site": site,
+            "device_type": dtype,
+            "context": ctx.as_json() if ctx is not None else None,
+            "history": [_history_item(e, self.default_strategy) for e in reversed(history)],
+        }
+
+    def freshness(self, now_ms: int, sample: int = 20_000) -> dict[str, Any]:
+        """How many devices have a precomputed / stale / no answer, and the median age. Past
+        `sample` devices, from a random sample (scaled to the fleet): the panel is computed on
+        the event loop every second, and a full pass over 1M devices would hold it ~0.5 s."""
+        devices = list(self._devices)  # one C-level copy; no lock needed to read the dicts
+        n = len(devices)
+        sampled = n > sample
+        if sampled:
+            devices = random.sample(devices, sample)
+        latest, grace = self._latest, self.grace_ms
+        counts = dict.fromkeys(SOURCES, 0)
+        ages = []
+        for d in devices:
+            e = latest.get(d)
+            if e is None or e.purge or e.valid_until_ms + grace <= now_ms:
+                counts[FALLBACK] += 1
+                continue
+            if now_ms < e.valid_until_ms:
+                counts[PRECOMPUTED] += 1
+            else:
+                counts[STALE if self.serve_stale else FALLBACK] += 1
+            ages.append(now_ms - e.computed_at_ms)
+        if sampled:
+            counts = {k: round(v * n / len(devices)) for k, v in counts.items()}
+        ages.sort()
+        return {
+            "devices": n,
+            "by_source": counts,
+            "median_age_ms": ages[len(ages) // 2] if ages else None,
+            "sampled": sampled,
+        }
+
+
+def _history_item(e: Entry, default_strategy: str) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(e.body)
+        candidates, trigger = doc.get("candidates", []), doc.get("trigger")
+    except orjson.JSONDecodeError:
+        candidates, trigger = [], None
+    return {
+        "computed_at_ms": e.computed_at_ms,
+        "produced_at_ms": e.produced_at_ms,
+        "valid_until_ms": e.valid_until_ms,
+        "model_version": e.model_version,
+        "trigger": trigger,
+        "candidates": candidates or [{"strategy": default_strategy, "score": 1.0}],
+    }
+
+
+def _sort_key(column: str, now_ms: int) -> Callable[[list[Any]], Any]:
+    """Rows with no value in the column sort last (ascending); alarm sorts by severity."""
+    if column == "age_ms":
+        i = COLUMNS.index("computed_at_ms")
+        return lambda r: (r[i] is None, -(r[i] or 0), r[0])
+    i = COLUMNS.index(column)
+    if column == "alarm":
+        return lambda r: (_ALARM_RANK[r[i]], r[0])
+    return lambda r: (r[i] is None, r[i] if r[i] is not None else 0, r[0])

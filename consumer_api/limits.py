@@ -1,0 +1,148 @@
+"""Per-client limits of one replica: rates as token buckets, open event streams as counts.
+
+A client is its bearer token and its address (`PRECAST_API__CLIENT_KEY`): each has its own
+allowance, so one token shared by many addresses, or many tokens from one address, are both
+held. Tables are bounded (`max_clients`, least recent forgotten): a flood of new addresses costs
+memory once, never without end. Everything runs on the event loop, so a check and its count
+happen with no await between them (nothing to race)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from prometheus_client import Counter
+from starlette.requests import HTTPConnection
+
+from consumer_api.settings import ApiOptions
+
+LIMITED = Counter(
+    "precast_api_client_limited",
+    "requests refused by a per-client limit (429), by limit",
+    ["limit"],
+)
+
+
+class TokenBucket:
+    """`rate` tokens a second up to `burst`; `take(n)` says how long to wait when it cannot."""
+
+    __slots__ = ("at", "burst", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+
+    def take(self, n: float, now: float) -> float:
+        """0.0 and the tokens taken, or the seconds until `n` would be there (nothing taken)."""
+        self.refill(now)
+        if self.tokens >= n:
+            self.tokens -= n
+            return 0.0
+        return (min(n, self.burst) - self.tokens) / self.rate
+
+
+class Buckets:
+    """One bucket per client key, bounded (LRU)."""
+
+    def __init__(
+        self, rate: float, burst: float, max_keys: int, clock: Callable[[], float]
+    ) -> None:
+        self.rate, self.burst, self.max_keys, self._clock = rate, burst, max_keys, clock
+        self._b: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def take(self, keys: list[str], n: float) -> float:
+        """Take `n` from every key's bucket, or from none: the longest wait when one is short."""
+        n = min(
+            n, self.burst
+        )  # a request larger than the burst takes all of it, never waits forever
+        now = self._clock()
+        buckets = [self._bucket(k, now) for k in keys]
+        for b in buckets:
+            b.refill(now)
+        waits = [(min(n, b.burst) - b.tokens) / b.rate for b in buckets if b.tokens < n]
+        if waits:
+            return max(waits)
+        for b in buckets:
+            b.tokens -= n
+        return 0.0
+
+    def _bucket(self, key: str, now: float) -> TokenBucket:
+        b = self._b.get(key)
+        if b is None:
+            b = self._b[key] = TokenBucket(self.rate, self.burst, now)
+            if len(self._b) > self.max_keys:
+                self._b.popitem(last=False)
+        else:
+            self._b.move_to_end(key)
+        return b
+
+
+class ClientLimits:
+    def __init__(self, opts: ApiOptions, clock: Callable[[], float] = time.monotonic) -> None:
+        self.opts = opts
+        self.prefetch = Buckets(
+            opts.client_prefetch_per_s, opts.client_prefetch_burst, opts.max_clients, clock
+        )
+        self.beacons = Buckets(
+            opts.client_beacons_per_s, opts.client_beacon_burst, opts.max_clients, clock
+        )
+        self._streams: dict[str, int] = {}
+        self._proxies = frozenset(opts.trusted_proxies)
+
+    def keys(self, conn: HTTPConnection) -> list[str]:
+        """The client's keys: `t:<digest of the Authorization header>` and `a:<address>`."""
+        out = []
+        how = self.opts.client_key
+        if how != "address":
+            auth = conn.headers.get("authorization")
+            if auth:
+                digest = hashlib.blake2b(auth.encode(), digest_size=8).hexdigest()
+                out.append("t:" + digest)
+        if how != "token":
+            out.append("a:" + self.address(conn))
+        return out or ["a:-"]
+
+    def address(self, conn: HTTPConnection) -> str:
+        """The peer's address; behind a trusted proxy, the one that proxy appended to
+        X-Forwarded-For (the right-most entry: those to its left are the client's own claims)."""
+        peer = conn.client.host if conn.client else "-"
+        if peer in self._proxies:
+            forwarded = conn.headers.get("x-forwarded-for", "")
+            last = forwarded.rsplit(",", 1)[-1].strip()
+            if last:
+                return last[:64]
+        return peer
+
+    def open_stream(self, keys: list[str]) -> float:
+        """Count one more stream for each key, or 0 counted and a retry hint when one is full."""
+        if any(self._streams.get(k, 0) >= self.opts.client_max_streams for k in keys):
+            LIMITED.labels("streams").inc()
+            return 5.0
+        for k in keys:
+            self._streams[k] = self._streams.get(k, 0) + 1
+        return 0.0
+
+    def close_stream(self, keys: list[str]) -> None:
+        for k in keys:
+            n = self._streams.get(k, 0) - 1
+            if n > 0:
+                self._streams[k] = n
+            else:
+                self._streams.pop(k, None)
+
+    def take(self, which: str, keys: list[str], n: float = 1.0) -> float:
+        wait = (self.prefetch if which == "prefetch" else self.beacons).take(keys, n)
+        if wait > 0:
+            LIMITED.labels(which).inc()
+        return wait
+
+
+def retry_after(wait_s: float) -> str:
+    """Whole seconds, at least 1 (the header takes integers)."""
+    return str(max(1, math.ceil(wait_s)))

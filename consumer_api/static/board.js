@@ -1,0 +1,635 @@
+// precast operations board: plain modern JavaScript, no third-party code.
+// Data: GET /v1/board/fleet (snapshot with its change sequence), then one event stream
+// (/v1/board/stream, resumed with Last-Event-ID) whose rows are applied once per animation
+// frame. Only the rows in view are in the DOM. The board is a speculative client: it sends
+// prefetch hints for rows scrolled into view or hovered, and beacons with the real
+// input-to-shown time and the answer's Server-Timing (docs/board.md).
+
+const COLS = [
+  ["device_id", "Device"], ["strategy", "Top strategy"], ["score", "Score"], ["source", "Source"],
+  ["age_ms", "Age"], ["delay_origin", "Delay origin"], ["site", "Site"],
+  ["device_type", "Type"], ["alarm", "Alarm"], ["open_work_orders", "WOs"],
+];
+const FILTERS = ["site", "device_type", "strategy", "alarm", "source"];
+const PREFETCH_EVERY_MS = 30_000; // a device hinted once is not hinted again for this long
+const BEACON_FLUSH_MS = 5_000;
+const PAINTS_KEPT = 5_000;
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  token: sessionStorage.getItem("precast-token") || "",
+  col: {},           // column name -> index in a row array
+  byId: new Map(),   // device -> row array (server order of `columns`)
+  view: [],          // device IDs after filter and sort
+  sort: "device_id", desc: false,
+  filters: {}, q: "",
+  selected: -1,      // index into view
+  pending: new Map(), // rows received, not yet applied
+  lastSeq: null, frameAsked: false, viewDirty: false, rendered: new Map(),
+  hinted: new Map(), hoverTimer: 0, visibleTimer: 0,
+  timings: [], facets: {}, open: null, stream: null, viewVersion: 0, visibleKey: "",
+};
+// What tests and the benchmark read: when each row update reached the DOM.
+const board = (window.precastBoard = { ready: false, paints: [], frames: 0, resets: 0, errors: 0 });
+
+function headers(extra = {}) {
+  const h = { ...extra };
+  if (state.token) h.Authorization = `Bearer ${state.token}`;
+  return h;
+}
+
+async function api(path, init = {}) {
+  const res = await fetch(path, { ...init, headers: headers(init.headers), cache: "no-store" });
+  if (res.status === 401) { askToken(); throw new Error("unauthorized"); }
+  return res;
+}
+
+function askToken() {
+  const f = $("auth");
+  if (!f.hidden) return;
+  f.hidden = false;
+  setConn("token needed", false);
+  $("token").focus();
+}
+
+// -- formatting ---------------------------------------------------------------------------------
+function fmtAge(ms) {
+  if (ms == null) return "–";
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
+  if (ms < 3_600_000) return `${Math.round(ms / 60_000)} min`;
+  return `${(ms / 3_600_000).toFixed(1)} h`;
+}
+const fmtPct = (x) => (x == null ? "–" : `${(x * 100).toFixed(1)} %`);
+const fmtTime = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").slice(0, 23) + "Z");
+const fmtRate = (x) => (x == null ? "–" : x >= 100 ? Math.round(x).toLocaleString() : x.toFixed(1));
+
+function sourceNow(r, now) {
+  const s = r[state.col.source];
+  return s === "precomputed" && r[state.col.valid_until_ms] <= now ? "stale" : s;
+}
+
+function cellValue(r, name, now) {
+  const c = state.col;
+  switch (name) {
+    case "score": return r[c.source] === "fallback" ? "–" : r[c.score].toFixed(2);
+    case "source": return sourceNow(r, now);
+    case "age_ms": return r[c.computed_at_ms] == null ? "–" : fmtAge(now - r[c.computed_at_ms]);
+    case "site": case "device_type": return r[c[name]] ?? "–";
+    case "alarm": return r[c.alarm] === "none" ? "–" : r[c.alarm];
+    default: return String(r[c[name]]);
+  }
+}
+
+// -- filtering and sorting ------------------------------------------------------------------------
+function matches(r) {
+  const c = state.col;
+  for (const [k, v] of Object.entries(state.filters)) {
+    if (v && String(r[c[k]]) !== v) return false;
+  }
+  return !state.q || r[c.device_id].includes(state.q);
+}
+
+function sortKey() {
+  const c = state.col;
+  if (state.sort === "age_ms") return (r) => (r[c.computed_at_ms] == null ? Infinity : -r[c.computed_at_ms]);
+  if (state.sort === "alarm") return (r) => ({ critical: 0, warning: 1, none: 2 })[r[c.alarm]];
+  const i = c[state.sort];
+  return (r) => r[i];
+}
+
+function rebuildView() {
+  const key = sortKey();
+  const sign = state.desc ? -1 : 1;
+  const keep = state.view[state.selected];
+  const rows = [];
+  for (const r of state.byId.values()) if (matches(r)) rows.push(r);
+  const k = rows.map(key);
+  const idx = rows.map((_, i) => i);
+  idx.sort((a, b) => {
+    const x = k[a], y = k[b];
+    if (x === y) return rows[a][0] < rows[b][0] ? -1 : 1;
+    if (x == null) return 1;
+    if (y == null) return -1;
+    return (x < y ? -1 : 1) * sign;
+  });
+  state.view = idx.map((i) => rows[i][0]);
+  state.viewVersion++;
+  state.selected = keep ? state.view.indexOf(keep) : -1;
+  state.viewDirty = false;
+  $("count").textContent = `(${state.view.length.toLocaleString()} of ${state.byId.size.toLocaleString()})`;
+  // Screen readers learn the full size of the list although only a screenful is in the DOM.
+  $("fleet-grid").querySelector("table").setAttribute("aria-rowcount", String(state.view.length + 1));
+}
+
+// -- virtualised rendering --------------------------------------------------------------------------
+let rowH = 28;
+const tbody = () => $("rows");
+const pool = [];
+let topPad, bottomPad;
+
+function makeRow() {
+  const tr = document.createElement("tr");
+  for (let i = 0; i < COLS.length; i++) tr.appendChild(document.createElement("td"));
+  tr._row = null; tr._id = null; tr._txt = new Array(COLS.length).fill(null);
+  return tr;
+}
+
+function spacer() {
+  const tr = document.createElement("tr");
+  tr.className = "spacer";
+  tr.setAttribute("aria-hidden", "true");
+  const td = document.createElement("td");
+  td.colSpan = COLS.length;
+  tr.appendChild(td);
+  return tr;
+}
+
+function render() {
+  const grid = $("fleet-grid");
+  const headH = grid.querySelector("thead").offsetHeight || rowH;
+  const height = Math.max(grid.clientHeight - headH, rowH);
+  const first = Math.max(0, Math.floor(grid.scrollTop / rowH) - 3);
+  const count = Math.min(state.view.length - first, Math.ceil(height / rowH) + 6);
+  while (pool.length < count) { const tr = makeRow(); pool.push(tr); tbody().insertBefore(tr, bottomPad); }
+  topPad.style.height = `${first * rowH}px`;
+  bottomPad.style.height = `${Math.max(0, state.view.length - first - count) * rowH}px`;
+  const now = Date.now();
+  const c = state.col;
+  state.rendered.clear();
+  for (let i = 0; i < pool.length; i++) {
+    const tr = pool[i];
+    if (i >= count) { tr.hidden = true; tr._id = null; tr._row = null; continue; }
+    tr.hidden = false;
+    const id = state.view[first + i];
+    const r = state.byId.get(id);
+    const changed = tr._row !== r;
+    const sameDevice = tr._id === id;
+    tr._id = id; tr._row = r;
+    tr.dataset.id = id;
+    tr.setAttribute("aria-rowindex", String(first + i + 2));
+    const sel = first + i === state.selected;
+    tr.classList.toggle("sel", sel);
+    if (sel) tr.id = "sel-row"; else if (tr.id) tr.removeAttribute("id");
+    tr.setAttribute("aria-selected", sel ? "true" : "false");
+    for (let j = 0; j < COLS.length; j++) {
+      const v = cellValue(r, COLS[j][0], now);
+      if (tr._txt[j] !== v) { tr.cells[j].textContent = v; tr._txt[j] = v; }
+    }
+    tr.cells[3].className = `src-${sourceNow(r, now)}`;
+    tr.cells[8].className = `alarm-${r[c.alarm]}`;
+    state.rendered.set(id, tr);
+    if (changed && sameDevice) paint(r, now);
+  }
+  if (state.selected >= 0) $("fleet-grid").setAttribute("aria-activedescendant", "sel-row");
+  board.frames++;
+  // Hints follow what is in view: only when the visible set changed (scroll, filter, sort),
+  // not on every frame of updates (which would also keep postponing them).
+  const key = `${first}:${count}:${state.viewVersion}`;
+  if (key !== state.visibleKey) { state.visibleKey = key; scheduleVisibleHints(); }
+}
+
+function paint(r, now) {
+  const p = board.paints;
+  p.push([r[0], r[state.col.computed_at_ms], now]);
+  if (p.length > PAINTS_KEPT) p.splice(0, p.length - PAINTS_KEPT);
+}
+
+function requestFrame() {
+  if (state.frameAsked) return;
+  state.frameAsked = true;
+  requestAnimationFrame(frame);
+}
+
+function frame() {
+  state.frameAsked = false;
+  let grew = false;
+  const openChanged = state.open != null && state.pending.has(state.open);
+  for (const [id, r] of state.pending) {
+    if (!state.byId.has(id)) grew = true;
+    const old = state.byId.get(id);
+    state.byId.set(id, r);
+    if (!state.viewDirty && old && (matches(old) !== matches(r))) state.viewDirty = true;
+    noteFacets(r);
+  }
+  state.pending.clear();
+  if (grew) state.viewDirty = true;
+  if (state.viewDirty) rebuildView();
+  render();
+  if (openChanged) refreshOpen();
+}
+
+// -- snapshot and stream ------------------------------------------------------------------------------
+async function loadSnapshot() {
+  const res = await api(`/v1/board/fleet?limit=50000&sort=device_id`);
+  if (!res.ok) throw new Error(`fleet: HTTP ${res.status}`);
+  const doc = await res.json();
+  doc.columns.forEach((name, i) => { state.col[name] = i; });
+  state.byId = new Map(doc.rows.map((r) => [r[0], r]));
+  state.lastSeq = doc.seq;
+  state.facets = {};
+  for (const [k, vals] of Object.entries(doc.facets)) state.facets[k] = new Set(vals);
+  for (const r of doc.rows) noteFacets(r);
+  fillFilters();
+  const t = $("truncated");
+  t.hidden = doc.total <= doc.rows.length;
+  t.textContent = `Showing the first ${doc.rows.length.toLocaleString()} of ${doc.total.toLocaleString()} devices.`;
+  rebuildView();
+  render();
+}
+
+function noteFacets(r) {
+  let grew = false;
+  for (const k of ["site", "device_type", "strategy"]) {
+    const v = r[state.col[k]];
+    if (v != null && state.facets[k] && !state.facets[k].has(v)) { state.facets[k].add(v); grew = true; }
+  }
+  if (grew) fillFilters();
+}
+
+function fillFilters() {
+  for (const k of FILTERS) {
+    const sel = $(`f-${k}`);
+    const values = [...(state.facets[k] || [])].sort();
+    if (sel.options.length === values.length + 1) continue;
+    const cur = sel.value;
+    sel.replaceChildren(new Option("all", ""), ...values.map((v) => new Option(v, v)));
+    sel.value = values.includes(cur) ? cur : "";
+  }
+}
+
+async function stream() {
+  let backoff = 500;
+  for (;;) {
+    const ctl = new AbortController();
+    state.stream = ctl;
+    try {
+      const h = { Accept: "text/event-stream" };
+      if (state.lastSeq != null) h["Last-Event-ID"] = String(state.lastSeq);
+      const res = await api("/v1/board/stream", { headers: h, signal: ctl.signal });
+      if (!res.ok) throw new Error(`stream: HTTP ${res.status}`);
+      setConn("live", true);
+      backoff = 500;
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          onEvent(buf.slice(0, cut));
+          buf = buf.slice(cut + 2);
+        }
+      }
+    } catch (e) {
+      if (e.message === "unauthorized") return;
+    }
+    setConn("reconnecting…", false);
+    await new Promise((r) => setTimeout(r, backoff));
+    backoff = Math.min(backoff * 2, 10_000);
+  }
+}
+
+function onEvent(block) {
+  let event = "message", data = "", id = null;
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "data") data += value;
+    else if (field === "id") id = value;
+  }
+  if (id !== null && /^\d+$/.test(id)) state.lastSeq = Number(id);
+  if (event === "rows") {
+    for (const r of JSON.parse(data).rows) state.pending.set(r[0], r);
+    requestFrame();
+  } else if (event === "reset") {
+    board.resets++;
+    loadSnapshot().catch(() => {});
+  } else if (event === "panel") {
+    showPanel(JSON.parse(data));
+  }
+}
+
+function setConn(text, live) {
+  const el = $("conn");
+  el.textContent = text;
+  el.className = `conn ${live ? "live" : "down"}`;
+}
+
+// -- fleet panel ----------------------------------------------------------------------------------------
+function showPanel(p) {
+  const f = p.freshness;
+  $("p-devices").textContent = f.devices.toLocaleString();
+  $("p-hit").textContent = fmtPct(p.hit_ratio);
+  $("p-fresh").textContent = f.devices ? fmtPct(f.by_source.precomputed / f.devices) : "–";
+  $("p-age").textContent = fmtAge(f.median_age_ms);
+  $("p-events").textContent = fmtRate(p.events_per_s);
+  $("p-inf").textContent = fmtRate(p.inferences_per_s);
+  $("p-dead").textContent = p.dead_letters_total == null ? "–"
+    : `${p.dead_letters_total.toLocaleString()} (${fmtRate(p.dead_letters_per_s)}/s)`;
+  const items = Object.entries(p.delay_origin_shares).map(([o, s]) => {
+    const li = document.createElement("li");
+    li.textContent = `${o} ${fmtPct(s)}`;
+    if (s > 0.3) li.className = "high";
+    return li;
+  });
+  $("p-shares").replaceChildren(...items);
+  const b = $("banner");
+  if (p.banner) {
+    b.textContent = `Delay origin "${p.banner.origin}" is ${fmtPct(p.banner.share)} of the recent delay (above ${fmtPct(p.banner.threshold)}).`;
+    b.hidden = false;
+  } else b.hidden = true;
+}
+
+// -- device view ---------------------------------------------------------------------------------------
+async function openDevice(id, inputAt) {
+  // Room in the bounded Resource Timing buffer for this read's entry (hints and beacons fill it).
+  if (inputAt != null) performance.clearResourceTimings();
+  state.open = id;
+  state.openRow = state.byId.get(id);
+  const url = `/v1/devices/${encodeURIComponent(id)}/prediction`;
+  const [ans, det] = await Promise.all([
+    api(url).then((r) => r.json()),
+    api(`/v1/board/devices/${encodeURIComponent(id)}`).then((r) => (r.ok ? r.json() : null)),
+  ]);
+  if (state.open !== id) return;
+  showDevice(id, ans, det);
+  if (inputAt != null) {
+    // Shown = the frame after the DOM changed: the browser's own input-to-shown time.
+    requestAnimationFrame(() => setTimeout(() => beaconFor(url, performance.now() - inputAt), 0));
+  }
+}
+
+function refreshOpen() {
+  if (state.open) openDevice(state.open, null).catch(() => {});
+}
+
+function td(text) { const c = document.createElement("td"); c.textContent = text; return c; }
+function tr(...cells) { const r = document.createElement("tr"); r.append(...cells.map(td)); return r; }
+function dtdd(dl, k, v) {
+  const dt = document.createElement("dt"); dt.textContent = k;
+  const dd = document.createElement("dd"); dd.textContent = v;
+  dl.append(dt, dd);
+}
+
+function showDevice(id, a, det) {
+  $("device").hidden = false;
+  document.querySelector("main").classList.add("with-device");
+  $("device-h").textContent = id;
+  const site = det?.site ?? "unknown site", type = det?.device_type ?? "unknown type";
+  $("d-meta").textContent = `${site} · ${type}`;
+  $("d-top").replaceChildren(...a.candidates.slice(0, 3).map((c, i) => {
+    const row = tr(String(i + 1), c.strategy, "");
+    const bar = document.createElement("span");
+    bar.className = "bar";
+    bar.style.width = `${Math.round(c.score * 80)}px`;
+    row.cells[2].append(bar, c.score.toFixed(3));
+    return row;
+  }));
+  const dl = $("d-answer");
+  dl.replaceChildren();
+  dtdd(dl, "Source", a.source + (a.reason ? ` (${a.reason})` : ""));
+  dtdd(dl, "Model version", a.model_version ?? "–");
+  dtdd(dl, "Computed at", fmtTime(a.computed_at_ms));
+  dtdd(dl, "Valid until", fmtTime(a.valid_until_ms));
+  dtdd(dl, "Age", fmtAge(a.age_ms));
+  dtdd(dl, "Trigger", a.trigger ?? "–");
+  const why = [];
+  if (a.source === "fallback") why.push(`No precomputed answer (${a.reason}): a safe default is shown and a precompute was requested.`);
+  else {
+    why.push(`Largest delay: ${a.delay_origin}.`);
+    if (a.source === "stale") why.push("Past valid-until: shown as stale while a new answer is computed.");
+    const t = serverTimingOf(`/v1/devices/${encodeURIComponent(id)}/prediction`);
+    if (t) why.push(`queue ${fmtAge(t.queue)} · model ${fmtAge(t.model)} · kafka ${fmtAge(t.kafka)} · cache ${fmtAge(t.cache)}`);
+  }
+  $("d-why").replaceChildren(...why.map((w) => { const li = document.createElement("li"); li.textContent = w; return li; }));
+  const refs = a.lineage || [];
+  $("d-lineage").replaceChildren(...refs.map((l) => tr(`${l.topic} ${l.partition}:${l.offset}`, "…", l.event_id ?? "–")));
+  if (refs.length) showEvents(id).catch(() => {});
+  const ctx = det?.context;
+  const items = [];
+  if (ctx) {
+    for (const w of ctx.open_work_orders) items.push(`Work order ${w.work_order_id} (${w.priority})`);
+    for (const al of ctx.alarms) items.push(`Alarm ${al.alarm_id}: ${al.severity} at ${fmtTime(al.event_time_ms)}`);
+  }
+  if (!items.length) items.push(ctx ? "None open." : "No context for this device yet.");
+  $("d-ctx").replaceChildren(...items.map((t) => { const li = document.createElement("li"); li.textContent = t; return li; }));
+  $("d-history").replaceChildren(...(det?.history || []).map((h) =>
+    tr(fmtTime(h.computed_at_ms), h.candidates[0]?.strategy ?? "–", (h.candidates[0]?.score ?? 0).toFixed(3), h.trigger ?? "–", h.model_version)));
+}
+
+// The records the lineage names, read back from Kafka by the API.
+async function showEvents(id) {
+  const res = await api(`/v1/board/devices/${encodeURIComponent(id)}/events`);
+  if (!res.ok || state.open !== id) return;
+  const doc = await res.json();
+  $("d-lineage").replaceChildren(...doc.events.map((x) => {
+    const e = x.event;
+    const what = e ? describe(e) : `(${x.missing})`;
+    return tr(`${x.topic} ${x.partition}:${x.offset}`, e ? fmtTime(e.event_time_ms) : "–", what);
+  }));
+}
+
+function describe(e) {
+  const m = e.metrics;
+  switch (e.kind) {
+    case "heartbeat":
+      return m ? `heartbeat ${e.event_id}: cpu ${m.cpu_pct} %, temp ${m.temperature_c} °C, errors ${m.error_rate}, signal ${m.signal_quality}, fw ${e.firmware}` : `heartbeat ${e.event_id}`;
+    case "work_order": return `work order ${e.work_order_id} ${e.status} (${e.priority}, ${e.category})`;
+    case "alarm": return `alarm ${e.alarm_id} ${e.severity} ${e.code}${e.cleared ? " cleared" : ""}`;
+    default: return `${e.kind ?? "event"} ${e.event_id ?? ""}`;
+  }
+}
+
+function closeDevice() {
+  state.open = null;
+  $("device").hidden = true;
+  document.querySelector("main").classList.remove("with-device");
+  $("fleet-grid").focus();
+  render();
+}
+
+// -- speculative client: prefetch hints and beacons -------------------------------------------------------
+function hint(ids) {
+  const now = Date.now();
+  for (const [id, t] of state.hinted) { if (now - t < PREFETCH_EVERY_MS) break; state.hinted.delete(id); }
+  const fresh = ids.filter((id) => !state.hinted.has(id)).slice(0, 100);
+  if (!fresh.length) return;
+  for (const id of fresh) state.hinted.set(id, now);
+  api("/v1/prefetch", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ device_ids: fresh }),
+  }).catch(() => {});
+}
+
+function scheduleVisibleHints() {
+  clearTimeout(state.visibleTimer);
+  state.visibleTimer = setTimeout(() => hint([...state.rendered.keys()]), 300);
+}
+
+function serverTimingOf(path) {
+  const entries = performance.getEntriesByName(new URL(path, location.href).href);
+  const e = entries[entries.length - 1];
+  if (!e) return null;
+  const t = { queue: 0, model: 0, kafka: 0, cache: 0 };
+  for (const s of e.serverTiming || []) if (s.name in t) t[s.name] = s.duration;
+  return t;
+}
+
+function beaconFor(path, inputToShown) {
+  const entries = performance.getEntriesByName(new URL(path, location.href).href);
+  const e = entries[entries.length - 1];
+  if (!e) return;
+  const st = { queue: 0, model: 0, kafka: 0, cache: 0 };
+  for (const s of e.serverTiming || []) if (s.name in st) st[s.name] = Math.max(0, s.duration);
+  const network = Math.max(0, e.responseEnd - e.startTime);
+  state.timings.push({
+    input_to_shown_ms: Math.max(inputToShown, network),
+    network_ms: network,
+    server_timing: st,
+  });
+  performance.clearResourceTimings(); // the buffer is bounded; read entries are not needed again
+  if (state.timings.length >= 20) flushBeacons();
+}
+
+function flushBeacons(keepalive = false) {
+  if (!state.timings.length) return;
+  const timings = state.timings.splice(0, 100);
+  api("/v1/beacon", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ timings }), keepalive,
+  }).catch(() => {});
+}
+
+// -- input ------------------------------------------------------------------------------------------------------
+function select(i, scroll = true) {
+  if (!state.view.length) return;
+  state.selected = Math.max(0, Math.min(state.view.length - 1, i));
+  if (scroll) {
+    const grid = $("fleet-grid");
+    const headH = grid.querySelector("thead").offsetHeight;
+    const top = state.selected * rowH, h = grid.clientHeight - headH;
+    if (top < grid.scrollTop) grid.scrollTop = top;
+    else if (top + rowH > grid.scrollTop + h) grid.scrollTop = top + rowH - h;
+  }
+  render();
+  hint([state.view[state.selected]]);
+}
+
+function onGridKey(e) {
+  const page = Math.max(1, Math.floor($("fleet-grid").clientHeight / rowH) - 2);
+  const moves = { ArrowDown: 1, ArrowUp: -1, PageDown: page, PageUp: -page };
+  if (e.key in moves) select(state.selected + moves[e.key]);
+  else if (e.key === "Home") select(0);
+  else if (e.key === "End") select(state.view.length - 1);
+  else if (e.key === "Enter" && state.selected >= 0) openDevice(state.view[state.selected], e.timeStamp).catch(() => {});
+  else return;
+  e.preventDefault();
+}
+
+function buildHead() {
+  const head = $("head");
+  head.replaceChildren(...COLS.map(([name, label]) => {
+    const th = document.createElement("th");
+    th.scope = "col";
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.addEventListener("click", () => {
+      if (state.sort === name) state.desc = !state.desc; else { state.sort = name; state.desc = false; }
+      updateSortMarks();
+      rebuildView(); render();
+    });
+    th.append(b);
+    th.dataset.col = name;
+    return th;
+  }));
+  updateSortMarks();
+}
+
+function updateSortMarks() {
+  for (const th of $("head").children) {
+    th.setAttribute("aria-sort", th.dataset.col === state.sort ? (state.desc ? "descending" : "ascending") : "none");
+  }
+}
+
+function wire() {
+  const grid = $("fleet-grid");
+  grid.addEventListener("scroll", () => requestFrame(), { passive: true });
+  grid.addEventListener("keydown", onGridKey);
+  window.addEventListener("resize", () => { measureRow(); requestFrame(); });
+  const body = tbody();
+  body.addEventListener("click", (e) => {
+    const row = e.target.closest("tr");
+    if (!row || !row._id) return;
+    state.selected = state.view.indexOf(row._id);
+    render();
+    openDevice(row._id, e.timeStamp).catch(() => {});
+  });
+  body.addEventListener("mouseover", (e) => {
+    const row = e.target.closest("tr");
+    if (!row || !row._id) return;
+    clearTimeout(state.hoverTimer);
+    state.hoverTimer = setTimeout(() => hint([row._id]), 80);
+  });
+  for (const k of FILTERS) {
+    $(`f-${k}`).addEventListener("change", (e) => { state.filters[k] = e.target.value; rebuildView(); render(); });
+  }
+  $("f-q").addEventListener("input", (e) => { state.q = e.target.value.trim(); rebuildView(); render(); });
+  $("filters").addEventListener("submit", (e) => e.preventDefault());
+  $("close").addEventListener("click", closeDevice);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && state.open) { closeDevice(); e.preventDefault(); }
+    else if (e.key === "/" && !(e.target instanceof HTMLInputElement)) { $("f-q").focus(); e.preventDefault(); }
+  });
+  $("auth").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.token = $("token").value.trim();
+    sessionStorage.setItem("precast-token", state.token);
+    $("auth").hidden = true;
+    start();
+  });
+  // A full buffer stops recording: never let it fill (entries are only read right after a fetch).
+  performance.addEventListener("resourcetimingbufferfull", () => performance.clearResourceTimings());
+  setInterval(() => requestFrame(), 1000); // ages and stale marks move with the clock
+  setInterval(() => flushBeacons(), BEACON_FLUSH_MS);
+  window.addEventListener("pagehide", () => flushBeacons(true));
+}
+
+async function start() {
+  try {
+    await loadSnapshot();
+  } catch (e) {
+    if (e.message !== "unauthorized") setConn("cannot load the fleet; retrying…", false);
+    if (e.message !== "unauthorized") setTimeout(start, 2000);
+    return;
+  }
+  board.ready = true;
+  stream();
+}
+
+// Row height comes from the stylesheet (it grows on a wall display): measured, not assumed.
+function measureRow() {
+  const probe = document.createElement("tr");
+  probe.append(document.createElement("td"));
+  tbody().append(probe);
+  rowH = probe.getBoundingClientRect().height || 28;
+  probe.remove();
+}
+
+function init() {
+  const body = tbody();
+  topPad = spacer(); bottomPad = spacer();
+  body.append(topPad, bottomPad);
+  measureRow();
+  for (const k of ["alarm", "source"]) state.facets[k] = new Set();
+  buildHead();
+  wire();
+  start();
+}
+
+init();

@@ -1,0 +1,1 @@
+"""Observability as code: SLO recording and alert rules, Grafana dashboards (`precast observe`)."""

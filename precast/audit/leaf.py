@@ -1,0 +1,133 @@
+"""The canonical leaf of one predictions record: what the log commits to for each offset.
+
+A leaf is compact JSON with its keys in sorted order (msgspec writes a Struct's fields in the
+order declared, and they are declared sorted), so the same record always gives the same bytes
+on every machine. It names the record's place (topic, partition, offset), the prediction's
+device, model version, computed_at and produced_at, its trigger (a purge marker is a
+`trigger="purge"` prediction with no candidates), a hash of the candidates in canonical form
+and a hash of the record's exact value bytes (so lineage, valid_until and every other field are
+committed too). A tombstone or an unreadable value still gets a leaf (`kind`), so the leaves
+follow the topic's offsets with no gap."""
+
+from __future__ import annotations
+
+from hashlib import sha256
+
+import msgspec
+
+LEAF_VERSION = 1
+
+
+class _Candidate(msgspec.Struct):
+    strategy: str
+    score: float
+
+
+class _Prediction(msgspec.Struct):
+    # Only the fields the leaf names; the rest is covered by the value hash.
+    device_id: str
+    model_version: str
+    computed_at_ms: int
+    produced_at_ms: int
+    trigger: str
+    candidates: list[_Candidate]
+
+
+class Leaf(msgspec.Struct, frozen=True, omit_defaults=False):
+    # Declared in sorted key order: the encoding is canonical (see the module docstring).
+    candidates_sha256: str | None
+    computed_at_ms: int | None
+    device: str | None
+    kind: str  # "prediction" | "tombstone" | "invalid"
+    model_version: str | None
+    offset: int
+    partition: int
+    produced_at_ms: int | None
+    topic: str
+    trigger: str | None
+    v: int
+    value_sha256: str | None
+
+
+_decode_prediction = msgspec.json.Decoder(_Prediction).decode
+_encode = msgspec.json.Encoder().encode
+_decode_leaf = msgspec.json.Decoder(Leaf).decode
+_DecodeError = msgspec.DecodeError
+
+
+def candidates_digest(candidates: list[_Candidate]) -> str:
+    """SHA-256 of the candidates as `[["strategy",score],...]` (shortest round-trip floats)."""
+    return sha256(_encode([(c.strategy, c.score) for c in candidates])).hexdigest()
+
+
+def leaf_of(
+    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+) -> Leaf:
+    if value is None:
+        device = key.decode("utf-8", "replace") if key else None
+        return Leaf(
+            None,
+            None,
+            device,
+            "tombstone",
+            None,
+            offset,
+            partition,
+            None,
+            topic,
+            None,
+            LEAF_VERSION,
+            None,
+        )
+    value_digest = sha256(value).hexdigest()
+    try:
+        p = _decode_prediction(value)
+    except (_DecodeError, UnicodeDecodeError):
+        device = key.decode("utf-8", "replace") if key else None
+        return Leaf(
+            None,
+            None,
+            device,
+            "invalid",
+            None,
+            offset,
+            partition,
+            None,
+            topic,
+            None,
+            LEAF_VERSION,
+            value_digest,
+        )
+    return Leaf(
+        candidates_digest(p.candidates),
+        p.computed_at_ms,
+        p.device_id,
+        "prediction",
+        p.model_version,
+        offset,
+        partition,
+        p.produced_at_ms,
+        topic,
+        p.trigger,
+        LEAF_VERSION,
+        value_digest,
+    )
+
+
+def encode_leaf(leaf: Leaf) -> bytes:
+    return _encode(leaf)
+
+
+def leaf_data(
+    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+) -> bytes:
+    """The leaf bytes of one record (what is hashed with the 0x00 prefix)."""
+    return _encode(leaf_of(topic, partition, offset, key, value))
+
+
+def decode_leaf(data: bytes) -> Leaf:
+    """`ValueError` when `data` is not a leaf (an altered one, say)."""
+    try:
+        return _decode_leaf(data)
+    except (_DecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a leaf: {exc}") from None

@@ -1,0 +1,116 @@
+"""The drift monitor's core: heartbeat records -> the serving feature function -> a sliding
+window -> KS per feature against the model's frozen reference, BH across features, an effect
+floor -> Prometheus gauges. No Kafka here: `workers.drift` feeds it, `bench drift` too."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from prometheus_client import Counter, Gauge, Histogram
+
+from precast.kafka import KafkaMessage
+from workers.decode import decode_heartbeats
+from workers.drift_reference import MONITORED_INDEX, Reference
+from workers.drift_stats import DriftResult, test_window
+from workers.drift_window import SlidingWindow
+from workers.features import EMPTY_CONTEXT, HEARTBEAT_COLUMNS, build_features
+
+STATISTIC = Gauge(
+    "precast_drift_ks_statistic", "KS distance D of the last tested window, by feature", ["feature"]
+)
+P_VALUE = Gauge("precast_drift_p_value", "KS p-value of the last tested window", ["feature"])
+WINDOW_ROWS = Gauge(
+    "precast_drift_window_rows", "live rows in the last tested window, by feature", ["feature"]
+)
+FEATURE_FLAGGED = Gauge(
+    "precast_drift_feature_flagged", "1 if the feature drifted in the last window", ["feature"]
+)
+FLAGGED = Gauge("precast_drift_flagged_features", "features flagged in the last tested window")
+WINDOWS = Counter("precast_drift_windows_total", "windows evaluated", ["result"])
+HEARTBEATS = Counter("precast_drift_heartbeats_total", "heartbeats read", ["result"])
+VALUES = Counter("precast_drift_values_total", "feature values tested (rows x features)")
+EVAL_S = Histogram(
+    "precast_drift_evaluation_seconds",
+    "time to test one window",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+REFERENCE = Gauge(
+    "precast_drift_reference_info", "the reference in use (value 1)", ["model_version"]
+)
+for _r in ("clean", "drift", "too_small"):  # series exist from the start: zeros, not gaps
+    WINDOWS.labels(_r)
+for _r in ("ok", "rejected"):
+    HEARTBEATS.labels(_r)
+
+
+def monitored_features(cols: np.ndarray) -> np.ndarray:
+    """(n, k) monitored features from heartbeat columns (`Heartbeats.cols`), through the same
+    `build_features` the worker and training use."""
+    n = len(cols)
+    raw: dict[str, np.ndarray] = {name: cols[:, i] for i, name in enumerate(HEARTBEAT_COLUMNS)}
+    raw.update({k: np.full(n, v) for k, v in EMPTY_CONTEXT.items()})
+    return build_features(raw)[:, MONITORED_INDEX].astype(np.float64)
+
+
+def _ignore(*_: object) -> None:
+    # Bad records are the worker's to dead-letter; the monitor only counts them.
+    HEARTBEATS.labels("rejected").inc()
+
+
+class DriftMonitor:
+    def __init__(
+        self,
+        reference: Reference,
+        *,
+        window_s: float,
+        step_s: float,
+        min_rows: int,
+        max_rows: int,
+        alpha: float,
+        min_effect: float,
+    ) -> None:
+        self.ref = reference
+        self.window = SlidingWindow(window_s, max_rows)
+        self.step_s, self.min_rows = step_s, min_rows
+        self.alpha, self.min_effect = alpha, min_effect
+        self.next_test: float | None = None
+        self.last: DriftResult | None = None
+        REFERENCE.labels(reference.model_version).set(1)
+
+    def add_records(self, msgs: Sequence[KafkaMessage], now_s: float) -> None:
+        """A consumed batch; `now_s` (arrival time) places it in the window: device clocks do
+        not decide which window a record belongs to."""
+        hb = decode_heartbeats(msgs, _ignore)
+        HEARTBEATS.labels("ok").inc(len(hb))
+        self.add_rows(np.full(len(hb), now_s), monitored_features(hb.cols))
+
+    def add_rows(self, times: np.ndarray, rows: np.ndarray) -> None:
+        self.window.add(times, rows)
+
+    def due(self, now_s: float) -> bool:
+        if self.next_test is None:
+            self.next_test = now_s + self.step_s
+        return now_s >= self.next_test
+
+    def evaluate(self, now_s: float) -> DriftResult | None:
+        """Test the window now; None (and a too_small count) if it holds too few rows."""
+        self.next_test = now_s + self.step_s
+        rows = self.window.rows()
+        if len(rows) < self.min_rows:
+            WINDOWS.labels("too_small").inc()
+            return None
+        t0 = time.perf_counter()
+        r = test_window(self.ref.sorted_values, rows, alpha=self.alpha, min_effect=self.min_effect)
+        EVAL_S.observe(time.perf_counter() - t0)
+        VALUES.inc(rows.size)
+        for i, name in enumerate(self.ref.features):
+            STATISTIC.labels(name).set(float(r.statistic[i]))
+            P_VALUE.labels(name).set(float(r.p_value[i]))
+            WINDOW_ROWS.labels(name).set(r.window)
+            FEATURE_FLAGGED.labels(name).set(float(r.flagged[i]))
+        FLAGGED.set(int(r.flagged.sum()))
+        WINDOWS.labels("drift" if r.drifted else "clean").inc()
+        self.last = r
+        return r
