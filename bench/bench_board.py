@@ -104,7 +104,7 @@ def run(ctx: Context) -> Report:
     from opsctl.stack.process import free_port
     from precast.kafka import OFFSET_END, Admin, Consumer, TopicPartitionOffset
     from schemas.topics import catalog
-    from tests.integration.board_support import chrome
+    from tests.integration.board_support import chrome, close_chrome
 
     seconds = min(DURATION_S, 30.0) if ctx.quick else DURATION_S
     admin = Admin(ctx.kafka_settings())
@@ -173,7 +173,7 @@ def run(ctx: Context) -> Report:
     finally:
         stop.set()
         if driver is not None:
-            driver.quit()
+            close_chrome(driver)
         reader.close()
         for p in procs:
             p.send_signal(signal.SIGTERM)

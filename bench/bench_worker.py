@@ -41,7 +41,10 @@ def _produce_heartbeats(
     from producers.simulator import Fleet
 
     fleet, p, trace = Fleet(devices, seed=3), Producer(settings), TraceIds(seed=3).new
-    t0, sent, start = int(time.time() * 1000), 0, time.monotonic()
+    # Unpaced rounds step event time 1 s each: start that far back so none lies in the future
+    # (a worker dead-letters event times ahead of its clock).
+    back = 0 if rate is not None else 1000 * rounds
+    t0, sent, start = int(time.time() * 1000) - back, 0, time.monotonic()
     chunk = 500
     while True:
         if rate is None and sent >= devices * rounds:

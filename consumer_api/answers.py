@@ -19,6 +19,14 @@ from dataclasses import dataclass
 from precast.serving import Entry
 
 PRECOMPUTED, STALE, FALLBACK = "precomputed", "stale", "fallback"
+# Why an answer is the fallback (the `reason` field).
+UNKNOWN_DEVICE, EXPIRED, PURGED, STORE_UNAVAILABLE = (
+    "unknown_device",
+    "expired",
+    "purged",
+    "store_unavailable",
+)
+FALLBACK_REASONS = (UNKNOWN_DEVICE, EXPIRED, PURGED, STORE_UNAVAILABLE)
 SEGMENTS = ("queue", "model", "kafka", "cache")
 _JSON = (b"content-type", b"application/json")
 
@@ -92,8 +100,8 @@ class Renderer:
 
     def classify(self, e: Entry | None, now_ms: int) -> tuple[str, str | None]:
         """(source, reason): reason is the precompute-request reason, or why it is a fallback."""
-        if e is None:
-            return FALLBACK, "miss"
+        if e is None:  # no entry at all: see `fallback` for why this never asks the workers
+            return FALLBACK, UNKNOWN_DEVICE
         if e.purge:
             return FALLBACK, "purged"
         if now_ms >= e.valid_until_ms:
@@ -103,7 +111,7 @@ class Renderer:
     def render(self, device_id: str, e: Entry | None, now_ms: int) -> Answer:
         source, reason = self.classify(e, now_ms)
         if source == FALLBACK:
-            return self.fallback(device_id, reason or "miss")
+            return self.fallback(device_id, reason or UNKNOWN_DEVICE)
         assert e is not None
         if source == PRECOMPUTED:
             body, headers, etag, max_age = fresh(e, now_ms)
@@ -131,10 +139,14 @@ class Renderer:
             b'"reason":"%s"}' % (device_id.encode(), self._fallback_candidates, reason.encode())
         )
         headers = [_JSON, (b"cache-control", b"no-store"), (b"server-timing", b"fallback;dur=0")]
-        # A store outage is not a reason to ask the workers: the data exists, the store is down.
+        # Asking is for devices the store knows (an expired answer, a purge marker). A store
+        # outage is no reason: the data exists, the store is down. Neither is an unknown device:
+        # every device with data gets a prediction from its first heartbeat without anyone
+        # asking, and the workers publish nothing for one without data, so a request would only
+        # let any reader write per-ID state (docs/api.md, "Unknown devices").
         ask_reason = (
             None
-            if reason == "store_unavailable"
+            if reason in (STORE_UNAVAILABLE, UNKNOWN_DEVICE)
             else ("expiry" if reason == "expired" else "api_miss")
         )
         return Answer(FALLBACK, body, headers, None, ask_reason)

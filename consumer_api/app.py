@@ -24,20 +24,20 @@ from consumer_api.errors import error
 from consumer_api.fastpath import FastPath
 from consumer_api.hygiene import ErrorHygiene
 from consumer_api.limits import retry_after
-from consumer_api.openapi import SPEC
+from consumer_api.openapi import build_spec
 from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_params
 from consumer_api.service import Service, now_ms
 from consumer_api.streams import open_stream
 
-_SPEC_BYTES = orjson.dumps(SPEC)
 log = logging.getLogger("precast.api")
 
 
 class Endpoints:
     """The Starlette endpoints; each checks auth and parameters first."""
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, board: bool = False) -> None:
         self.svc, self.opts = svc, svc.options
+        self._spec = orjson.dumps(build_spec(svc.options, board=board))
 
     def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
         if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
@@ -137,10 +137,13 @@ class Endpoints:
         ask = [
             d
             for d, e in zip(ids, entries, strict=True)
-            if svc.renderer.classify(e, now)[0] != PRECOMPUTED
+            # unknown devices never ask (see answers.Renderer.fallback)
+            if e is not None and svc.renderer.classify(e, now)[0] != PRECOMPUTED
         ]
+        unknown = sum(e is None for e in entries)
         counts = await svc.asker.request_many(ask, "prefetch", now)
-        counts["fresh"] = len(ids) - len(ask)
+        counts["fresh"] = len(ids) - len(ask) - unknown
+        counts["unknown"] = unknown
         return Response(orjson.dumps(counts), 202, media_type="application/json")
 
     async def beacon(self, request: Request) -> Response:
@@ -174,12 +177,12 @@ class Endpoints:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     async def openapi(self, _: Request) -> Response:
-        return Response(_SPEC_BYTES, media_type="application/json")
+        return Response(self._spec, media_type="application/json")
 
 
 def create_app(svc: Service, board: boards.Board | None = None):
     """The ASGI app; with `board`, also the operations-center board (consumer_api.board)."""
-    ep = Endpoints(svc)
+    ep = Endpoints(svc, board=board is not None)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

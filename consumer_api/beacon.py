@@ -2,7 +2,7 @@
 origins. End-to-end delay of one view = the shown answer's age split by pipeline segment
 (queue, model, kafka, cache; echoed from its Server-Timing header) + network time
 (`network_qoe`) + the rest of input-to-shown (`front_jank`). Each origin's milliseconds are
-counted (`precast_delay_origin_ms_total`) and its share of the recent delay is a gauge
+counted (`precast_delay_origin_seconds_total`, base unit) and its share of the recent delay is a gauge
 (`precast_delay_origin_share`, 60 s half-life) on which an alert fires when one origin passes
 30 % (deploy/alerts/precast-api.rules.yml).
 
@@ -12,7 +12,7 @@ token, so any client can lie. Its influence is bounded three ways: every value i
 address, as for the per-client limits) keeps its own decayed sums, so sending more beacons only
 refines that client's own shares and never weighs more; and the published share of an origin is
 the median over clients of their shares (renormalized to sum to 1), so a minority of clients
-cannot move it past what honest clients report. The ms counter is raw volume (clipped, rate-
+cannot move it past what honest clients report. The seconds counter is raw volume (clipped, rate-
 limited per client), not for alerting."""
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 ORIGINS = ("queue", "model", "kafka", "cache", "network_qoe", "front_jank")
-ORIGIN_MS = Counter(
-    "precast_delay_origin_ms", "end-to-end delay reported by UI beacons, by origin (ms)", ["origin"]
+# Base units (seconds), as Prometheus names want them: beacons report milliseconds.
+ORIGIN_S = Counter(
+    "precast_delay_origin_seconds",
+    "end-to-end delay reported by UI beacons, by origin",
+    ["origin"],
 )
 SHARE = Gauge(
     "precast_delay_origin_share",
@@ -42,14 +45,14 @@ CLIPPED = Counter(
     "precast_beacon_values_clipped", "beacon values above PRECAST_API__BEACON_MAX_MS, clipped"
 )
 for _o in ORIGINS:  # every series exists from the start, so shares and alerts see zeros, not gaps
-    ORIGIN_MS.labels(_o)
+    ORIGIN_S.labels(_o)
     SHARE.labels(_o)
 
 Ms = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 
 
 class ServerTiming(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
     queue: Ms = 0
     model: Ms = 0
     kafka: Ms = 0
@@ -57,7 +60,7 @@ class ServerTiming(BaseModel):
 
 
 class Timing(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
     input_to_shown_ms: Ms = Field(description="from the user's input to the data on screen")
     network_ms: Ms = Field(
         description="time on the network (request start to response end, less server time)"
@@ -68,7 +71,7 @@ class Timing(BaseModel):
 
 
 class Beacon(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
     timings: list[Timing] = Field(min_length=1, max_length=100)
 
 
@@ -168,7 +171,7 @@ def record(
         clipped += n
         parts = split(t)
         for o, v in parts.items():
-            ORIGIN_MS.labels(o).inc(v)
+            ORIGIN_S.labels(o).inc(v / 1000.0)
         shares.add(parts, client)
     if clipped:
         CLIPPED.inc(clipped)

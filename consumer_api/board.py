@@ -322,9 +322,9 @@ def _frame(event: bytes, seq: int | None, data: bytes) -> bytes:
 
 
 def _int(raw: str | None, default: int, lo: int, hi: int) -> int | None:
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # as the OpenAPI integer says: no "", no "²"
         return None
     v = int(raw)
     return v if lo <= v <= hi else None

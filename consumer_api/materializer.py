@@ -31,6 +31,7 @@ from precast.kafka import (
     retry_settling,
 )
 from precast.serving import (
+    FUTURE,
     STORED,
     Entry,
     InvalidPrediction,
@@ -212,6 +213,8 @@ class Materializer:
                     stored = [it for it, r in zip(items, results, strict=True) if r == STORED]
             except redis.RedisError as exc:
                 self._lose_redis(f"write failed: {type(exc).__name__}")
+        if self.view is not None and FUTURE in results:
+            APPLIED.labels("future").inc(results.count(FUTURE))
         APPLIED.labels("stored").inc(len(stored))
         APPLIED.labels("older_or_expired").inc(len(items) - len(stored))
         if stored and self._on_stored is not None:

@@ -1,274 +1,218 @@
-"""The OpenAPI document served at /openapi.json (hand-maintained; tests/unit/test_api_app.py
-checks that every route is documented and every documented path exists)."""
+"""The OpenAPI document served at /openapi.json, generated from the pydantic models the handlers
+validate with (`requests_in.Prefetch`, `beacon.Beacon`) and the response models
+(`consumer_api.contract`), with limits taken from the running options. The bearer scheme is
+declared exactly when a token is configured. schemathesis fuzzes a live API against it
+(tests/integration/test_api_contract.py); tests/unit/test_api_app.py checks that every route is
+documented and every documented path exists."""
 
 from __future__ import annotations
 
-from consumer_api import board_openapi
+import copy
+from typing import Any
+
+from pydantic import BaseModel
+
+from consumer_api import board_openapi, contract
 from consumer_api.beacon import Beacon
 from consumer_api.requests_in import Prefetch
+from consumer_api.settings import ApiOptions
+from schemas.events import DEVICE_ID_PATTERN
 
-_DEVICE_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:\\-]{0,127}$"}
-_ERROR = {
-    "description": "bad request (JSON error naming the problem)",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
-_AUTH = {
-    "description": "bearer token missing or wrong (only when auth is enabled)",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
-_LIMITED = {
-    "description": "past this client's allowance (PRECAST_API__CLIENT_*); Retry-After says when",
-    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}},
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
-_IDS = {
-    "name": "ids",
-    "in": "query",
-    "required": True,
-    "description": "comma-separated device IDs (at most PRECAST_API__BATCH_MAX)",
-    "schema": {"type": "string"},
-}
-_TIMING_HEADERS = {
-    "Server-Timing": {
-        "description": "queue, model, kafka, cache segments of the answer's age (ms)",
-        "schema": {"type": "string"},
-    },
-    "X-Model-Version": {
-        "description": "model version of a precomputed or stale answer",
-        "schema": {"type": "string"},
-    },
-    "Cache-Control": {
-        "description": "max-age until valid_until (precomputed), no-cache (stale), no-store (fallback)",
-        "schema": {"type": "string"},
-    },
-    "ETag": {
-        "description": "weak; identifies the prediction (send as If-None-Match for 304)",
-        "schema": {"type": "string"},
-    },
-}
+_REF = "#/components/schemas/{model}"
+_ID = DEVICE_ID_PATTERN.removeprefix("^").removesuffix("$")
+_MODELS: tuple[type[BaseModel], ...] = (
+    contract.Error,
+    contract.Answer,
+    contract.Batch,
+    contract.PrefetchResult,
+    Prefetch,
+    Beacon,
+)
 
 
-def _json(ref: str, description: str) -> dict:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+def _schemas(batch_max: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for model in _MODELS:
+        schema = model.model_json_schema(ref_template=_REF)
+        out.update(schema.pop("$defs", {}))
+        out[model.__name__] = schema
+    # The model bounds a hint generously; the running replica's limit is what it enforces.
+    out["Prefetch"]["properties"]["device_ids"]["maxItems"] = batch_max
+    return out
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _errors(*codes: int, auth: bool) -> dict[str, Any]:
+    why = {
+        400: "bad parameter (the body names it)",
+        401: "bearer token missing or wrong",
+        404: "no such path (e.g. an empty device ID)",
+        405: "method not allowed",
+        408: "body not received in time (PRECAST_API__BODY_TIMEOUT_S)",
+        413: "body too large",
+        415: "not application/json",
+        422: "body breaks the schema",
+        429: "past this client's allowance (PRECAST_API__CLIENT_*); Retry-After says when",
+        503: "unavailable (see Retry-After)",
     }
-
-
-def _probe(summary: str) -> dict:
-    return {
-        "get": {
-            "summary": summary,
-            "security": [],
-            "responses": {
-                "200": {"description": "ok"},
-                "503": {"description": "not ok (details in the body)"},
-            },
+    listed = [*codes, 405] + ([401] if auth else [])
+    out = {str(c): _json("Error", why[c]) for c in sorted(set(listed))}
+    if "429" in out:
+        out["429"]["headers"] = {
+            "Retry-After": {"description": "seconds", "schema": {"type": "integer"}}
         }
+    return out
+
+
+def _ids(limit: int, what: str) -> dict[str, Any]:
+    return {
+        "name": "ids",
+        "in": "query",
+        "required": True,
+        "description": f"comma-separated device IDs, at most {limit} ({what})",
+        "schema": {"type": "string", "pattern": f"^{_ID}(,{_ID}){{0,{limit - 1}}}$"},
     }
 
 
-SPEC: dict = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "precast read API",
-        "version": "1",
-        "description": "The newest precomputed prediction per device, with where its delay came from. See docs/api.md.",
-    },
-    "security": [{"bearer": []}],
-    "paths": {
-        "/v1/devices/{device_id}/prediction": {
-            "get": {
-                "summary": "The newest answer for one device (precomputed, stale or fallback)",
-                "parameters": [
-                    {"name": "device_id", "in": "path", "required": True, "schema": _DEVICE_ID},
-                    {
-                        "name": "If-None-Match",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                ],
-                "responses": {
-                    "200": {**_json("Answer", "the answer"), "headers": _TIMING_HEADERS},
-                    "304": {"description": "unchanged since the given ETag"},
-                    "400": _ERROR,
-                    "401": _AUTH,
-                },
-            }
-        },
-        "/v1/predictions": {
-            "get": {
-                "summary": "Answers for a list of devices (list views), in request order, duplicates removed",
-                "parameters": [_IDS],
-                "responses": {
-                    "200": _json("Batch", "one answer per device"),
-                    "304": {"description": "unchanged"},
-                    "400": _ERROR,
-                    "401": _AUTH,
-                },
-            }
-        },
-        "/v1/stream": {
-            "get": {
-                "summary": "Server-Sent Events: the current answer for each device, then every newer one "
-                "(event: prediction, id: device ID, data: Answer)",
-                "parameters": [
-                    {
-                        **_IDS,
-                        "description": "comma-separated device IDs (at most PRECAST_API__SSE_MAX_DEVICES)",
-                    }
-                ],
-                "responses": {
-                    "200": {
-                        "description": "text/event-stream",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                    },
-                    "400": _ERROR,
-                    "401": _AUTH,
-                    "429": _LIMITED,
-                    "503": {
-                        **_ERROR,
-                        "description": "too many open streams on this replica "
-                        "(PRECAST_API__SSE_MAX_STREAMS); see Retry-After",
-                    },
-                },
-            }
-        },
-        "/v1/prefetch": {
-            "post": {
-                "summary": "The UI names devices it is about to show; those without a fresh answer "
-                "get one deduplicated precompute request each",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Prefetch"}}
-                    },
-                },
-                "responses": {
-                    "202": _json("PrefetchResult", "what was asked"),
-                    "400": _ERROR,
-                    "401": _AUTH,
-                    "408": _ERROR,
-                    "413": _ERROR,
-                    "415": _ERROR,
-                    "422": _ERROR,
-                    "429": _LIMITED,
-                },
-            }
-        },
-        "/v1/beacon": {
-            "post": {
-                "summary": "UI timings (input to shown, network): aggregated into delay "
-                "origins front_jank and network_qoe",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Beacon"}}
-                    },
-                },
-                "responses": {
-                    "204": {"description": "recorded"},
-                    "400": _ERROR,
-                    "401": _AUTH,
-                    "408": _ERROR,
-                    "413": _ERROR,
-                    "415": _ERROR,
-                    "422": _ERROR,
-                    "429": _LIMITED,
-                },
-            }
-        },
-        "/healthz": _probe("Liveness: the process and its materializer run"),
-        "/readyz": _probe("Readiness: the view has caught up with the predictions topic"),
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics",
-                "security": [],
-                "responses": {"200": {"description": "text exposition format"}},
-            }
-        },
-        "/openapi.json": {
-            "get": {
-                "summary": "This document",
-                "security": [],
-                "responses": {"200": {"description": "OpenAPI 3.1"}},
-            }
-        },
-    },
-    "components": {
-        "securitySchemes": {
-            "bearer": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "only when PRECAST_API__AUTH_TOKEN is set",
-            }
-        },
-        "schemas": {
-            "Error": {
-                "type": "object",
-                "required": ["error", "detail"],
-                "properties": {
-                    "error": {"type": "string"},
-                    "detail": {"type": "string"},
-                    "parameter": {"type": "string"},
-                },
-            },
-            "Candidate": {
-                "type": "object",
-                "properties": {"strategy": {"type": "string"}, "score": {"type": "number"}},
-            },
-            "Answer": {
-                "type": "object",
-                "required": ["device_id", "candidates", "source", "delay_origin", "age_ms"],
-                "properties": {
-                    "device_id": _DEVICE_ID,
-                    "candidates": {
-                        "type": "array",
-                        "items": {"$ref": "#/components/schemas/Candidate"},
-                    },
-                    "model_version": {"type": ["string", "null"]},
-                    "computed_at_ms": {
-                        "type": ["integer", "null"],
-                        "description": "event time of the newest input",
-                    },
-                    "valid_until_ms": {"type": ["integer", "null"]},
-                    "produced_at_ms": {"type": "integer"},
-                    "trigger": {"type": "string"},
-                    "lineage": {"type": "array"},
-                    "age_ms": {"type": ["integer", "null"], "description": "now - computed_at_ms"},
-                    "source": {"enum": ["precomputed", "stale", "fallback"]},
-                    "delay_origin": {"enum": ["queue", "model", "kafka", "cache", "fallback"]},
-                    "reason": {
-                        "enum": ["miss", "expired", "purged", "store_unavailable"],
-                        "description": "fallback only",
-                    },
-                },
-            },
-            "Batch": {
-                "type": "object",
-                "properties": {
-                    "count": {"type": "integer"},
-                    "predictions": {
-                        "type": "array",
-                        "items": {"$ref": "#/components/schemas/Answer"},
-                    },
-                },
-            },
-            "Prefetch": Prefetch.model_json_schema(),
-            "PrefetchResult": {
-                "type": "object",
-                "properties": {
-                    k: {"type": "integer"}
-                    for k in ("sent", "deduplicated", "dropped", "over_budget", "fresh")
-                },
-            },
-            "Beacon": Beacon.model_json_schema(
-                ref_template="#/components/schemas/Beacon/$defs/{model}"
-            ),
-        },
-    },
+def _plain(summary: str, ok: str, *extra: int) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": {"description": ok}}
+    for code in extra:
+        responses[str(code)] = {"description": "not ok (details in the body)"}
+    responses["405"] = _json("Error", "method not allowed")
+    return {"get": {"summary": summary, "security": [], "responses": responses}}
+
+
+_TIMING_HEADERS = {
+    "Server-Timing": "queue, model, kafka, cache segments of the answer's age (ms)",
+    "X-Model-Version": "model version of a precomputed or stale answer",
+    "Cache-Control": "max-age until valid_until (precomputed), no-cache (stale), no-store "
+    "(fallback)",
+    "ETag": "weak; identifies the prediction (send as If-None-Match for 304)",
 }
-# The board's paths (consumer_api.board) are documented in their own module.
-SPEC["paths"].update(board_openapi.PATHS)
-SPEC["components"]["schemas"].update(board_openapi.SCHEMAS)
+
+
+def build_spec(opts: ApiOptions, *, board: bool = False) -> dict[str, Any]:
+    """The document for a replica with these options (`board`: it serves the board, issue 13,
+    whose paths are still hand-written in `consumer_api.board_openapi`)."""
+    auth = opts.auth_token is not None
+    one = {
+        "summary": "The newest answer for one device (precomputed, stale or fallback)",
+        "parameters": [
+            {
+                "name": "device_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": DEVICE_ID_PATTERN},
+            },
+            {
+                "name": "If-None-Match",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+            },
+        ],
+        "responses": {
+            "200": {
+                **_json("Answer", "the answer"),
+                "headers": {
+                    k: {"description": v, "schema": {"type": "string"}}
+                    for k, v in _TIMING_HEADERS.items()
+                },
+            },
+            "304": {"description": "unchanged since the given ETag"},
+            **_errors(400, 404, auth=auth),
+        },
+    }
+    spec: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "precast read API",
+            "version": "1",
+            "description": "The newest precomputed prediction per device, with where its "
+            "delay came from. See docs/api.md.",
+        },
+        "paths": {
+            "/v1/devices/{device_id}/prediction": {"get": one},
+            "/v1/predictions": {
+                "get": {
+                    "summary": "Answers for a list of devices (list views), in request order, "
+                    "duplicates removed",
+                    "parameters": [_ids(opts.batch_max, "PRECAST_API__BATCH_MAX")],
+                    "responses": {
+                        "200": _json("Batch", "one answer per device"),
+                        "304": {"description": "unchanged"},
+                        **_errors(400, auth=auth),
+                    },
+                }
+            },
+            "/v1/stream": {
+                "get": {
+                    "summary": "Server-Sent Events: the current answer for each device, then every "
+                    "newer one (event: prediction, id: device ID, data: Answer)",
+                    "parameters": [_ids(opts.sse_max_devices, "PRECAST_API__SSE_MAX_DEVICES")],
+                    "responses": {
+                        "200": {
+                            "description": "text/event-stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        **_errors(400, 429, 503, auth=auth),
+                    },
+                }
+            },
+            "/v1/prefetch": {
+                "post": {
+                    "summary": "The UI names devices it is about to show; those the store knows "
+                    "without a fresh answer get one deduplicated precompute request each",
+                    "requestBody": _body("Prefetch"),
+                    "responses": {
+                        "202": _json("PrefetchResult", "what was asked"),
+                        **_errors(400, 408, 413, 415, 422, 429, auth=auth),
+                    },
+                }
+            },
+            "/v1/beacon": {
+                "post": {
+                    "summary": "UI timings (input to shown, network): aggregated into delay "
+                    "origins front_jank and network_qoe",
+                    "requestBody": _body("Beacon"),
+                    "responses": {
+                        "204": {"description": "recorded"},
+                        **_errors(400, 408, 413, 415, 422, 429, auth=auth),
+                    },
+                }
+            },
+            "/healthz": _plain("Liveness: the process and its materializer run", "ok", 503),
+            "/readyz": _plain(
+                "Readiness: the view has caught up with the predictions topic", "ok", 503
+            ),
+            "/metrics": _plain("Prometheus metrics", "text exposition format"),
+            "/openapi.json": _plain("This document", "OpenAPI 3.1"),
+        },
+        "components": {"schemas": _schemas(opts.batch_max)},
+    }
+    if board:
+        spec["paths"].update(copy.deepcopy(board_openapi.PATHS))
+        spec["components"]["schemas"].update(board_openapi.SCHEMAS)
+        for param in spec["paths"]["/v1/board/fleet"]["get"]["parameters"]:
+            limits = {"limit": opts.board_max_rows, "offset": 10**9}  # what the handler enforces
+            if param["name"] in limits:
+                param["schema"]["maximum"] = limits[param["name"]]
+            if param["name"] in ("alarm", "source"):  # empty means no filter, as for the others
+                param["schema"]["enum"] = [*param["schema"]["enum"], ""]
+    if auth:  # declared exactly when the server checks it
+        spec["security"] = [{"bearer": []}]
+        spec["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "PRECAST_API__AUTH_TOKEN"}
+        }
+    return spec
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": _ref(name)}}}

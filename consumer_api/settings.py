@@ -88,7 +88,7 @@ class ApiOptions(Section):
         default=20,
         ge=1,
         le=1_000,
-        description="longest a materializer poll waits when nothing arrives (it returns as soon as a prediction is there)",
+        description="longest a materializer poll waits when nothing arrives (it returns at the first prediction)",
     )
     max_body_bytes: int = Field(
         default=65_536, ge=1024, le=10_485_760, description="largest accepted POST body"

@@ -31,7 +31,7 @@ def rebuild(
     settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True
 ) -> dict[str, Any]:
     from opsctl.store import PredictionReader, shared_store  # the Redis client loads only here
-    from precast.serving import EXPIRED, OLDER, STORED
+    from precast.serving import EXPIRED, FUTURE, OLDER, STORED
 
     store = shared_store(settings, "rebuild")
     t0 = time.monotonic()
@@ -52,6 +52,7 @@ def rebuild(
         "stored": results[STORED],
         "older": results[OLDER],
         "expired": results[EXPIRED],
+        "future": results[FUTURE],
         "invalid": reader.invalid,
         "tombstones": reader.tombstones,
         "purge_markers": purge_markers,
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
                 "stored",
                 "older or duplicate",
                 "expired",
+                "future",
                 "purge markers",
                 "invalid",
                 "tombstones",
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
                     r["stored"],
                     r["older"],
                     r["expired"],
+                    r["future"],
                     r["purge_markers"],
                     r["invalid"],
                     r["tombstones"],

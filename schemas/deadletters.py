@@ -38,4 +38,6 @@ class Reason(StrEnum):
     UNKNOWN_SCHEMA_VERSION = "unknown_schema_version"
     TOMBSTONE = "tombstone"  # null value on an event topic
     MODEL_FAILURE = "model_failure"  # inference failed twice on the batch
+    # event time ahead of the worker's clock by more than schemas.events.MAX_AHEAD_MS
+    FUTURE_EVENT_TIME = "future_event_time"
     UNKNOWN = "unknown"

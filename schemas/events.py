@@ -33,6 +33,12 @@ MAX_TIME_MS = 4_102_444_800_000
 EpochMs = Annotated[int, Field(ge=MIN_TIME_MS, le=MAX_TIME_MS)]
 # A device may not claim an event happened after it was produced by more than this (clock skew).
 MAX_CLOCK_SKEW_MS = 5 * 60_000
+# How far a device's event time may run ahead of a clock precast trusts (the consuming worker's,
+# NTP-synced like the brokers'). Both times above come from the device, so the check above cannot
+# catch a device clock running ahead; beyond this, the worker dead-letters the event
+# (`future_event_time`) and a serving store refuses a prediction computed that far ahead. It
+# bounds how long a wrong clock can freeze a device's answer: at most this long.
+MAX_AHEAD_MS = 5_000
 
 
 # NaN and Infinity are never valid numbers in an event (and not JSON either).

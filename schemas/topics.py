@@ -96,6 +96,21 @@ _CATALOG: dict[str, tuple[str, CleanupPolicy, int | None, bool, str, dict[str, s
         "a candidate model's PredictionSets from `precast shadow`; never served, never materialized",
         {},
     ),
+    "worker_state": (
+        "worker-state",
+        "compact",
+        None,
+        True,
+        "per-device worker state (newest heartbeat, last prediction's order key and validity); "
+        "the changelog a worker restores a partition from before it processes it",
+        # Restore reads the whole partition on every assignment: compact eagerly so it stays
+        # about one record per device.
+        {
+            "segment.ms": str(HOUR_MS),
+            "min.cleanable.dirty.ratio": "0.2",
+            "delete.retention.ms": str(DAY_MS),
+        },
+    ),
     "dead_letters": (
         "dead-letters",
         "delete",
@@ -129,6 +144,7 @@ class Topics:
     predictions: TopicSpec
     read_hints: TopicSpec
     shadow_predictions: TopicSpec
+    worker_state: TopicSpec
     dead_letters: TopicSpec
     audit_checkpoints: TopicSpec
 

@@ -58,6 +58,8 @@ def prepare(
         cfg, backfill=True, policy=dataclasses.replace(cfg.policy, always=True)
     )
     worker.assignment, worker.stop_at = assignment, stop_at
+    # A backfill recomputes a past range: its state must not overwrite the live workers'.
+    worker.write_state = False
 
 
 def run(

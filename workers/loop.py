@@ -32,6 +32,7 @@ from workers import metrics as M
 from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
 from workers.pipeline import Pipeline, PipelineConfig
 from workers.registry import ModelRegistry
+from workers.restore import StateRestorer
 
 log = logging.getLogger("precast.workers")
 
@@ -46,6 +47,8 @@ class LoopConfig:
     transactional_id: str = "precast-worker"
     transaction_timeout_ms: int = 10_000
     lag_interval_s: float = 5.0
+    # write the worker-state changelog with every prediction and restore from it on assignment
+    worker_state: bool = True
 
 
 def tune_gc() -> None:
@@ -123,9 +126,15 @@ class Worker:
         # The policy's clock (throttle windows, predicted_at). A shadow run replays history on
         # the event-time clock instead, so the policy decides as it did at the time.
         self.clock: Callable[[], int] = _now_ms
+        self.write_state = cfg.worker_state
+        # at-least-once: newest state record per device key since the last commit
+        self._state: dict[bytes, bytes] = {}
+        self._restorer: StateRestorer | None = None
+        self._kafka = kafka
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
+        self.pipeline.prime(self.registry.current)  # sensitivities before the first heartbeat
         self.sink.begin()
         if self.assignment is None:
             self.consumer.subscribe(
@@ -153,6 +162,8 @@ class Worker:
 
     def close(self) -> None:
         self.consumer.close()  # leaves the group; the revoke hook finds nothing left to do
+        if self._restorer is not None:
+            self._restorer.close()
         self.registry.close()
 
     def finished(self) -> bool:
@@ -198,6 +209,9 @@ class Worker:
             self._run_batch(items, delay)
 
     def _run_batch(self, items: list, delay: float) -> None:
+        items = self.pipeline.with_data(items)
+        if not items:
+            return
         model = self.registry.current  # one model for the whole batch
         now_ms = self.clock()
         result = None
@@ -225,8 +239,14 @@ class Worker:
             return
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
-        M.STAGE["produce"].inc(time.perf_counter() - t0)
         self.pipeline.mark_predicted(result, now_ms)
+        if self.write_state:
+            state = self.pipeline.state_records(result)
+            if self.sink.exactly_once:  # in the same transaction as the predictions
+                self.sink.produce(self.topics.worker_state.name, result.out.keys, state)
+            else:  # at the commit, after the predictions are acknowledged (see _flush_state)
+                self._state.update(zip(result.out.keys, state, strict=True))
+        M.STAGE["produce"].inc(time.perf_counter() - t0)
         self.batches += 1
         M.BATCH_SIZE.observe(len(items))
         M.QUEUE_DELAY.observe(delay)
@@ -258,7 +278,22 @@ class Worker:
                     self._rewind()
             self.sink.begin()
         else:
+            self._flush_state()
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
+
+    def _flush_state(self) -> None:
+        """At-least-once: the state of the devices predicted since the last commit goes out only
+        once their predictions are acknowledged, then the commit flushes it with everything
+        else. State produced with the predictions could be delivered without them (another
+        partition, another batch) by a worker killed before its commit: the next owner would
+        restore it and skip the re-read inputs as already seen, and their predictions would be
+        lost. This way the restored state never runs ahead of the published predictions."""
+        if not self._state:
+            return
+        self.sink.producer.flush()  # raises unless every prediction so far is acknowledged
+        keys, values = list(self._state), list(self._state.values())
+        self._state.clear()
+        self.sink.produce(self.topics.worker_state.name, keys, values)
 
     def _reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)
@@ -271,6 +306,7 @@ class Worker:
             TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
             for p in parts
         ]
+        self._restore_state(sorted({p.partition for p in parts}))
         self.consumer.assign(assigned)
         self.assigned = assigned
         self.restoring = {}
@@ -283,6 +319,18 @@ class Worker:
         if self._paused:
             self.consumer.pause(self._paused)
         log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
+
+    def _restore_state(self, partitions: list[int]) -> None:
+        """Worker state of these partitions from the changelog, before any of their input is
+        processed (this runs inside the assignment callback, so consume() returns nothing of
+        theirs until it is done)."""
+        if not self.cfg.worker_state or not partitions:
+            return
+        if self._restorer is None:
+            self._restorer = StateRestorer(
+                self._kafka, self.topics.worker_state.name, read_committed=self.cfg.exactly_once
+            )
+        self._restorer.restore(partitions, self.pipeline.table)
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         # A just-created topic or a leader election answers NOT_LEADER for a moment.
@@ -325,6 +373,7 @@ class Worker:
         log.warning("lost %d partitions", len(parts))
         self.sink.abort()
         self.sink.begin()
+        self._state.clear()  # the new owner's state must not be overwritten by ours
         self.pipeline.forget(sorted({p.partition for p in parts}))
         self.sink.forget(parts)
         gone = {(p.topic, p.partition) for p in parts}
@@ -333,6 +382,7 @@ class Worker:
     def _rewind(self) -> None:
         parts = self.consumer.assignment()
         self.pipeline.reset()
+        self._restore_state(sorted({p.partition for p in parts}))
         ctx = self.topics.device_context.name
         committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
         for p in parts:

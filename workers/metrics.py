@@ -72,6 +72,22 @@ STAGES = (
     "commit",
 )
 STAGE = {name: STAGE_S.labels(name) for name in STAGES}  # bound once: one inc() per batch per stage
+NO_DATA = Counter(
+    "precast_worker_requests_without_data_total",
+    "precompute requests for a device the worker has no data for (nothing is published)",
+)
+RESTORED = Counter(
+    "precast_worker_state_restored_devices_total",
+    "devices restored from the worker-state changelog on partition assignment",
+)
+RESTORE_S = Counter(
+    "precast_worker_state_restore_seconds_total",
+    "time spent restoring worker state on partition assignment",
+)
+STATE_INVALID = Counter(
+    "precast_worker_state_invalid_total",
+    "worker-state records skipped on restore (wrong size or version, no key)",
+)
 PENDING = Gauge(
     "precast_worker_pending_devices", "devices queued or deferred, waiting for a prediction"
 )

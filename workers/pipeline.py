@@ -16,7 +16,9 @@ import numpy as np
 
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas import deadletters as dl
+from schemas.events import MAX_AHEAD_MS
 from schemas.topics import Topics
+from workers import changelog
 from workers import metrics as M
 from workers import policy as P
 from workers.batching import MicroBatcher
@@ -48,6 +50,8 @@ class PipelineConfig:
     horizon_ms: int = 5_000
     top_k: int = 3
     backfill: bool = False
+    # event times ahead of the worker's clock by more than this are dead-lettered
+    max_ahead_ms: int = MAX_AHEAD_MS
 
 
 @dataclass
@@ -117,7 +121,7 @@ class Pipeline:
             M.EVENTS_IN.labels(batch[0].topic()).inc(len(batch))
         # Context first, so triggers of the same poll already see it.
         if "context" in by_role:
-            self._ingest_context(by_role["context"])
+            self._ingest_context(by_role["context"], now_ms)
         for role in ("work_orders", "alarms"):
             if role in by_role:
                 self._ingest_context_events(role, by_role[role], now_ms, mono)
@@ -135,7 +139,7 @@ class Pipeline:
         for m in by_role.get("unknown", ()):
             self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
 
-    def _ingest_context(self, msgs: list[KafkaMessage]) -> None:
+    def _ingest_context(self, msgs: list[KafkaMessage], now_ms: int) -> None:
         for m in msgs:
             key, value = m.key(), m.value()
             if not key:
@@ -150,6 +154,9 @@ class Pipeline:
             except (ValueError, KeyError, TypeError) as exc:
                 self.reject(m, dl.Reason.INVALID, f"device-context snapshot: {exc}")
                 continue
+            if snap.as_of_ms > now_ms + self.cfg.max_ahead_ms:
+                self._future(m, snap.as_of_ms, now_ms)
+                continue
             self.table.slots([device], [m.partition()])
             self.table.context(device).merge_snapshot(snap)
 
@@ -157,6 +164,9 @@ class Pipeline:
         self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float
     ) -> None:
         for m, e in decode_events(role, msgs, self.reject):
+            if e["event_time_ms"] > now_ms + self.cfg.max_ahead_ms:
+                self._future(m, e["event_time_ms"], now_ms)
+                continue
             device = e["device_id"]
             self.table.slots([device], [m.partition()])
             ctx = self.table.context(device)
@@ -175,6 +185,11 @@ class Pipeline:
 
     def _ingest_requests(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         for m, r in decode_requests(msgs, self.reject):
+            if not self.table.has_data(r.device_id):
+                # Nothing from the device itself: a prediction would be the default features'
+                # answer stamped with no real time, so nothing is published (and no slot kept).
+                M.NO_DATA.inc()
+                continue
             self.table.slots([r.device_id], [m.partition()])
             reason = P.REQUEST_REASON[r.reason]
             self._trigger(
@@ -220,14 +235,42 @@ class Pipeline:
         elif decision.emits:
             self.batcher.add(d, item, mono, merge)
 
+    def _future(self, m: KafkaMessage, event_time_ms: int, now_ms: int) -> None:
+        self.reject(
+            m,
+            dl.Reason.FUTURE_EVENT_TIME,
+            f"event time {event_time_ms} is {event_time_ms - now_ms} ms ahead of the worker's "
+            f"clock (tolerance {self.cfg.max_ahead_ms} ms)",
+        )
+
     def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         t0 = time.perf_counter()
         hb = decode_heartbeats(msgs, self.reject)
+        limit = now_ms + self.cfg.max_ahead_ms
+        if len(hb) and int(hb.event_time_ms.max()) > limit:
+            hb = self._drop_future(hb, limit, now_ms)
         t1 = time.perf_counter()
         M.STAGE["decode"].inc(t1 - t0)
         if len(hb):
             self._decide_heartbeats(hb, now_ms, mono)
         M.STAGE["policy"].inc(time.perf_counter() - t1)
+
+    def _drop_future(self, hb: Heartbeats, limit: int, now_ms: int) -> Heartbeats:
+        """A device clock running ahead: its heartbeat would win newest-wins over every real one
+        until the wall clock caught up, so it is dead-lettered instead."""
+        ahead = hb.event_time_ms > limit
+        for i in np.flatnonzero(ahead).tolist():
+            self._future(hb.msgs[i], int(hb.event_time_ms[i]), now_ms)
+        keep = np.flatnonzero(~ahead)
+        idx = keep.tolist()
+        return Heartbeats(
+            [hb.msgs[i] for i in idx],
+            [hb.device_ids[i] for i in idx],
+            [hb.event_ids[i] for i in idx],
+            [hb.partitions[i] for i in idx],
+            hb.event_time_ms[keep],
+            hb.cols[keep],
+        )
 
     def _decide_heartbeats(self, hb: Heartbeats, now_ms: int, mono: float) -> None:
         ids, t, n = hb.device_ids, hb.event_time_ms, len(hb)
@@ -365,6 +408,15 @@ class Pipeline:
     def pending(self) -> int:
         return len(self.batcher) + len(self.deferred)
 
+    def with_data(self, items: list[Pending]) -> list[Pending]:
+        """The items whose device has data of its own (a request may have waited in a batch while
+        its partition was revoked and restored; anything else is counted and dropped)."""
+        has = self.table.has_data
+        keep = [it for it in items if has(it.device)]
+        if len(keep) != len(items):
+            M.NO_DATA.inc(len(items) - len(keep))
+        return keep
+
     def compute(self, items: list[Pending], model: Predictor, produced_at_ms: int) -> BatchResult:
         """Features, one inference call, top-K and the encoded records. Raises what the model
         raises; state changes only in `mark_predicted`, so a failed batch can be retried."""
@@ -372,11 +424,13 @@ class Pipeline:
         tab = self.table
         devices = list(map(_DEVICE, items))
         slots = np.fromiter(map(tab.slot.__getitem__, devices), dtype=np.int64, count=len(devices))
-        # no data at all (a request for a silent device): the request's time stands in
-        requested = np.fromiter(
-            (it.requested_at_ms or produced_at_ms for it in items), dtype=np.int64, count=len(items)
-        )
-        x, computed = self.features_of(devices, slots, requested)
+        data = np.fromiter(map(tab.has_data, devices), dtype=bool, count=len(devices))
+        if not data.all():  # no device data (requests are filtered at ingest): no answer
+            keep = np.flatnonzero(data)
+            M.NO_DATA.inc(len(items) - len(keep))
+            items = [items[j] for j in keep.tolist()]
+            devices, slots = [devices[j] for j in keep.tolist()], slots[keep]
+        x, computed = self.features_of(devices, slots, np.full(len(items), -1, dtype=np.int64))
         k = self.cfg.top_k
         # Renewals republish the stored answer (no inference); everything else is scored.
         renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
@@ -387,9 +441,7 @@ class Pipeline:
         margin = np.zeros((len(items), 2), dtype=np.float32)
         rank = np.zeros((len(items), k + 1), dtype=np.int64)
         t1 = time.perf_counter()
-        if model.version != self._sensitivity_of:
-            self.sensitivity = _sensitivity_of(model, k)
-            self._sensitivity_of = model.version
+        self.prime(model)
         t1b = time.perf_counter()
         inferred_ms = 0
         if infer.any():
@@ -446,6 +498,13 @@ class Pipeline:
             items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank
         )
 
+    def prime(self, model: Predictor) -> None:
+        """Measure the model's sensitivities now (once per version) rather than at the first
+        batch: the first heartbeats after a restore then already get the answer-aware check."""
+        if model.version != self._sensitivity_of:
+            self.sensitivity = _sensitivity_of(model, self.cfg.top_k)
+            self._sensitivity_of = model.version
+
     def features_of(
         self, devices: Sequence[str], slots: np.ndarray, no_data_ms: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -493,6 +552,7 @@ class Pipeline:
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
         tab, slots = self.table, r.slots
         tab.valid_until[slots] = r.computed_at + self.cfg.horizon_ms
+        tab.computed_at[slots] = r.computed_at
         inferred = r.inferred if r.inferred is not None else np.ones(len(slots), dtype=bool)
         s = slots[inferred]
         # Only an inference moves the reference point of the policy's check; a renewal keeps it,
@@ -512,6 +572,21 @@ class Pipeline:
         truncated = sum(map(_TRUNCATED, r.items))
         if truncated:
             M.LINEAGE_TRUNCATED.inc(truncated)
+
+    def state_records(self, r: BatchResult) -> list[bytes]:
+        """Worker-state changelog values for a batch marked predicted (keys: `r.out.keys`)."""
+        tab, s = self.table, r.slots
+        return changelog.encode(
+            tab.hb_time[s],
+            tab.computed_at[s],
+            tab.predicted_at[s],
+            tab.valid_until[s],
+            tab.hb[s],
+            tab.last_x[s],
+            tab.rank_idx[s],
+            tab.top_scores[s],
+            np.stack([tab.margin_top1[s], tab.margin_topk[s]], axis=1),
+        )
 
     # -- offsets and partitions -----------------------------------------------------------------------
     def commit_offsets(self, include_pending: bool = False) -> list[TopicPartitionOffset]:

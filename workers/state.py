@@ -1,7 +1,9 @@
 """What a worker remembers per device of its assigned partitions: the newest heartbeat, the
 features and validity of its last prediction, and its context. Columnar (numpy rows indexed by
-a slot per device) so the policy runs vectorized over a batch. A cache: safe to lose, rebuilt
-from the topics; the entries of a revoked partition are dropped."""
+a slot per device) so the policy runs vectorized over a batch. Written to the worker-state
+changelog with every prediction and restored from it when a partition is assigned
+(`workers.restore`), so a restart or a rebalance does not forget a device; the entries of a
+revoked partition are dropped."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class DeviceTable:
     last_x: np.ndarray  # features of the last prediction
     valid_until: np.ndarray  # the last prediction's valid_until, ms
     predicted_at: np.ndarray  # worker clock, ms
+    computed_at: np.ndarray  # the last prediction's computed_at (order key), ms
     partition: np.ndarray
 
     rank_idx: np.ndarray  # the last inference's top-(K+1) classes, best first
@@ -45,7 +48,8 @@ class DeviceTable:
             "hb_time": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, N_FEATURES), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
-            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),
+            "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
+            "computed_at": np.full(cap, -1, dtype=np.int64),  # last prediction's order key
             "partition": np.full(cap, -1, dtype=np.int32),
             # The last inference's answer (class indexes, scores) and its top-1 and top-K log
             # margins: what a renewal republishes and what the policy's check uses.
@@ -94,6 +98,34 @@ class DeviceTable:
         self.margin_top1[s] = -1  # unknown: the policy predicts
         self.margin_topk[s] = -1
         self.hot_until[s] = -1
+        self.computed_at[s] = -1
+
+    def has_data(self, device: str) -> bool:
+        """Whether anything from the device itself is known (a heartbeat or context)."""
+        s = self.slot.get(device)
+        if s is not None and self.hb_time[s] >= 0:
+            return True
+        c = self.contexts.get(device)
+        return c is not None and c.as_of_ms > 0
+
+    def restore(self, devices: list[str], partitions: list[int], rec: np.ndarray) -> None:
+        """Adopt changelog records (`workers.changelog.RECORD`) for devices of a partition
+        being assigned, before any of its input is processed."""
+        if not devices:
+            return
+        s = self.slots(devices, partitions)
+        self.hb[s] = rec["hb"]
+        self.hb_time[s] = rec["hb_time"]
+        self.last_x[s] = rec["last_x"]
+        self.valid_until[s] = rec["valid_until"]
+        self.predicted_at[s] = rec["produced_at"]
+        self.computed_at[s] = rec["computed_at"]
+        k = self.top_k
+        if k + 1 <= rec["rank"].shape[1]:  # the speculation policy's view of the last inference
+            self.rank_idx[s] = rec["rank"][:, : k + 1]
+            self.top_scores[s] = rec["scores"][:, :k]
+            self.margin_top1[s] = rec["margins"][:, 0]
+            self.margin_topk[s] = rec["margins"][:, 1]
 
     def heartbeat_cols(self, slots: np.ndarray) -> np.ndarray:
         """Newest heartbeat columns per slot; the documented default row where none was seen."""

@@ -5,7 +5,7 @@ and read path) and the SRE tools (purge, rebuild). Two implementations with one 
 - `RedisStore` — shared by API replicas and tools; newest-wins by a Lua compare-and-set.
 
 API (both): `get`, `get_many`, `put_if_newer`, `put_many_if_newer` (→ STORED / OLDER /
-EXPIRED per item), `delete`, `purge(predicate)`, `iterate`. Build entries from predictions
+EXPIRED / FUTURE per item), `delete`, `purge(predicate)`, `iterate`. Build entries from predictions
 records with `entry_from_prediction`. Ordering: `schemas.predictions.supersedes`.
 What the applications need of a store is written down as protocols (`ServingStore`,
 `LocalView`, `SharedStore`, `AsyncReader`, in `protocols.py`).
@@ -24,10 +24,11 @@ from precast.serving.entry import (
 from precast.serving.memory import MemoryStore
 from precast.serving.protocols import AsyncReader, LocalView, ServingStore, SharedStore
 from precast.serving.redis_store import AsyncRedisReader, RedisStore
-from precast.serving.result import EXPIRED, OLDER, STORED
+from precast.serving.result import EXPIRED, FUTURE, OLDER, STORED
 
 __all__ = [
     "EXPIRED",
+    "FUTURE",
     "OLDER",
     "STORED",
     "AsyncReader",

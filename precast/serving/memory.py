@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from precast.serving.entry import Entry, valid_device_id
-from precast.serving.result import EXPIRED, OLDER, STORED
+from precast.serving.result import EXPIRED, FUTURE, OLDER, STORED
+from schemas.events import MAX_AHEAD_MS
 from schemas.predictions import supersedes
 
 
@@ -65,9 +66,11 @@ class MemoryStore:
         ids_checked: bool = False,
     ) -> list[int]:
         """One result per item: STORED, OLDER (not strictly newer: kept the current one) or
-        EXPIRED (already past valid_until + grace: not stored). `ids_checked=True` skips the
+        EXPIRED (already past valid_until + grace: not stored) or FUTURE (computed ahead of
+        this clock by more than `MAX_AHEAD_MS`: not stored). `ids_checked=True` skips the
         device-ID pattern check for items from `prediction_item`, which did it already."""
         now = now_ms or _now_ms()
+        ahead = now + MAX_AHEAD_MS
         grace, data, buckets = self.grace_ms, self._data, self._buckets
         out = []
         with self._lock:
@@ -77,6 +80,9 @@ class MemoryStore:
                 expires = e.valid_until_ms + grace
                 if expires <= now:
                     out.append(EXPIRED)
+                    continue
+                if e.computed_at_ms > ahead:
+                    out.append(FUTURE)
                     continue
                 cur = data.get(device_id)
                 if cur is not None and cur.valid_until_ms + grace <= now:

@@ -14,7 +14,9 @@ import redis
 import redis.asyncio
 
 from precast.serving.entry import Entry, decode, encode, valid_device_id
+from precast.serving.result import FUTURE
 from precast.settings import RedisSettings
+from schemas.events import MAX_AHEAD_MS
 
 # redis-py types replies as `bytes | str`; our clients never set decode_responses, so they are
 # always bytes. A typed alias of `decode` says so without a per-value check on the read path.
@@ -150,7 +152,18 @@ class RedisStore:
         """Atomic per key; one script call per `chunk` entries (one round trip each).
         `ids_checked=True`: the IDs come from `prediction_item`, which matched the pattern."""
         items = list(items)
-        now = str(now_ms or _now_ms())
+        now_i = now_ms or _now_ms()
+        now = str(now_i)
+        future = [e.computed_at_ms > now_i + MAX_AHEAD_MS for _, e in items]
+        if any(future):  # never sent to Redis; FUTURE in their places
+            kept = self.put_many_if_newer(
+                [it for it, f in zip(items, future, strict=True) if not f],
+                now_i,
+                chunk,
+                ids_checked=ids_checked,
+            )
+            it = iter(kept)
+            return [FUTURE if f else next(it) for f in future]
         out: list[int] = []
         key, p = self.key, self._p
         for i in range(0, len(items), chunk):

@@ -97,3 +97,42 @@ class Served:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def spawn_api(kafka, topics, port: int, **env: str):
+    """`precast-api` as its own process (uvicorn, in-memory view) on `port`; ready on return.
+    The caller terminates it."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx2
+
+    e = {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
+        "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
+        "PRECAST_REDIS__URL": "",
+        "PRECAST_API__SERVER": "uvicorn",
+        "PRECAST_API__PORT": str(port),
+        "PRECAST_LOG_LEVEL": "WARNING",
+        **env,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "consumer_api.cli"],
+        env=e,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def ready() -> bool:
+        try:
+            return httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+        except httpx2.TransportError:
+            assert proc.poll() is None, f"precast-api exited with {proc.returncode}"
+            return False
+
+    wait_for(ready, 60, 0.1, what="API ready")
+    return proc

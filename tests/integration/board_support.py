@@ -192,6 +192,16 @@ def chrome(width: int = 1366, height: int = 768):
     return driver
 
 
+def close_chrome(driver) -> None:
+    """Quit the browser and close the client's own connections to chromedriver: quit() leaves
+    urllib3's pooled sockets to the garbage collector, whose ResourceWarning then fails
+    whichever later test happens to trigger the collection (warnings are errors here)."""
+    try:
+        driver.quit()
+    finally:
+        driver.command_executor.close()
+
+
 def console_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 

@@ -1,4 +1,4 @@
-"""The read API against the real broker: misses ask for exactly one backfill, newest-wins from
+"""The read API against the real broker: known devices ask once per window, unknown ones never, newest-wins from
 out-of-order Kafka deliveries, dead letters, restart and rebuild, live updates over SSE."""
 
 from __future__ import annotations
@@ -28,24 +28,45 @@ def read_all(kafka, topic: str, partitions: int, group: str, settle_s: float = 2
     return out
 
 
-def test_misses_ask_for_exactly_one_backfill_each(kafka_settings, topics, unique):
-    built = build(api_settings(kafka_settings, topics, request_window_s=60))
+def test_known_devices_ask_once_per_window_and_unknown_devices_never_ask(
+    kafka_settings, topics, unique
+):
+    now = int(time.time() * 1000)
+    publish(  # two answers expired (still within the grace) and a purge marker
+        kafka_settings,
+        topics.predictions.name,
+        [
+            (
+                "dev-exp-1",
+                prediction_value("dev-exp-1", now - 20_000, now - 19_000, horizon_ms=5_000),
+            ),
+            (
+                "dev-exp-2",
+                prediction_value("dev-exp-2", now - 20_000, now - 19_000, horizon_ms=5_000),
+            ),
+            ("dev-purged", prediction_value("dev-purged", now - 100, now - 50, purge=True)),
+        ],
+    )
+    built = build(api_settings(kafka_settings, topics, request_window_s=60, grace_s=600))
     built.materializer.start()
     try:
         with TestClient(built.app) as client:
             wait_for(lambda: client.get("/readyz").status_code == 200, what="ready")
-            for _ in range(30):  # a burst of misses on two devices, a batch and a prefetch hint
-                assert (
-                    client.get("/v1/devices/dev-miss-1/prediction").json()["source"] == "fallback"
-                )
-            client.get("/v1/predictions", params={"ids": "dev-miss-1,dev-miss-2"})
-            r = client.post("/v1/prefetch", json={"device_ids": ["dev-miss-2", "dev-miss-3"]})
+            for _ in range(30):  # repeated reads of an expired answer, no newer data
+                assert client.get("/v1/devices/dev-exp-1/prediction").json()["source"] == "stale"
+                ghost = client.get("/v1/devices/dev-ghost/prediction").json()
+                assert (ghost["source"], ghost["reason"]) == ("fallback", "unknown_device")
+            client.get("/v1/predictions", params={"ids": "dev-exp-1,dev-exp-2,dev-ghost-2"})
+            r = client.post(
+                "/v1/prefetch", json={"device_ids": ["dev-exp-2", "dev-purged", "dev-ghost-3"]}
+            )
             assert r.json() == {
                 "sent": 1,
                 "deduplicated": 1,
                 "dropped": 0,
                 "over_budget": 0,
                 "fresh": 0,
+                "unknown": 1,
             }
     finally:
         built.materializer.stop()
@@ -56,12 +77,12 @@ def test_misses_ask_for_exactly_one_backfill_each(kafka_settings, topics, unique
         unique("chk"),
     )
     reqs = [PrecomputeRequest.model_validate_json(m.value()) for m in msgs]
-    assert sorted(r.device_id for r in reqs) == ["dev-miss-1", "dev-miss-2", "dev-miss-3"]
     assert {r.device_id: r.reason for r in reqs} == {
-        "dev-miss-1": "api_miss",
-        "dev-miss-2": "api_miss",
-        "dev-miss-3": "prefetch",
+        "dev-exp-1": "expiry",
+        "dev-exp-2": "expiry",
+        "dev-purged": "prefetch",
     }
+    assert len(reqs) == 3
     assert all(m.key() == r.device_id.encode() for m, r in zip(msgs, reqs, strict=True))
 
 
@@ -199,3 +220,29 @@ def _events(lines):
     for line in lines:
         if line.startswith("data: "):
             yield orjson.loads(line[6:])
+
+
+def test_a_random_id_flood_writes_nothing(kafka_settings, topics, unique):
+    import uuid
+
+    built = build(
+        api_settings(kafka_settings, topics, batch_max=500, client_prefetch_per_s=100_000)
+    )
+    built.materializer.start()
+    try:
+        with TestClient(built.app) as client:
+            wait_for(lambda: client.get("/readyz").status_code == 200, what="ready")
+            for _ in range(200):
+                r = client.get(f"/v1/devices/{uuid.uuid4().hex}/prediction").json()
+                assert r["reason"] == "unknown_device"
+            for _ in range(6):
+                ids = [uuid.uuid4().hex for _ in range(500)]
+                batch = client.get("/v1/predictions", params={"ids": ",".join(ids)}).json()
+                assert {a["reason"] for a in batch["predictions"]} == {"unknown_device"}
+                hint = client.post("/v1/prefetch", json={"device_ids": ids}).json()
+                assert hint["unknown"] == 500 and hint["sent"] == 0
+            assert len(built.service.view) == 0
+    finally:
+        built.materializer.stop()
+    for t in (topics.precompute_requests, topics.predictions):
+        assert read_all(kafka_settings, t.name, t.partitions, unique("chk"), settle_s=1.0) == []

@@ -23,6 +23,7 @@ from tests.integration.board_support import (
     TYPES,
     ApiProcess,
     chrome,
+    close_chrome,
     console_errors,
     context,
     heartbeat,
@@ -95,7 +96,7 @@ def browser(api):
     )
     yield driver
     errors = console_errors(driver)
-    driver.quit()
+    close_chrome(driver)
     assert errors == [], errors
 
 
@@ -268,8 +269,8 @@ def test_prefetch_hints_and_beacons_arrive_at_the_api(browser, api, http):
         "beacons",
         lambda: (
             grown("precast_beacon_views_total") >= 2
-            and grown("precast_delay_origin_ms_total", origin="front_jank") > 0
-            and grown("precast_delay_origin_ms_total", origin="network_qoe") > 0
+            and grown("precast_delay_origin_seconds_total", origin="front_jank") > 0
+            and grown("precast_delay_origin_seconds_total", origin="network_qoe") > 0
         ),
     )
     # The panel's delay-origin shares now come from these beacons; the largest (the answers'
@@ -344,4 +345,4 @@ def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, k
             errors = console_errors(driver)
             assert errors and all("401" in e for e in errors), errors
         finally:
-            driver.quit()
+            close_chrome(driver)

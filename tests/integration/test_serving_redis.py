@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from precast.redis_client import connect
-from precast.serving import EXPIRED, OLDER, STORED, RedisStore
+from precast.serving import EXPIRED, FUTURE, OLDER, STORED, RedisStore
 from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
 
 
@@ -127,3 +127,10 @@ def test_loaded_marker(store):
     store.mark_loaded()
     assert store.loaded()
     store.client.delete(store._loaded)
+
+
+def test_redis_never_keeps_an_answer_computed_in_the_future(store):
+    ahead = prediction("dev-f", BASE_MS + 86_400_000, BASE_MS + 86_400_000, "1.0.0")
+    real = prediction("dev-r", BASE_MS - 10, BASE_MS, "1.0.0")
+    assert store.put_many_if_newer([("dev-f", ahead), ("dev-r", real)], BASE_MS) == [FUTURE, STORED]
+    assert store.get("dev-f") is None and store.get("dev-r") is not None

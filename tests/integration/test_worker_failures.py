@@ -103,7 +103,7 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
 ):
     p = Producer(kafka_settings)
     ctx = DeviceContext("d1")
-    ctx.apply_work_order(work_order("d1", 1_800_000_000_000, "w-old", priority="critical"))
+    ctx.apply_work_order(work_order("d1", 1_700_000_000_000, "w-old", priority="critical"))
     p.produce(topics.device_context.name, b"d1", ctx.to_json(0))
     p.flush()
     worker = Worker(
@@ -115,9 +115,9 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
     )
     worker.start()
     run_until(worker, lambda: worker.ready and "d1" in worker.pipeline.table.contexts)
-    p.produce(topics.heartbeats.name, b"d1", orjson.dumps(heartbeat("d1", 1_800_000_001_000)))
+    p.produce(topics.heartbeats.name, b"d1", orjson.dumps(heartbeat("d1", 1_700_000_001_000)))
     p.produce(
-        topics.work_orders.name, b"d1", orjson.dumps(work_order("d1", 1_800_000_002_000, "w-new"))
+        topics.work_orders.name, b"d1", orjson.dumps(work_order("d1", 1_700_000_002_000, "w-new"))
     )
     p.flush()
     run_until(
@@ -148,7 +148,7 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
         orjson.loads(m.value())
         for m in read_all(kafka_settings, topics.predictions.name, unique("p"), 1)
     ]
-    assert preds and preds[-1]["computed_at_ms"] == 1_800_000_002_000
+    assert preds and preds[-1]["computed_at_ms"] == 1_700_000_002_000
     assert {r["topic"] for pr in preds for r in pr["lineage"]} == {
         topics.heartbeats.name,
         topics.work_orders.name,

@@ -59,7 +59,7 @@ def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> s
 
 class Load(threading.Thread):
     """Heartbeats for `devices` devices at about `rate`/s for `seconds`, with a work order, an
-    alarm and a precompute request mixed in every `every` heartbeats. Event times increase
+    alarm and (after the first round) a precompute request mixed in every `every` heartbeats. Event times increase
     per device, so with min_change=0 and no throttle every record is a trigger."""
 
     def __init__(
@@ -85,7 +85,9 @@ class Load(threading.Thread):
 
     def run(self) -> None:
         try:
-            t0 = int(time.time() * 1000)
+            # event time steps 1 ms per record, faster than the clock: start far enough back
+            # that none lies in the future (a worker dead-letters those)
+            t0 = int(time.time() * 1000) - int(self.seconds * self.rate) - 1_000
             start, i = time.monotonic(), 0
             while time.monotonic() - start < self.seconds:
                 for _ in range(max(1, self.rate // 20)):
@@ -94,9 +96,10 @@ class Load(threading.Thread):
                     if i % self.every == 0:
                         self._send(self.topics.work_orders.name, work_order(d, t, f"wo-{i}"))
                         self._send(self.topics.alarms.name, alarm(d, t, f"al-{i}"))
-                        self._send(
-                            self.topics.precompute_requests.name, request(f"dev-x{i % 7}", t)
-                        )
+                        if i >= self.devices:  # for a device with data (a worker answers
+                            # no other), not this one: its alarm must not merge into the request
+                            other = f"dev-{(i - 1) % self.devices:05d}"
+                            self._send(self.topics.precompute_requests.name, request(other, t))
                     i += 1
                 self.p.poll(0)
                 time.sleep(0.05)

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from consumer_api.answers import fresh, origin, segments
 from consumer_api.beacon import Beacon, DelayShares, split
-from consumer_api.openapi import SPEC
+from consumer_api.openapi import build_spec
 from tests.api_fixtures import make_app, make_service, now_ms, prediction
 
 ONE = "/v1/devices/{d}/prediction"
@@ -66,14 +66,14 @@ def test_newer_prediction_changes_etag(svc, client):
     assert r.status_code == 200 and r.json()["computed_at_ms"] == now - 50
 
 
-def test_miss_is_the_default_strategy_marked_fallback(client):
+def test_an_unknown_device_is_the_default_strategy_marked_fallback(client):
     r = client.get(ONE.format(d="dev-404"))
     body = r.json()
     assert r.status_code == 200
     assert (
         body["source"] == "fallback"
         and body["delay_origin"] == "fallback"
-        and body["reason"] == "miss"
+        and body["reason"] == "unknown_device"
     )
     assert body["candidates"] == [{"strategy": "monitor_only", "score": 1.0}]
     assert body["model_version"] is None and "x-model-version" not in r.headers
@@ -98,7 +98,7 @@ def test_expired_entry_is_stale_or_fallback_per_configuration(policy, source):
 def test_past_grace_is_gone():
     svc = make_service(expired="stale", grace_s=1)
     svc.view.put_if_newer("dev-1", prediction("dev-1", now_ms() - 10_000, horizon_ms=5_000))
-    assert TestClient(make_app(svc)).get(ONE.format(d="dev-1")).json()["reason"] == "miss"
+    assert TestClient(make_app(svc)).get(ONE.format(d="dev-1")).json()["reason"] == "unknown_device"
 
 
 def test_purge_marker_is_served_like_a_miss(svc, client):
@@ -153,12 +153,22 @@ def test_beacon_shares_and_front_jank(client):
     assert 'precast_delay_origin_share{origin="front_jank"}' in metrics
 
 
-def test_prefetch_counts_fresh_and_unavailable(svc, client):
-    svc.view.put_if_newer("dev-1", prediction("dev-1", now_ms() - 100))
-    r = client.post("/v1/prefetch", json={"device_ids": ["dev-1", "dev-2", "dev-2"]})
+def test_prefetch_counts_fresh_unknown_and_unavailable(svc, client):
+    now = now_ms()
+    svc.view.put_if_newer("dev-1", prediction("dev-1", now - 100))
+    svc.view.put_if_newer("dev-3", prediction("dev-3", now - 100, produced=now, purge=True))
+    r = client.post("/v1/prefetch", json={"device_ids": ["dev-1", "dev-2", "dev-2", "dev-3"]})
     assert r.status_code == 202
-    # no producer in this unit test: the miss cannot be sent, and says so
-    assert r.json() == {"sent": 0, "deduplicated": 0, "dropped": 1, "over_budget": 0, "fresh": 1}
+    # no producer in this unit test: the purged device's request cannot be sent, and says so;
+    # the unknown device is never asked for
+    assert r.json() == {
+        "sent": 0,
+        "deduplicated": 0,
+        "dropped": 1,
+        "over_budget": 0,
+        "fresh": 1,
+        "unknown": 1,
+    }
 
 
 def test_probes_and_openapi(client):
@@ -169,6 +179,7 @@ def test_probes_and_openapi(client):
 
 def test_every_route_is_documented_and_every_documented_path_exists(svc):
     app = make_app(svc)
+    SPEC = build_spec(svc.options, board=True)
     routes = {r.path for r in app.app.routes if isinstance(r, Route)} | {
         "/v1/devices/{device_id}/prediction"
     }
@@ -348,7 +359,7 @@ def test_bad_input_matrix(client, method, path, kwargs, status, code, parameter)
 
 def test_every_v1_endpoint_is_covered_by_the_bad_input_matrix():
     covered = {p.split("?")[0] for _, p, *_ in BAD_INPUTS}
-    for path in SPEC["paths"]:
+    for path in build_spec(make_service().options, board=True)["paths"]:
         if path.startswith("/v1/"):
             assert any(
                 path == c or ("{" in path and c.startswith("/v1/devices/")) for c in covered
@@ -449,3 +460,41 @@ def test_every_read_is_counted_by_source(svc, client):
     client.get(ONE.format(d="dev-404"))
     client.get("/v1/predictions", params={"ids": "dev-1,dev-404"})
     assert (count("precomputed"), count("fallback")) == (before[0] + 2, before[1] + 2)
+
+
+def test_served_answers_match_the_models_the_openapi_document_is_generated_from():
+    from consumer_api.contract import Answer, Batch, PrefetchResult
+
+    svc = make_service(expired="stale", grace_s=600)
+    now = now_ms()
+    svc.view.put_if_newer("dev-1", prediction("dev-1", now - 100))
+    svc.view.put_if_newer("dev-2", prediction("dev-2", now - 70_000, horizon_ms=5_000))
+    client = TestClient(make_app(svc))
+    sources = set()
+    for d in ("dev-1", "dev-2", "dev-3"):
+        sources.add(Answer.model_validate_json(client.get(ONE.format(d=d)).content).source)
+    assert sources == {"precomputed", "stale", "fallback"}
+    batch = Batch.model_validate_json(client.get("/v1/predictions?ids=dev-1,dev-3").content)
+    assert [a.reason for a in batch.predictions] == [None, "unknown_device"]
+    hint = client.post("/v1/prefetch", json={"device_ids": ["dev-3"]}).content
+    assert PrefetchResult.model_validate_json(hint).unknown == 1
+
+
+def test_the_bearer_scheme_is_declared_exactly_when_a_token_is_configured():
+    open_doc = TestClient(make_app(make_service())).get("/openapi.json").json()
+    assert "security" not in open_doc and "securitySchemes" not in open_doc["components"]
+    svc = make_service(auth_token="tok")
+    doc = TestClient(make_app(svc)).get("/openapi.json").json()
+    assert doc["security"] == [{"bearer": []}]
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert all(doc["paths"][p]["get"]["security"] == [] for p in ("/healthz", "/metrics"))
+
+
+def test_the_contract_literals_list_exactly_what_answers_render():
+    from typing import get_args
+
+    from consumer_api.answers import FALLBACK_REASONS, SEGMENTS
+    from consumer_api.contract import DelayOrigin, FallbackReason
+
+    assert set(get_args(DelayOrigin)) == {*SEGMENTS, "fallback"}
+    assert set(get_args(FallbackReason)) == set(FALLBACK_REASONS)

@@ -21,7 +21,7 @@ from consumer_api.limits import Buckets, ClientLimits, retry_after
 from consumer_api.reaper import silent_for_ms, sweep
 from consumer_api.serve import raise_open_files
 from consumer_api.settings import ApiOptions
-from tests.api_fixtures import make_app, make_service
+from tests.api_fixtures import make_app, make_service, now_ms, prediction
 
 
 class Clock:
@@ -217,10 +217,22 @@ def test_prefetch_counts_over_budget():
 
     # librdkafka queues locally without a broker: produce() succeeds, nothing is sent
     producer = Producer(KafkaSettings(bootstrap_servers="127.0.0.1:1"))
-    svc = make_service(producer=producer, precompute_budget_per_s=1, precompute_burst=3)
+    svc = make_service(
+        producer=producer, precompute_budget_per_s=1, precompute_burst=3, grace_s=600
+    )
+    now = now_ms()
+    for d in "abcde":  # known devices with expired answers (unknown ones never ask)
+        svc.view.put_if_newer(d, prediction(d, now - 70_000, horizon_ms=5_000))
     client = TestClient(make_app(svc))
     r = client.post("/v1/prefetch", json={"device_ids": ["a", "b", "c", "d", "e"]})
-    assert r.json() == {"sent": 3, "deduplicated": 0, "dropped": 0, "over_budget": 2, "fresh": 0}
+    assert r.json() == {
+        "sent": 3,
+        "deduplicated": 0,
+        "dropped": 0,
+        "over_budget": 2,
+        "fresh": 0,
+        "unknown": 0,
+    }
     # the refused ones may ask again later; the sent ones are deduplicated
     r = client.post("/v1/prefetch", json={"device_ids": ["a", "d"]})
     assert r.json()["deduplicated"] == 1 and r.json()["over_budget"] == 1

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from precast.serving import (
     EXPIRED,
+    FUTURE,
     OLDER,
     STORED,
     InvalidPrediction,
@@ -81,6 +82,16 @@ def test_put_results_and_duplicates():
     assert s.put_if_newer("dev-1", e1, BASE_MS) == OLDER
     assert s.put_if_newer("dev-1", older, BASE_MS) == OLDER
     assert s.get("dev-1", BASE_MS).body == e1.body
+
+
+def test_an_answer_computed_in_the_future_is_never_kept():
+    s = MemoryStore()
+    ahead = prediction("dev-1", BASE_MS + 86_400_000, BASE_MS + 86_400_000, "1.0.0")
+    edge = prediction("dev-2", BASE_MS + 5_000, BASE_MS + 5_000, "1.0.0")  # at the tolerance
+    assert s.put_many_if_newer([("dev-1", ahead), ("dev-2", edge)], BASE_MS) == [FUTURE, STORED]
+    assert s.get("dev-1", BASE_MS) is None
+    real = prediction("dev-1", BASE_MS - 10, BASE_MS, "1.0.0")
+    assert s.put_if_newer("dev-1", real, BASE_MS) == STORED  # nothing from the future blocks it
 
 
 def test_expiry_after_valid_until_plus_grace_and_sweep():

@@ -6,10 +6,11 @@ from schemas.topics import Topics, catalog
 def test_catalog_contract():
     t = catalog("p.", partitions=12, replication_factor=3)
     names = [s.name for s in t]
-    assert len(names) == len(set(names)) == len(fields(Topics)) == 10
+    assert len(names) == len(set(names)) == len(fields(Topics)) == 11
     assert all(n.startswith("p.") for n in names)
     assert t.predictions.cleanup_policy == "compact"
     assert t.device_context.cleanup_policy == "compact"
+    assert t.worker_state.cleanup_policy == "compact" and t.worker_state.keyed_by_device
     assert {s.cleanup_policy for s in t.events()} == {"delete"}
     assert all("retention.ms" in s.config for s in t.events())
     # co-partitioning: every device-keyed topic has the same partition count

@@ -203,15 +203,35 @@ def test_work_order_triggers_with_its_own_context_in_the_features(model):
     assert pred.lineage[0].topic == WO and first.computed_at_ms == T0
 
 
-def test_request_for_a_device_never_seen_is_answered_from_the_default_row(model):
+def test_request_for_a_device_without_data_publishes_nothing_and_is_committed(model):
     p, _, _ = make()
     p.ingest([record(REQ, request("ghost", T0 + 7, "prefetch"), 0)], T0, 0.0)
+    assert flush(p, model) == [] and "ghost" not in p.table
+    assert {(o.topic, o.offset) for o in p.commit_offsets()} == {(REQ, 1)}
+
+
+def test_a_request_is_stamped_with_the_event_time_of_the_data_never_the_request_time(model):
+    p, _, _ = make()
+    p.ingest([record(HB, heartbeat("d1", T0 - 60_000), 0)], T0, 0.0)
+    (first,) = flush(p, model)
+    p.ingest([record(REQ, request("d1", T0 + 7, "prefetch"), 0)], T0 + 10, 0.0)
+    (again,) = flush(p, model, T0 + 10)
+    assert first.computed_at_ms == again.computed_at_ms == T0 - 60_000
+    assert again.trigger == "prefetch" and again.candidates == first.candidates
+    p.ingest([record(REQ, request("d1", T0 + 8, "backfill"), 1)], T0 + 20, 0.0)
+    (bf,) = flush(p, model, T0 + 20)
+    assert bf.backfill is True and bf.computed_at_ms == T0 - 60_000
+
+
+def test_an_event_from_a_clock_running_ahead_is_dead_lettered_and_real_data_wins_again(model):
+    p, rejected, _ = make()
+    p.ingest([record(HB, heartbeat("d1", T0 + 86_400_000), 5)], T0, 0.0)
+    p.ingest([record(WO, work_order("d1", T0 + 86_400_000, "w1"), 6)], T0, 0.0)
+    assert rejected == [(5, "future_event_time"), (6, "future_event_time")]
+    assert flush(p, model) == []
+    p.ingest([record(HB, heartbeat("d1", T0 + 4_000), 7)], T0, 0.0)  # within the tolerance
     (pred,) = flush(p, model)
-    assert pred.trigger == "prefetch" and pred.computed_at_ms == T0 + 7
-    assert pred.lineage[0].event_id.startswith("r") and len(pred.candidates) == 3
-    p.ingest([record(REQ, request("ghost", T0 + 8, "backfill"), 1)], T0, 0.0)
-    (again,) = flush(p, model)
-    assert again.backfill is True and again.trigger == "backfill"
+    assert pred.computed_at_ms == T0 + 4_000 and len(rejected) == 2
 
 
 def test_bad_records_are_rejected_and_still_committed():

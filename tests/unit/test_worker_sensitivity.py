@@ -146,3 +146,40 @@ def test_read_hints_mark_known_devices_hot_and_bad_ones_are_dead_lettered():
     assert p.table.hot_until[p.table.slot["d1"]] == T0 + 30_000
     assert "nobody" not in p.table
     assert rejected == [(2, "key_mismatch"), (3, "invalid"), (4, "invalid")]
+
+
+def test_a_restored_device_keeps_the_policys_view_of_its_last_inference():
+    """A worker that takes a partition over renews a stable answer instead of re-inferring."""
+    from schemas.topics import catalog
+    from tests.worker_events import T0, heartbeat, record
+    from workers import changelog
+    from workers.inference import ModelSession
+    from workers.pipeline import Pipeline, PipelineConfig
+    from workers.settings import DEFAULT_MODEL_DIR
+
+    topics = catalog("u.", 3)
+    model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
+    first = Pipeline(topics, PipelineConfig(), lambda m, r, d: None)
+    first.ingest([record(topics.heartbeats.name, heartbeat("d1", T0), 0)], T0, 0.0)
+    items, _ = first.next_batch(0.0, force=True)
+    r = first.compute(items, model, T0)
+    first.mark_predicted(r, T0)
+    state = first.state_records(r)
+    devices, rec, bad = changelog.decode([b"d1"], state)
+    assert bad == 0
+
+    second = Pipeline(topics, PipelineConfig(), lambda m, r, d: None)
+    decisions = []
+    second.decisions = lambda reason, n: decisions.extend([reason] * n)
+    second.table.restore(devices, [0], rec)
+    second.prime(model)  # what the worker does at start
+    t1, t2 = first.table.slot["d1"], second.table.slot["d1"]
+    assert second.table.margin_top1[t2] == first.table.margin_top1[t1] > 0
+    assert (second.table.rank_idx[t2] == first.table.rank_idx[t1]).all()
+    # the next heartbeat, due for refresh and unchanged: a renewal of the restored answer
+    second.ingest([record(topics.heartbeats.name, heartbeat("d1", T0 + 4_500), 1)], T0, 0.0)
+    assert decisions == [Reason.RENEWED]
+    items, _ = second.next_batch(0.0, force=True)
+    r2 = second.compute(items, model, T0 + 4_600)
+    assert r2.inferred is not None and not r2.inferred.any()
+    assert (r2.idx == r.idx).all()

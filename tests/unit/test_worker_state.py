@@ -23,3 +23,50 @@ def test_a_slot_freed_by_a_revoked_partition_comes_back_empty():
     assert "a" not in t
     (b,) = t.slots(["b"], [2])
     assert b == a and t.hb_time[b] == -1 and t.valid_until[b] == -1 and not np.any(t.last_x[b])
+
+
+def test_changelog_records_round_trip_newest_per_device_and_skip_bad_ones():
+    from workers import changelog
+
+    rows = 3
+    hb = np.arange(rows * 8, dtype=np.float64).reshape(rows, 8)
+    x = np.ones((rows, changelog.RECORD["last_x"].shape[0]), dtype=np.float32)
+    t = np.array([100, 200, 300], dtype=np.int64)
+    values = changelog.encode(t, t, 7, t + 5_000, hb, x)
+    assert all(len(v) == changelog.SIZE for v in values)
+    keys = [b"a", b"b", b"a", b"c", None, b"d"]
+    devices, rec, bad = changelog.decode(
+        keys, [values[0], values[1], values[2], None, values[0], b"\x01short"]
+    )
+    assert bad == 2  # a keyless record and one of the wrong size
+    assert devices == ["b", "a"]  # "a" twice: the newest (t=300) stands; "c" was a tombstone
+    assert rec["hb_time"].tolist() == [200, 300] and rec["produced_at"].tolist() == [7, 7]
+    assert rec["hb"][1].tolist() == hb[2].tolist()
+
+
+def test_restore_fills_the_table_so_state_is_as_before_the_restart():
+    from workers import changelog
+
+    before = DeviceTable()
+    s = before.slots(["a", "b"], [0, 1])
+    before.hb[s] = 1.5
+    before.hb_time[s] = [10, 20]
+    before.valid_until[s] = [5_010, 5_020]
+    before.computed_at[s] = [10, 20]
+    before.predicted_at[s] = [11, 21]
+    before.last_x[s] = 0.25
+    values = changelog.encode(
+        before.hb_time[s],
+        before.computed_at[s],
+        before.predicted_at[s],
+        before.valid_until[s],
+        before.hb[s],
+        before.last_x[s],
+    )
+    devices, rec, _ = changelog.decode([b"a", b"b"], values)
+    after = DeviceTable()
+    after.restore(devices, [0, 1], rec)
+    r = after.slots(["a", "b"], [0, 1])
+    for col in ("hb", "hb_time", "valid_until", "computed_at", "predicted_at", "last_x"):
+        assert np.array_equal(getattr(after, col)[r], getattr(before, col)[s]), col
+    assert after.has_data("a") and not after.has_data("nobody")
