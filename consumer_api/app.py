@@ -131,6 +131,9 @@ class Endpoints:
             )
         now = now_ms()
         entries = svc.view.get_many(ids, now) if svc.view is not None else await _get_many(svc, ids)
+        for d, e in zip(ids, entries, strict=True):
+            if e is not None and svc.hints is not None:
+                svc.hints.prefetched(d)  # a device with an answer, about to be shown
         ask = [
             d
             for d, e in zip(ids, entries, strict=True)
@@ -194,11 +197,19 @@ def create_app(svc: Service, board: boards.Board | None = None):
                 svc.asker.poll()
                 await asyncio.sleep(0.05)
 
+        async def hint():  # read hints to the workers (speculation)
+            while True:
+                await asyncio.sleep(svc.options.hint_interval_s)
+                if svc.hints is not None:
+                    svc.hints.flush(now_ms(), svc.hub.watched())
+
         task = asyncio.create_task(poll())
+        hints_task = asyncio.create_task(hint())
         try:
             yield
         finally:
             task.cancel()
+            hints_task.cancel()
             with contextlib.suppress(Exception):
                 await svc.asker.drain()
             svc.asker.flush()

@@ -14,6 +14,7 @@ from consumer_api.hub import Hub
 from consumer_api.lineage import LineageReader
 from consumer_api.materializer import Materializer
 from consumer_api.precompute_requests import PrecomputeAsker
+from consumer_api.read_hints import ReadHints
 from consumer_api.serve import ServerLimits, check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
@@ -101,12 +102,14 @@ def build(settings: ApiSettings) -> Built:
         if settings.redis.url
         else LocalBudget(opts.precompute_budget_per_s, opts.precompute_burst)
     )
+    producer = Producer(settings.kafka)  # precompute requests and read hints share one client
     asker = PrecomputeAsker(
-        Producer(settings.kafka),
+        producer,
         topics.precompute_requests.name,
         int(opts.request_window_s * 1000),
         budget=budget,
     )
+    hints = ReadHints(producer, topics.read_hints.name, int(opts.hot_for_s * 1000))
     svc = Service(
         opts,
         view,
@@ -115,6 +118,7 @@ def build(settings: ApiSettings) -> Built:
         readiness=readiness,
         health=health,
         hub=hub,
+        hints=hints,
     )
     feed = (
         BoardFeed(settings.kafka, topics, index, group_prefix=opts.group_id)

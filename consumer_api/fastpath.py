@@ -35,6 +35,7 @@ class FastPath:
         view = service.view
         self._peek = view.peek if view is not None else None
         self._open = not service.auth_enabled
+        self._note = service.hints.note if service.hints is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -60,6 +61,8 @@ class FastPath:
                     return await self.checked(scope, send, path[_CUT:-_SUFFIX_LEN], auth, inm)
                 body, headers, etag, _ = fresh(e, now)
                 count_read(PRECOMPUTED)
+                if self._note is not None:
+                    self._note(path[_CUT:-_SUFFIX_LEN])
                 if inm is not None and etag_matches(inm, etag):
                     await send({"type": _START, "status": 304, "headers": headers[1:]})
                     await send({"type": _BODY, "body": b""})

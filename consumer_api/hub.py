@@ -45,6 +45,10 @@ class Hub:
     def streams(self) -> int:
         return self._open
 
+    def watched(self) -> set[str]:
+        """Devices at least one open event stream watches."""
+        return set(self._subs)
+
     def reserve(self) -> bool:
         """Take one of the replica's stream slots, or say there is none."""
         if self._open >= self.max_streams:

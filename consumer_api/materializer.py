@@ -150,7 +150,9 @@ class Materializer:
             log.exception("materializer stopped")
 
     def run_once(self, timeout: float = 0.2) -> int:
-        msgs = self._consumer.consume(self._batch, timeout)
+        # Returns as soon as a prediction is there (a full-batch wait would add up to `timeout`
+        # to every answer's freshness at low rates).
+        msgs = self._consumer.consume_available(self._batch, timeout)
         now = int(time.time() * 1000)
         items: list[tuple[str, Entry]] = []
         append = items.append  # the loop runs once per record: a rebuild is 1M of them

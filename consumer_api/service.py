@@ -17,6 +17,7 @@ from consumer_api.beacon import DelayShares
 from consumer_api.hub import Hub
 from consumer_api.limits import ClientLimits
 from consumer_api.precompute_requests import PrecomputeAsker
+from consumer_api.read_hints import ReadHints
 from consumer_api.settings import ApiOptions
 from precast.serving import AsyncReader, Entry, LocalView
 
@@ -60,6 +61,7 @@ class Service:
     health: Callable[[], tuple[bool, dict]] = _ready_always
     hub: Hub = field(default_factory=Hub)
     shares: DelayShares = field(default_factory=DelayShares)
+    hints: ReadHints | None = None
 
     def __post_init__(self) -> None:
         if (self.view is None) == (self.reader is None):
@@ -113,6 +115,8 @@ class Service:
 
     def served(self, device_id: str, a: Answer, now_ms: int) -> Answer:
         _READS[a.source] += 1
+        if self.hints is not None and a.source != FALLBACK:
+            self.hints.note(device_id)
         if a.ask_reason is not None:
             self.asker.request(device_id, a.ask_reason, now_ms)
         return a

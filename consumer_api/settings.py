@@ -60,6 +60,18 @@ class ApiOptions(Section):
     sse_keepalive_s: float = Field(
         default=15.0, gt=0, le=300, description="comment line sent on idle event streams"
     )
+    hint_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="how often the devices read, prefetched or watched are sent to the workers (read hints)",
+    )
+    hot_for_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3_600,
+        description="a read, prefetch or open stream keeps a device hot for the speculation policy this long",
+    )
     request_window_s: float = Field(
         default=5.0,
         gt=0,
@@ -76,7 +88,7 @@ class ApiOptions(Section):
         default=20,
         ge=1,
         le=1_000,
-        description="longest a materializer poll waits for a full batch (the live views' delay at low rates)",
+        description="longest a materializer poll waits when nothing arrives (it returns at the first prediction)",
     )
     max_body_bytes: int = Field(
         default=65_536, ge=1024, le=10_485_760, description="largest accepted POST body"

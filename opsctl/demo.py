@@ -247,6 +247,7 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
     names = {
         "precast_simulator_events_total",
         "precast_worker_predictions_total",
+        "precast_worker_inferences_total",
         "precast_api_materialized_total",
         "precast_api_devices",
         "precast_context_devices",
@@ -268,9 +269,15 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
         t0 = time.perf_counter()
         status, _ = _get(f"{base}/v1/devices/{SAMPLE_DEVICE}/prediction")
         rtt = (time.perf_counter() - t0) * 1000
+        events, inferences = (
+            rates["precast_simulator_events_total"],
+            rates["precast_worker_inferences_total"],
+        )
+        # Speculation's savings: events the worker would have scored one by one, per inference.
+        savings = f"{events / inferences:5.1f}x" if inferences > 0 else "    -"
         print(
-            f"[{now - started:6.0f}s] events {rates['precast_simulator_events_total']:8,.0f}/s | "
-            f"predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
+            f"[{now - started:6.0f}s] events {events:8,.0f}/s | inferences {inferences:7,.0f}/s "
+            f"(saves {savings}) | predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
             f"worker lag {cur.get('precast_worker_consumer_lag', 0):6,.0f} | "
             f"devices served {cur.get('precast_api_devices', 0):6,.0f}, with context "
             f"{cur.get('precast_context_devices', 0):5,.0f} | dead letters "

@@ -40,6 +40,7 @@ def make_fleet(opts: SimulatorOptions) -> Fleet:
         hb_interval_s=opts.hb_interval_s,
         speedup=opts.speedup,
         drift_share=opts.drift_share,
+        profile=opts.profile,
         drift_s=opts.drift_s,
         drift_at_s=opts.drift_at_s,
         bad_rate=opts.bad_rate,
@@ -160,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--bad-rate", type=float, help="share of records replaced by malformed ones (every kind)"
+    )
+    p.add_argument(
+        "--profile",
+        choices=("iid", "noisy", "steady"),
+        help="heartbeat noise over time (default noisy; docs/events.md)",
     )
     p.add_argument("--seed", type=int)
     p.add_argument("--run-id", help="event-id prefix (random unless set)")

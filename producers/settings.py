@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from precast.settings import CommonSettings, Section
@@ -33,6 +35,10 @@ class SimulatorOptions(Section):
     )
     drift_s: float = Field(
         default=1800.0, gt=0, description="simulated seconds a drifting device takes to drift"
+    )
+    profile: Literal["iid", "noisy", "steady"] = Field(
+        default="noisy",
+        description="heartbeat noise over time: iid (fresh draw each time), noisy, steady (docs/events.md)",
     )
     drift_at_s: float | None = Field(
         default=None,

@@ -5,6 +5,15 @@ sequence of events (content, order, bad records). Only `event_time_ms`/`produced
 clock passed in) and the ids (which start with a per-run `run_id`, random unless given) differ
 between runs, so two runs never produce colliding `event_id`s.
 
+Heartbeat noise (`profile`, see `PROFILES` and docs/events.md): each device carries a latent
+state per metric, a standard-normal score that moves as an AR(1) process from one heartbeat to
+the next (`persistence` = the correlation between consecutive heartbeats), and each reading adds
+independent measurement noise (`measurement` = its share of the variance). Every reading keeps
+its condition's mean and spread (what the model was trained on); the profiles differ only in how
+readings of one device hang together over time: `iid` draws every heartbeat afresh (no
+persistence: the worst case, and what the simulator did before profiles), `noisy` is a real but
+jittery sensor, `steady` a device that changes slowly.
+
 Time: the simulation runs on its own clock, advanced per heartbeat slot. Each device sends one
 heartbeat per `hb_interval_s` of simulated time (round-robin over the fleet); `speedup`
 multiplies the simulated time that passes per slot, so slow processes (alarms, work orders,
@@ -34,6 +43,14 @@ WIRE_STYLES: dict[tuple[str, str], str] = {
     ("gateway", "2.5.0"): "extra",  # fields the contract does not know (yet)
 }
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
+HEALTHY = fleet.CONDITION_NAMES.index("healthy")
+# profile -> (persistence: AR(1) correlation of the latent state between two heartbeats,
+#             measurement: share of a reading's variance that is independent noise)
+PROFILES: dict[str, tuple[float, float]] = {
+    "iid": (0.0, 1.0),
+    "noisy": (0.9, 0.2),
+    "steady": (0.99, 0.01),
+}
 
 
 def _table(attr: str) -> np.ndarray:
@@ -61,7 +78,10 @@ class Fleet:
         drift_at_s: float | None = None,
         bad_rate: float = 0.0,
         run_id: str | None = None,
+        profile: str = "iid",
     ) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown fleet profile {profile!r} (have: {', '.join(PROFILES)})")
         rng = self.rng = np.random.default_rng(seed)
         n = devices
         self.ids = [fleet.device_id(i) for i in range(n)]
@@ -97,6 +117,14 @@ class Fleet:
         self.hb_interval_s, self.speedup, self.bad_rate = hb_interval_s, speedup, bad_rate
         self.run_id = run_id if run_id is not None else os.urandom(4).hex()
         self.incidents = Incidents(n, self.run_id)
+        self.profile = profile
+        self.persistence, self.measurement = PROFILES[profile]
+        # Latent standard-normal state per device and metric (iid: unused); its own generator,
+        # so the event sequence of the other draws does not depend on the profile.
+        self._noise_rng = np.random.default_rng([seed, 1])
+        self.latent = (
+            self._noise_rng.standard_normal((n, len(METRICS))) if profile != "iid" else None
+        )
         self.sim_s = 0.0
         self._cursor = 0
         self._seq = 0
@@ -136,16 +164,41 @@ class Fleet:
         self, n: int, now_ms: int
     ) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
         idx, _, w = self._slots(n)
-        m = fleet.sample_metrics(self.rng, self.conditions[idx])
+        z = self._scores(idx)
+        m = (
+            fleet.sample_metrics(self.rng, self.conditions[idx])
+            if z is None
+            else fleet.metrics_from_normals(self.conditions[idx], z)
+        )
         moving = np.flatnonzero(w > 0)
         if len(moving):  # drifting devices: metrics slide toward the target condition's
-            tgt = fleet.sample_metrics(self.rng, self.drift_target[idx[moving]])
+            tgt = (
+                fleet.sample_metrics(self.rng, self.drift_target[idx[moving]])
+                if z is None
+                else fleet.metrics_from_normals(
+                    self.drift_target[idx[moving]], {k: v[moving] for k, v in z.items()}
+                )
+            )
             for k in METRICS:
                 m[k][moving] = (1 - w[moving]) * m[k][moving] + w[moving] * tgt[k]
         cols = [m[k].round(3).tolist() for k in METRICS]
         out = [self._heartbeat(i, [c[j] for c in cols], now_ms) for j, i in enumerate(idx.tolist())]
         self.counts["heartbeat"] += n
         return out, idx, w
+
+    def _scores(self, idx: np.ndarray) -> dict[str, np.ndarray] | None:
+        """Standard-normal scores of the next readings of devices `idx` (None: draw iid)."""
+        if self.latent is None:
+            return None
+        rho, meas, rng, n = self.persistence, self.measurement, self._noise_rng, len(self.ids)
+        parts = []
+        for start in range(0, len(idx), n):  # a device appears once per chunk of <= N slots
+            i = idx[start : start + n]
+            lat = rho * self.latent[i] + np.sqrt(1 - rho * rho) * rng.standard_normal((len(i), 6))
+            self.latent[i] = lat
+            parts.append(np.sqrt(1 - meas) * lat + np.sqrt(meas) * rng.standard_normal(lat.shape))
+        z = np.concatenate(parts) if parts else np.zeros((0, len(METRICS)))
+        return {k: z[:, j] for j, k in enumerate(METRICS)}
 
     def _heartbeat(self, i: int, values: list[float], now_ms: int) -> dict[str, Any]:
         style, info = self.style[i], self.info[i]

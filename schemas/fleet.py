@@ -179,22 +179,33 @@ def sample_conditions(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.choice(len(CONDITIONS), size=n, p=PREVALENCE)
 
 
-def sample_metrics(rng: np.random.Generator, conditions: np.ndarray) -> dict[str, np.ndarray]:
-    """Heartbeat metrics for devices in the given conditions, clipped to physical ranges."""
-    n = len(conditions)
+METRIC_NAMES = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
 
-    def normal(attr: str, lo: float, hi: float) -> np.ndarray:
+
+def sample_metrics(rng: np.random.Generator, conditions: np.ndarray) -> dict[str, np.ndarray]:
+    """Heartbeat metrics for devices in the given conditions, clipped to physical ranges: one
+    independent draw per device from its condition's distribution."""
+    n = len(conditions)
+    return metrics_from_normals(conditions, {k: rng.standard_normal(n) for k in METRIC_NAMES})
+
+
+def metrics_from_normals(conditions: np.ndarray, z: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Heartbeat metrics from standard-normal scores `z` per metric (so a caller can correlate
+    them over time): mean + sd * z of each device's condition, clipped to physical ranges."""
+
+    def normal(attr: str, key: str, lo: float, hi: float) -> np.ndarray:
         mean, sd = _param(attr, conditions)
-        return np.clip(rng.normal(mean, sd, n), lo, hi)
+        out: np.ndarray = np.clip(mean + sd * z[key], lo, hi)
+        return out
 
     mu, sigma = _param("uptime_h", conditions)
     return {
-        "cpu_pct": normal("cpu", 0, 100),
-        "mem_pct": normal("mem", 0, 100),
-        "temperature_c": normal("temp", -40, 150),
-        "error_rate": normal("error_rate", 0, 1),
-        "signal_quality": normal("signal", 0, 1),
-        "uptime_s": np.exp(rng.normal(mu, sigma, n)) * 3600.0,
+        "cpu_pct": normal("cpu", "cpu_pct", 0, 100),
+        "mem_pct": normal("mem", "mem_pct", 0, 100),
+        "temperature_c": normal("temp", "temperature_c", -40, 150),
+        "error_rate": normal("error_rate", "error_rate", 0, 1),
+        "signal_quality": normal("signal", "signal_quality", 0, 1),
+        "uptime_s": np.exp(mu + sigma * z["uptime_s"]) * 3600.0,
     }
 
 

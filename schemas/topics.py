@@ -80,6 +80,14 @@ _CATALOG: dict[str, tuple[str, CleanupPolicy, int | None, bool, str, dict[str, s
             "delete.retention.ms": str(DAY_MS),
         },
     ),
+    "read_hints": (
+        "read-hints",
+        "delete",
+        HOUR_MS,
+        True,
+        "devices somebody reads or watches, from the read API to the workers (speculation)",
+        {},
+    ),
     "shadow_predictions": (
         "shadow-predictions",
         "delete",
@@ -134,6 +142,7 @@ class Topics:
     device_context: TopicSpec
     precompute_requests: TopicSpec
     predictions: TopicSpec
+    read_hints: TopicSpec
     shadow_predictions: TopicSpec
     worker_state: TopicSpec
     dead_letters: TopicSpec

@@ -17,6 +17,10 @@ import numpy as np
 from workers.features import HEARTBEAT_COLUMNS, N_FEATURES
 
 VERSION = 1
+# The speculation policy's view of the last inference (workers.sensitivity): ranked classes,
+# top-K scores and log margins, for top_k up to MAX_K (beyond it the margins restore as unknown
+# and the next heartbeat predicts).
+MAX_K = 8
 RECORD = np.dtype(
     [
         ("version", "u1"),
@@ -26,6 +30,9 @@ RECORD = np.dtype(
         ("valid_until", "<i8"),
         ("hb", "<f8", (len(HEARTBEAT_COLUMNS),)),
         ("last_x", "<f4", (N_FEATURES,)),
+        ("rank", "u1", (MAX_K + 1,)),  # top-(K+1) class indexes, best first
+        ("scores", "<f4", (MAX_K,)),  # top-K scores (what a renewal republishes)
+        ("margins", "<f4", (2,)),  # top-1 and top-K log margins; -1 = unknown
     ]
 )
 SIZE = RECORD.itemsize
@@ -38,8 +45,12 @@ def encode(
     valid_until: np.ndarray,
     hb: np.ndarray,
     last_x: np.ndarray,
+    rank: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
+    margins: np.ndarray | None = None,
 ) -> list[bytes]:
-    """One record per row (all arguments row-aligned)."""
+    """One record per row (all arguments row-aligned). `rank` (n, K+1), `scores` (n, K) and
+    `margins` (n, 2) describe the last inference for the speculation policy."""
     n = len(hb_time)
     rec = np.empty(n, dtype=RECORD)
     rec["version"] = VERSION
@@ -49,6 +60,19 @@ def encode(
     rec["valid_until"] = valid_until
     rec["hb"] = hb
     rec["last_x"] = last_x
+    rec["rank"] = 0
+    rec["scores"] = 0
+    rec["margins"] = -1
+    if (
+        rank is not None
+        and scores is not None
+        and margins is not None
+        and rank.shape[1] <= MAX_K + 1
+    ):
+        k = scores.shape[1]
+        rec["rank"][:, : k + 1] = rank
+        rec["scores"][:, :k] = scores
+        rec["margins"] = margins
     buf = rec.tobytes()
     return [buf[i : i + SIZE] for i in range(0, n * SIZE, SIZE)]
 

@@ -13,12 +13,14 @@ from operator import methodcaller
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from precast.kafka import KafkaMessage
 from schemas import events as ev
 from schemas.deadletters import Reason
 from schemas.events import MAX_EVENT_BYTES
 from schemas.fleet import LATEST_FIRMWARE
+from schemas.hints import ReadHint
 from schemas.normalize import NUMBER_TEXT  # the contract's own number grammar
 from schemas.predictions import PrecomputeRequest
 from schemas.validation import Rejected, validate_event
@@ -223,4 +225,29 @@ def decode_requests(
             out.append((m, result.event))
         else:
             reject(m, result.reason, result.detail)
+    return out
+
+
+def decode_hints(
+    msgs: Sequence[KafkaMessage], reject: Reject
+) -> list[tuple[KafkaMessage, str, int]]:
+    """(record, device, hot until ms) of each valid read hint (schemas.hints.ReadHint)."""
+    out = []
+    for m in msgs:
+        key, value = m.key(), m.value()
+        if not key:
+            reject(m, Reason.MISSING_KEY, "read hint without a key")
+            continue
+        try:
+            h = ReadHint.model_validate_json(value or b"")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            reason = Reason.NOT_JSON if first["type"] == "json_invalid" else Reason.INVALID
+            where = ".".join(str(p) for p in first["loc"]) or "record"
+            reject(m, reason, f"read hint: {where}: {first['msg']}")
+            continue
+        if key.decode(errors="replace") != h.device_id:
+            reject(m, Reason.KEY_MISMATCH, "read hint key differs from its device_id")
+            continue
+        out.append((m, h.device_id, h.hot_until_ms))
     return out

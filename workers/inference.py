@@ -14,6 +14,7 @@ import onnxruntime as ort
 
 from precast.errors import ConfigError
 from workers.features import FEATURE_NAMES
+from workers.sensitivity import Sensitivity, estimate
 
 log = logging.getLogger("precast.workers.inference")
 
@@ -123,6 +124,7 @@ class ModelSession:
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors on bad models
             raise ConfigError(f"ONNX Runtime cannot load {model_path}: {exc}") from None
         self._validate_io()
+        self._sensitivity: dict[int, Sensitivity] = {}
         self.providers = self._sess.get_providers()
         if warmup_rows:
             self.predict(np.zeros((warmup_rows, len(FEATURE_NAMES)), dtype=np.float32))
@@ -158,3 +160,12 @@ class ModelSession:
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         return self._sess.run([self.manifest.output], {self.manifest.input: features})[0]
+
+    def sensitivity_for(self, k: int) -> Sensitivity:
+        """This version's decision-boundary sensitivities (workers.sensitivity), measured once
+        on realistic inputs (the fleet's ground truth, fixed seed) and kept."""
+        if k not in self._sensitivity:
+            from workers.train import synthetic_dataset
+
+            self._sensitivity[k] = estimate(self, synthetic_dataset(4_096, seed=20261130)[0], k)
+        return self._sensitivity[k]

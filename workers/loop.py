@@ -111,6 +111,7 @@ class Worker:
             topics.alarms.name,
             topics.precompute_requests.name,
             topics.device_context.name,
+            topics.read_hints.name,
         ]
         self.running = True
         self.last_loop = time.monotonic()
@@ -133,6 +134,7 @@ class Worker:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
+        self.pipeline.prime(self.registry.current)  # sensitivities before the first heartbeat
         self.sink.begin()
         if self.assignment is None:
             self.consumer.subscribe(

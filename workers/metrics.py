@@ -11,6 +11,13 @@ COALESCED = Counter(
     "precast_worker_coalesced_total",
     "triggers merged into a prediction already due for the same device",
 )
+INFERENCES = Counter(
+    "precast_worker_inferences_total", "devices scored by the model (speculation's cost)"
+)
+RENEWALS = Counter(
+    "precast_worker_renewals_total",
+    "stored answers republished with new validity, certified unchanged without an inference",
+)
 PREDICTIONS = Counter("precast_worker_predictions_total", "predictions produced", ["model_version"])
 BATCH_SIZE = Histogram(
     "precast_worker_batch_size",

@@ -5,6 +5,7 @@ and reusable by a backfill that feeds it a bounded offset range (docs/workers.md
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -22,19 +23,29 @@ from workers import metrics as M
 from workers import policy as P
 from workers.batching import MicroBatcher
 from workers.context import SEVERITY_BUCKET, DeviceContext, context_columns
-from workers.decode import Heartbeats, Reject, decode_events, decode_heartbeats, decode_requests
+from workers.decode import (
+    Heartbeats,
+    Reject,
+    decode_events,
+    decode_heartbeats,
+    decode_hints,
+    decode_requests,
+)
 from workers.encode import Encoded, Pending, encode, merge
 from workers.features import HEARTBEAT_COLUMNS, build_features
 from workers.predictor import Predictor
+from workers.sensitivity import Sensitivity, ranking
 from workers.state import DeviceTable
 from workers.topk import top_k
+
+log = logging.getLogger("precast.workers.pipeline")
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     policy: P.PolicyConfig = P.PolicyConfig()
     max_batch: int = 2_000
-    max_queue_delay_s: float = 0.005
+    max_queue_delay_s: float = 0.001
     preferred_batch_sizes: tuple[int, ...] = ()
     horizon_ms: int = 5_000
     top_k: int = 3
@@ -51,6 +62,11 @@ class BatchResult:
     features: np.ndarray
     computed_at: np.ndarray
     slots: np.ndarray  # device table slots of `items` (nothing changes them before mark_predicted)
+    inferred: np.ndarray | None = None  # per item: scored by the model (else renewed)
+    idx: np.ndarray | None = None  # top-K class indexes and scores of each item
+    scores: np.ndarray | None = None
+    margins: np.ndarray | None = None  # (n, 2) top-1 and top-K log margins of inferred items
+    rank: np.ndarray | None = None  # (n, K+1) ranked classes of inferred items
 
 
 class Pipeline:
@@ -62,9 +78,15 @@ class Pipeline:
             topics.alarms.name: "alarms",
             topics.precompute_requests.name: "requests",
             topics.device_context.name: "context",
+            topics.read_hints.name: "hints",
         }
         self.context_topic = topics.device_context.name
-        self.table = DeviceTable()
+        self.table = DeviceTable(top_k=cfg.top_k)
+        # The current model's score sensitivities (workers.sensitivity), estimated once per
+        # version on first use; None until a model has been used (the policy then falls back to
+        # the material-change rule).
+        self.sensitivity: Sensitivity | None = None
+        self._sensitivity_of: str | None = None
         self.batcher: MicroBatcher[Pending] = MicroBatcher(
             cfg.max_batch, cfg.max_queue_delay_s, cfg.preferred_batch_sizes
         )
@@ -105,8 +127,15 @@ class Pipeline:
                 self._ingest_context_events(role, by_role[role], now_ms, mono)
         if "heartbeats" in by_role:
             self._ingest_heartbeats(by_role["heartbeats"], now_ms, mono)
+        self._ingest_rest(by_role, now_ms, mono)
+
+    def _ingest_rest(
+        self, by_role: dict[str, list[KafkaMessage]], now_ms: int, mono: float
+    ) -> None:
         if "requests" in by_role:
             self._ingest_requests(by_role["requests"], now_ms, mono)
+        if "hints" in by_role:
+            self._ingest_hints(by_role["hints"])
         for m in by_role.get("unknown", ()):
             self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
 
@@ -175,6 +204,11 @@ class Pipeline:
                 mono,
             )
 
+    def _ingest_hints(self, msgs: list[KafkaMessage]) -> None:
+        """Read hints (schemas.hints): advice, never a trigger; a bad one is dead-lettered."""
+        for _, device, until in decode_hints(msgs, self.reject):
+            self.mark_hot([device], until)
+
     def _trigger(self, item: Pending, now_ms: int, mono: float) -> None:
         """One decision for a low-rate trigger (work order, alarm, request)."""
         s = self.table.slot[item.device]
@@ -198,7 +232,7 @@ class Pipeline:
             self.deferred[d] = item
             self._seq += 1
             heapq.heappush(self._due, (P.release_at(self.cfg.policy, predicted_at), self._seq, d))
-        elif decision.predicts:
+        elif decision.emits:
             self.batcher.add(d, item, mono, merge)
 
     def _future(self, m: KafkaMessage, event_time_ms: int, now_ms: int) -> None:
@@ -265,6 +299,11 @@ class Pipeline:
             newest_seen_ms=tab.hb_time[slots],
             valid_until_ms=tab.valid_until[slots],
             horizon_ms=self.cfg.horizon_ms,
+            sensitivity=self.sensitivity,
+            rank=tab.rank_idx[slots],
+            margin_top1=tab.margin_top1[slots],
+            margin_topk=tab.margin_topk[slots],
+            hot=tab.hot_until[slots] >= now_ms,
         )
         wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
         predicted_at = tab.predicted_at[slots]
@@ -307,7 +346,7 @@ class Pipeline:
                 [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
             )
 
-        go = decisions >= _FIRST_PREDICTING
+        go = (decisions >= _FIRST_PREDICTING) | (decisions == _RENEWED)
         if not self.deferred and batcher.isdisjoint(devices):
             # hot path: nobody waits for these devices; the predicting ones get fresh entries
             sel = np.flatnonzero(go).tolist()
@@ -337,6 +376,18 @@ class Pipeline:
                 int(predicted_at[j]),
                 mono,
             )
+
+    def mark_hot(self, devices: Sequence[str], until_ms: int) -> int:
+        """Devices somebody reads or watches, until `until_ms` (read hints from the API); only
+        those this worker holds state for. Returns how many were marked."""
+        tab, n = self.table, 0
+        for d in devices:
+            s = tab.slot.get(d)
+            if s is not None:
+                if until_ms > tab.hot_until[s]:
+                    tab.hot_until[s] = until_ms
+                n += 1
+        return n
 
     # -- batches ------------------------------------------------------------------------------------
     def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
@@ -373,6 +424,94 @@ class Pipeline:
         tab = self.table
         devices = list(map(_DEVICE, items))
         slots = np.fromiter(map(tab.slot.__getitem__, devices), dtype=np.int64, count=len(devices))
+        data = np.fromiter(map(tab.has_data, devices), dtype=bool, count=len(devices))
+        if not data.all():  # no device data (requests are filtered at ingest): no answer
+            keep = np.flatnonzero(data)
+            M.NO_DATA.inc(len(items) - len(keep))
+            items = [items[j] for j in keep.tolist()]
+            devices, slots = [devices[j] for j in keep.tolist()], slots[keep]
+        x, computed = self.features_of(devices, slots, np.full(len(items), -1, dtype=np.int64))
+        k = self.cfg.top_k
+        # Renewals republish the stored answer (no inference); everything else is scored.
+        renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
+        renew &= tab.valid_until[slots] >= 0
+        infer = ~renew
+        idx = np.empty((len(items), k), dtype=np.int64)
+        scores = np.empty((len(items), k), dtype=np.float32)
+        margin = np.zeros((len(items), 2), dtype=np.float32)
+        rank = np.zeros((len(items), k + 1), dtype=np.int64)
+        t1 = time.perf_counter()
+        self.prime(model)
+        t1b = time.perf_counter()
+        inferred_ms = 0
+        if infer.any():
+            rows = np.flatnonzero(infer) if renew.any() else slice(None)
+            probs = model.predict(x[rows])
+            t2 = time.perf_counter()
+            inferred_ms = round((t2 - t1b) * 1000)
+            idx[rows], scores[rows] = top_k(probs, k)
+            rank[rows], margin[rows, 0], margin[rows, 1] = ranking(probs, k)
+        else:
+            t2 = time.perf_counter()
+        if renew.any():
+            idx[renew] = tab.rank_idx[slots[renew], :k]
+            scores[renew] = tab.top_scores[slots[renew]]
+        t3 = time.perf_counter()
+        if renew.any() and infer.any():
+            # Renewals report no model time: encode the two groups apart, inferred ones first.
+            order = np.concatenate([np.flatnonzero(infer), np.flatnonzero(renew)])
+            items = [items[j] for j in order.tolist()]
+            idx, scores, margin, x = idx[order], scores[order], margin[order], x[order]
+            rank = rank[order]
+            computed, slots, infer = computed[order], slots[order], infer[order]
+            n_inf = int(infer.sum())
+            a = self._encode(
+                items[:n_inf],
+                idx[:n_inf],
+                scores[:n_inf],
+                model,
+                computed[:n_inf],
+                produced_at_ms,
+                inferred_ms,
+            )
+            b = self._encode(
+                items[n_inf:],
+                idx[n_inf:],
+                scores[n_inf:],
+                model,
+                computed[n_inf:],
+                produced_at_ms,
+                0,
+            )
+            out = Encoded(a.keys + b.keys, a.values + b.values)
+        else:
+            out = self._encode(items, idx, scores, model, computed, produced_at_ms, inferred_ms)
+        t4 = time.perf_counter()
+        for stage, dt in (
+            ("features", t1 - t0),
+            ("inference", t2 - t1),
+            ("topk", t3 - t2),
+            ("encode", t4 - t3),
+        ):
+            M.STAGE[stage].inc(dt)
+        return BatchResult(
+            items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank
+        )
+
+    def prime(self, model: Predictor) -> None:
+        """Measure the model's sensitivities now (once per version) rather than at the first
+        batch: the first heartbeats after a restore then already get the answer-aware check."""
+        if model.version != self._sensitivity_of:
+            self.sensitivity = _sensitivity_of(model, self.cfg.top_k)
+            self._sensitivity_of = model.version
+
+    def features_of(
+        self, devices: Sequence[str], slots: np.ndarray, no_data_ms: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(features, as-of time) of each device from its newest heartbeat and context: the
+        input an inference made now would see (also what the speculation benchmark's fresh
+        on-demand reference uses). `no_data_ms` is the time used for a device with neither."""
+        tab = self.table
         hb = tab.heartbeat_cols(slots)
         computed = tab.hb_time[slots].copy()
         ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
@@ -380,26 +519,24 @@ class Pipeline:
             for j, c in enumerate(ctxs):
                 if c is not None and c.as_of_ms > computed[j]:
                     computed[j] = c.as_of_ms
-        if (computed < 0).any():  # no device data (requests are filtered at ingest): no answer
-            keep = np.flatnonzero(computed >= 0)
-            M.NO_DATA.inc(len(items) - len(keep))
-            items = [items[j] for j in keep.tolist()]
-            devices, slots, hb, computed = (
-                [devices[j] for j in keep.tolist()],
-                slots[keep],
-                hb[keep],
-                computed[keep],
-            )
-            ctxs = [ctxs[j] for j in keep.tolist()]
+        none = computed < 0
+        if none.any():
+            computed[none] = no_data_ms[none]
         cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         cols.update(context_columns(ctxs, computed))
-        x = build_features(cols)
-        t1 = time.perf_counter()
-        probs = model.predict(x)
-        t2 = time.perf_counter()
-        idx, scores = top_k(probs, self.cfg.top_k)
-        t3 = time.perf_counter()
-        out = encode(
+        return build_features(cols), computed
+
+    def _encode(
+        self,
+        items: list[Pending],
+        idx: np.ndarray,
+        scores: np.ndarray,
+        model: Predictor,
+        computed: np.ndarray,
+        produced_at_ms: int,
+        inference_ms: int,
+    ) -> Encoded:
+        return encode(
             items,
             idx,
             scores,
@@ -409,24 +546,29 @@ class Pipeline:
             self.cfg.horizon_ms,
             produced_at_ms,
             self.cfg.backfill,
-            round((t2 - t1) * 1000),
+            inference_ms,
         )
-        t4 = time.perf_counter()
-        for stage, dt in (
-            ("features", t1 - t0),
-            ("inference", t2 - t1),
-            ("topk", t3 - t2),
-            ("encode", t4 - t3),
-        ):
-            M.STAGE[stage].inc(dt)
-        return BatchResult(items, out, model.version, x, computed, slots)
 
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
         tab, slots = self.table, r.slots
-        tab.last_x[slots] = r.features
         tab.valid_until[slots] = r.computed_at + self.cfg.horizon_ms
-        tab.predicted_at[slots] = now_ms
         tab.computed_at[slots] = r.computed_at
+        inferred = r.inferred if r.inferred is not None else np.ones(len(slots), dtype=bool)
+        s = slots[inferred]
+        # Only an inference moves the reference point of the policy's check; a renewal keeps it,
+        # so small moves add up until they could change the answer.
+        tab.last_x[s] = r.features[inferred]
+        tab.predicted_at[s] = now_ms
+        if r.idx is not None and r.scores is not None and r.margins is not None:
+            tab.top_scores[s] = r.scores[inferred]
+            if r.rank is not None:
+                tab.rank_idx[s] = r.rank[inferred]
+            tab.margin_top1[s] = r.margins[inferred, 0]
+            tab.margin_topk[s] = r.margins[inferred, 1]
+        n_inferred = int(inferred.sum())
+        M.INFERENCES.inc(n_inferred)
+        if n_inferred < len(slots):
+            M.RENEWALS.inc(len(slots) - n_inferred)
         truncated = sum(map(_TRUNCATED, r.items))
         if truncated:
             M.LINEAGE_TRUNCATED.inc(truncated)
@@ -441,6 +583,9 @@ class Pipeline:
             tab.valid_until[s],
             tab.hb[s],
             tab.last_x[s],
+            tab.rank_idx[s],
+            tab.top_scores[s],
+            np.stack([tab.margin_top1[s], tab.margin_topk[s]], axis=1),
         )
 
     # -- offsets and partitions -----------------------------------------------------------------------
@@ -490,6 +635,26 @@ _TOPIC, _PARTITION, _OFFSET = (
 _DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
 _FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
+_RENEWED = int(P.Reason.RENEWED)
+
+
+def _is_renewal(item: Pending) -> bool:
+    return item.reason == P.Reason.RENEWED
+
+
+def _sensitivity_of(model: Predictor, k: int) -> Sensitivity | None:
+    """The model's sensitivities when it can measure them (workers.inference.ModelSession
+    can); otherwise None, and the policy uses the material-change rule."""
+    measure = getattr(model, "sensitivity_for", None)
+    if measure is None:
+        return None
+    try:
+        return measure(k)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be probed still serves
+        log.warning(
+            "model %s: sensitivities not measured (%s); material-change rule", model.version, exc
+        )
+        return None
 
 
 def _count_decision(reason: P.Reason, n: int) -> None:

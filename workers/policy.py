@@ -4,15 +4,25 @@ Rules, in priority order:
 - a precompute request (API miss, prefetch hint, backfill, expiry) is always answered;
 - a work order (opened/updated/closed) or an alarm that fires changes what operators will open
   next: predict;
-- a heartbeat from a device never predicted here (`first_seen`), or one that moves the features
-  materially (`heartbeat_changed`: max_f |x_new - x_last| / CHANGE_SCALE_f >= min_change);
-- a heartbeat that changes nothing much, but after which the device's *next* heartbeat would
-  come too late: refresh before it expires (`refresh_before_expiry`) when
-  `event_time + expected_gap >= valid_until - refresh_lead_ms`, `expected_gap` being the
-  device's last heartbeat interval (0 when unknown, clipped to the horizon);
+- a heartbeat from a device never predicted here (`first_seen`), or one whose features could
+  change the served answer (`heartbeat_changed`). With the model's sensitivities known
+  (`workers.sensitivity`), "could change" means the estimated new gap between the last
+  inference's top-1 and runner-up, from the feature move since that inference, falls within
+  `safety` times its uncertainty; for a device somebody reads or watches (hot: recent reads,
+  prefetch hints, open event streams, fed back by the read API through the read-hints topic) the
+  stricter `hot_safety` applies (and with `hot_top_k`, to its top-K set too). A move of
+  `max_change` or more predicts outright (beyond the estimate's linear regime). Without them it is
+  the older material-change rule: max_f |x_new - x_last| / CHANGE_SCALE_f >= min_change;
+- a heartbeat that cannot change the answer, but after which the device's *next* heartbeat would
+  come too late (`event_time + expected_gap >= valid_until - refresh_lead_ms`, `expected_gap`
+  being the device's last heartbeat interval, 0 when unknown, clipped to the horizon): the
+  stored answer, certified unchanged by the check above, is `renewed`: published again with the
+  new data's time and validity, without an inference (without the model's sensitivities: an
+  inference, `refresh_before_expiry`);
 - otherwise skip (`unchanged`); a heartbeat older than the newest one seen is `stale`.
 Throttle: a device predicted less than `throttle_ms` ago (worker clock) is `throttled`: the
 trigger is deferred, not dropped, and released when its window ends (see `workers.pipeline`).
+`every_event` turns all of this off (every fresh heartbeat predicts): the benchmark's baseline.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from enum import IntEnum
 import numpy as np
 
 from workers.features import CHANGE_SCALE
+from workers.sensitivity import Sensitivity
 
 _SCALE = np.asarray(CHANGE_SCALE, dtype=np.float32)
 
@@ -34,6 +45,7 @@ class Reason(IntEnum):
     STALE = 1
     THROTTLED = 2
     CONTEXT_ONLY = 3  # a cleared/info alarm: context updated, nothing to precompute
+    RENEWED = 4  # the stored answer is published again with new validity; no inference
     FIRST_SEEN = 10
     HEARTBEAT_CHANGED = 11
     REFRESH = 12
@@ -52,12 +64,18 @@ class Reason(IntEnum):
     def predicts(self) -> bool:
         return self >= Reason.FIRST_SEEN
 
+    @property
+    def emits(self) -> bool:
+        """A record is published: a prediction, or a renewal of the stored one."""
+        return self >= Reason.FIRST_SEEN or self == Reason.RENEWED
+
 
 _LABELS = {
     Reason.UNCHANGED: "unchanged",
     Reason.STALE: "stale",
     Reason.THROTTLED: "throttled",
     Reason.CONTEXT_ONLY: "context_only",
+    Reason.RENEWED: "renewed",
     Reason.FIRST_SEEN: "first_seen",
     Reason.HEARTBEAT_CHANGED: "heartbeat_changed",
     Reason.REFRESH: "refresh_before_expiry",
@@ -74,6 +92,7 @@ TRIGGER = {
     Reason.FIRST_SEEN: "heartbeat",
     Reason.HEARTBEAT_CHANGED: "heartbeat",
     Reason.REFRESH: "expiry",
+    Reason.RENEWED: "expiry",
     Reason.WORK_ORDER: "work_order",
     Reason.ALARM: "alarm",
     Reason.API_MISS: "api_miss",
@@ -91,11 +110,22 @@ REQUEST_REASON = {
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    min_change: float = 0.05
+    min_change: float = 0.05  # material change, when the model's sensitivities are unknown
     refresh_lead_ms: int = 1_000
     throttle_ms: int = 250
+    # Answer-aware skip (workers.sensitivity): a device predicts when the estimated new top-1
+    # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
+    # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
+    # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
+    safety: float = 0.5
+    hot_safety: float = 2.0
+    hot_top_k: bool = False
+    # A move this large (in CHANGE_SCALE units) predicts whatever the bound says.
+    max_change: float = 1.0
     # Backfill/replay: every device with input gets a prediction (no skip, no throttle).
     always: bool = False
+    # Baseline: every fresh heartbeat predicts (no skip, no renewal).
+    every_event: bool = False
 
 
 def material_change(last_x: np.ndarray, new_x: np.ndarray) -> np.ndarray:
@@ -115,12 +145,20 @@ def decide_heartbeats(
     newest_seen_ms: np.ndarray,
     valid_until_ms: np.ndarray,
     horizon_ms: int,
+    sensitivity: Sensitivity | None = None,
+    rank: np.ndarray | None = None,
+    margin_top1: np.ndarray | None = None,
+    margin_topk: np.ndarray | None = None,
+    hot: np.ndarray | None = None,
 ) -> np.ndarray:
     """One decision per device's newest heartbeat of a batch (before throttling).
 
     `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
     (-1 when none), so duplicates and out-of-order deliveries are `stale`; the gap to it is the
-    interval expected until the device's next heartbeat (see `expected_gap`)."""
+    interval expected until the device's next heartbeat (see `expected_gap`). `sensitivity` is
+    the model's (workers.sensitivity.estimate); `rank` the top-(K+1) classes of each device's
+    last inference and `margin_top1`/`margin_topk` its log margins (negative when unknown: then
+    it predicts); `hot` whether somebody reads or watches the device."""
     n = len(new_x)
     out = np.full(n, Reason.UNCHANGED, dtype=np.int8)
     if n == 0:
@@ -129,9 +167,26 @@ def decide_heartbeats(
         out[:] = Reason.BACKFILL
         return out
     change = material_change(last_x, new_x)
-    gap = expected_gap(event_time_ms, newest_seen_ms, horizon_ms)
-    out[event_time_ms + gap >= valid_until_ms - cfg.refresh_lead_ms] = Reason.REFRESH
-    out[change >= cfg.min_change] = Reason.HEARTBEAT_CHANGED
+    if cfg.every_event:
+        out[:] = Reason.HEARTBEAT_CHANGED
+    else:
+        gap = expected_gap(event_time_ms, newest_seen_ms, horizon_ms)
+        due = event_time_ms + gap >= valid_until_ms - cfg.refresh_lead_ms
+        if sensitivity is None or rank is None or margin_top1 is None or margin_topk is None:
+            out[due] = Reason.REFRESH
+            may_change = change >= cfg.min_change
+        else:
+            is_hot = np.zeros(n, dtype=bool) if hot is None else np.asarray(hot, dtype=bool)
+            dx = new_x - last_x
+            est, unc = sensitivity.gap_estimate(rank[:, 0], rank[:, 1], margin_top1, dx)
+            may_change = est <= np.where(is_hot, cfg.hot_safety, cfg.safety) * unc
+            if cfg.hot_top_k and is_hot.any():
+                k = rank.shape[1] - 1
+                est, unc = sensitivity.gap_estimate(rank[:, k - 1], rank[:, k], margin_topk, dx)
+                may_change |= is_hot & (est <= cfg.hot_safety * unc)
+            may_change |= (margin_top1 < 0) | (change >= cfg.max_change)
+            out[due] = Reason.RENEWED
+        out[may_change] = Reason.HEARTBEAT_CHANGED
     out[~has_prediction] = Reason.FIRST_SEEN
     out[event_time_ms <= newest_seen_ms] = Reason.STALE
     return out

@@ -41,7 +41,7 @@ class WorkerOptions(Section):
     group_id: str = "precast-workers"
     batch_max: int = Field(default=2_000, ge=1, le=100_000)
     max_queue_delay_ms: float = Field(
-        default=5.0,
+        default=1.0,
         ge=0,
         le=10_000,
         description=(
@@ -98,6 +98,26 @@ class PolicyOptions(Section):
     )
     throttle_ms: int = Field(
         default=250, ge=0, description="at most one prediction per device per this long"
+    )
+    safety: float = Field(
+        default=0.5,
+        gt=0,
+        le=1_000,
+        description="cold devices predict when the estimated top-1 gap is within this x its uncertainty",
+    )
+    hot_safety: float = Field(
+        default=2.0,
+        gt=0,
+        le=1_000,
+        description="the same for hot devices (read, prefetched or watched recently)",
+    )
+    max_change: float = Field(
+        default=1.0,
+        gt=0,
+        description="a move this large (in change-scale units) predicts whatever the bound says",
+    )
+    every_event: bool = Field(
+        default=False, description="predict on every fresh heartbeat (the baseline, no skipping)"
     )
 
 

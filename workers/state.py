@@ -27,7 +27,14 @@ class DeviceTable:
     computed_at: np.ndarray  # the last prediction's computed_at (order key), ms
     partition: np.ndarray
 
-    def __init__(self, capacity: int = 1024) -> None:
+    rank_idx: np.ndarray  # the last inference's top-(K+1) classes, best first
+    top_scores: np.ndarray  # its top-K scores (what a renewal republishes)
+    margin_top1: np.ndarray  # its top-1 log margin; -1: unknown
+    margin_topk: np.ndarray  # its top-K log margin; -1: unknown
+    hot_until: np.ndarray  # read or watched until (wall ms); -1: never
+
+    def __init__(self, capacity: int = 1024, top_k: int = 3) -> None:
+        self.top_k = top_k
         self.slot: dict[str, int] = {}
         self._free: list[int] = []
         self.contexts: dict[str, DeviceContext] = {}
@@ -44,6 +51,13 @@ class DeviceTable:
             "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
             "computed_at": np.full(cap, -1, dtype=np.int64),  # last prediction's order key
             "partition": np.full(cap, -1, dtype=np.int32),
+            # The last inference's answer (class indexes, scores) and its top-1 and top-K log
+            # margins: what a renewal republishes and what the policy's check uses.
+            "rank_idx": np.zeros((cap, self.top_k + 1), dtype=np.int64),  # top-(K+1) classes
+            "top_scores": np.zeros((cap, self.top_k), dtype=np.float32),
+            "margin_top1": np.full(cap, -1, dtype=np.float32),
+            "margin_topk": np.full(cap, -1, dtype=np.float32),
+            "hot_until": np.full(cap, -1, dtype=np.int64),  # read or watched until (wall ms)
         }
         for name, arr in grow.items():
             if n:
@@ -81,6 +95,9 @@ class DeviceTable:
         self.last_x[s] = 0
         self.valid_until[s] = -1
         self.predicted_at[s] = -(1 << 62)
+        self.margin_top1[s] = -1  # unknown: the policy predicts
+        self.margin_topk[s] = -1
+        self.hot_until[s] = -1
         self.computed_at[s] = -1
 
     def has_data(self, device: str) -> bool:
@@ -103,6 +120,12 @@ class DeviceTable:
         self.valid_until[s] = rec["valid_until"]
         self.predicted_at[s] = rec["produced_at"]
         self.computed_at[s] = rec["computed_at"]
+        k = self.top_k
+        if k + 1 <= rec["rank"].shape[1]:  # the speculation policy's view of the last inference
+            self.rank_idx[s] = rec["rank"][:, : k + 1]
+            self.top_scores[s] = rec["scores"][:, :k]
+            self.margin_top1[s] = rec["margins"][:, 0]
+            self.margin_topk[s] = rec["margins"][:, 1]
 
     def heartbeat_cols(self, slots: np.ndarray) -> np.ndarray:
         """Newest heartbeat columns per slot; the documented default row where none was seen."""
@@ -128,4 +151,4 @@ class DeviceTable:
         return len(gone)
 
     def clear(self) -> None:
-        self.__init__(len(self.hb))  # type: ignore[misc]
+        self.__init__(len(self.hb), self.top_k)  # type: ignore[misc]

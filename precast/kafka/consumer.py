@@ -122,6 +122,18 @@ class Consumer:
         # A consumed record has topic, partition and offset: see `KafkaMessage`.
         return cast(list[KafkaMessage], msgs)
 
+    def consume_available(
+        self, max_messages: int = 1000, timeout: float = 0.5
+    ) -> list[KafkaMessage]:
+        """Like `consume`, but returns as soon as anything is there: waits up to `timeout` for
+        the first record, then takes what else is already fetched without waiting. A plain
+        batch consume waits for a full batch or its whole timeout, which at low rates makes the
+        timeout the latency of every record."""
+        first = self.consume(1, timeout)
+        if not first or max_messages <= 1:
+            return first
+        return first + self.consume(max_messages - 1, 0)
+
     def _drop_errors(self, msgs: list[Any]) -> list[KafkaMessage]:
         good = []
         for m in msgs:

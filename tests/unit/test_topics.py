@@ -1,10 +1,12 @@
-from schemas.topics import catalog
+from dataclasses import fields
+
+from schemas.topics import Topics, catalog
 
 
 def test_catalog_contract():
     t = catalog("p.", partitions=12, replication_factor=3)
     names = [s.name for s in t]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == len(fields(Topics)) == 11
     assert all(n.startswith("p.") for n in names)
     assert t.predictions.cleanup_policy == "compact"
     assert t.device_context.cleanup_policy == "compact"
@@ -15,3 +17,5 @@ def test_catalog_contract():
     assert {s.partitions for s in t if s.keyed_by_device} == {12}
     assert t.heartbeats.config["min.insync.replicas"] == "2"
     assert t.by_name("p.alarms") is t.alarms
+    # read hints are advice with a short life, keyed by device like the events they steer
+    assert t.read_hints.keyed_by_device and t.read_hints.cleanup_policy == "delete"

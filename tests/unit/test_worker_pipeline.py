@@ -84,18 +84,85 @@ def test_unchanged_and_duplicate_heartbeats_are_skipped_but_committed(model):
     assert [x.trigger for x in flush(p, model)] == ["expiry"]
 
 
-def test_a_heartbeat_refreshes_when_the_next_one_would_come_after_expiry(model):
+def test_a_stable_answer_is_renewed_without_inference_when_the_next_heartbeat_would_be_late(model):
     p, _, decisions = make()
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
-    flush(p, model)  # valid until T0 + 5 s; the lead window starts at T0 + 4 s
+    (first,) = flush(p, model)  # valid until T0 + 5 s; the lead window starts at T0 + 4 s
     p.ingest(
         [record(HB, heartbeat("d1", T0 + 1_500), 1)], T0, 0.0
     )  # next expected at +3 s: in time
     assert flush(p, model) == [] and decisions[-1] == Reason.UNCHANGED
-    p.ingest([record(HB, heartbeat("d1", T0 + 3_000), 2)], T0, 0.0)  # next at +4.5 s: refresh now
-    assert decisions[-1] == Reason.REFRESH
+    p.ingest([record(HB, heartbeat("d1", T0 + 3_000), 2)], T0, 0.0)  # next at +4.5 s: renew now
+    assert decisions[-1] == Reason.RENEWED
+    inferred_before = p.table.predicted_at[p.table.slot["d1"]]
     (pred,) = flush(p, model)
     assert pred.trigger == "expiry" and pred.computed_at_ms == T0 + 3_000
+    assert pred.valid_until_ms == T0 + 3_000 + 5_000
+    assert pred.candidates == first.candidates and pred.inference_ms == 0
+    assert p.table.predicted_at[p.table.slot["d1"]] == inferred_before  # no inference
+
+
+def test_a_hot_device_is_held_to_the_stricter_check(model):
+    def probe(rate: float) -> tuple[bool, bool]:
+        """Both devices make the same move; which of them is queued for an inference?"""
+        p, _, _ = make()
+        p.ingest([record(HB, heartbeat(d, T0), i) for i, d in enumerate(("d1", "d2"))], T0, 0.0)
+        flush(p, model)
+        assert p.mark_hot(["d1", "never-seen"], T0 + 60_000) == 1
+        moved = [
+            record(HB, heartbeat(d, T0 + 100, error_rate=rate), 2 + i)
+            for i, d in enumerate(("d1", "d2"))
+        ]
+        p.ingest(moved, T0, 0.0)
+        return "d1" in p.batcher, "d2" in p.batcher
+
+    seen = [probe(float(r)) for r in np.linspace(0.01, 0.6, 60)]
+    assert (True, False) in seen  # a move only the hot device predicts on
+    assert (False, True) not in seen  # never the other way round
+    assert seen[0] == (False, False) and seen[-1] == (True, True)
+
+
+def test_a_move_that_cannot_change_the_answer_is_skipped_and_one_that_can_is_not(model):
+    p, _, decisions = make()
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    flush(p, model)
+    p.ingest([record(HB, heartbeat("d1", T0 + 500, cpu_pct=30.2), 1)], T0, 0.0)
+    assert decisions[-1] == Reason.UNCHANGED
+    p.ingest([record(HB, heartbeat("d1", T0 + 1_000, error_rate=0.9, cpu_pct=97), 2)], T0, 0.0)
+    assert decisions[-1] == Reason.HEARTBEAT_CHANGED
+
+
+def test_small_moves_add_up_against_the_last_inference_not_the_last_heartbeat(model):
+    p, _, decisions = make()
+    p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
+    flush(p, model)
+    margin = float(p.table.margin_top1[p.table.slot["d1"]])
+    sens = p.sensitivity
+    assert sens is not None and margin > 0
+    # Walk the error rate up in steps each too small to matter alone.
+    t, rate, seen = T0, 0.01, []
+    for i in range(1, 200):
+        rate += 0.01
+        t += 200
+        p.ingest([record(HB, heartbeat("d1", t, error_rate=rate), i)], T0, 0.0)
+        seen.append(decisions[-1])
+        if decisions[-1] == Reason.HEARTBEAT_CHANGED:
+            break
+    assert seen[0] == Reason.UNCHANGED and seen[-1] == Reason.HEARTBEAT_CHANGED
+
+
+def test_every_event_mode_predicts_on_each_fresh_heartbeat(model):
+    rejected, decisions = [], []
+    p = Pipeline(
+        TOPICS,
+        PipelineConfig(policy=PolicyConfig(throttle_ms=0, every_event=True)),
+        lambda m, r, d: rejected.append(m),
+    )
+    p.decisions = lambda reason, n: decisions.extend([reason] * n)
+    for i in range(5):
+        p.ingest([record(HB, heartbeat("d1", T0 + i * 100), i)], T0, 0.0)
+        assert len(flush(p, model)) == 1
+    assert decisions == [Reason.FIRST_SEEN] + [Reason.HEARTBEAT_CHANGED] * 4
 
 
 def test_throttled_trigger_is_deferred_holds_back_its_offset_and_is_released(model):
@@ -103,7 +170,10 @@ def test_throttled_trigger_is_deferred_holds_back_its_offset_and_is_released(mod
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
     flush(p, model, now_ms=T0)
     p.ingest(
-        [record(HB, heartbeat("d1", T0 + 10, cpu_pct=95), 1), record(HB, heartbeat("d2", T0), 2)],
+        [
+            record(HB, heartbeat("d1", T0 + 10, cpu_pct=95, error_rate=0.9), 1),
+            record(HB, heartbeat("d2", T0), 2),
+        ],
         T0 + 10,
         0.0,
     )

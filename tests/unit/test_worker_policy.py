@@ -132,4 +132,4 @@ def test_every_reason_has_a_metric_label_and_predicting_ones_a_trigger():
     from workers.policy import TRIGGER
 
     assert len({r.label for r in Reason}) == len(Reason)
-    assert {r for r in Reason if r.predicts} == set(TRIGGER)
+    assert {r for r in Reason if r.emits} == set(TRIGGER)
