@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bench.harness import Context, Figure, Report, progress
+from bench.harness import Context, Figure, Report, app_env, progress
 
 NAME = "board"
 DESCRIPTION = "board: event -> DOM latency at 1k events/s, JS heap growth over the run"
@@ -111,14 +111,7 @@ def run(ctx: Context) -> Report:
     topics = catalog(ctx.unique("board") + ".", PARTITIONS)
     admin.ensure_topics(list(topics))
     worker_port, api_port = free_port(), free_port()
-    base = {
-        **os.environ,
-        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
-        "PRECAST_REDIS__URL": "",
-        "PRECAST_LOG_LEVEL": "WARNING",
-    }
+    base = app_env(ctx.bootstrap_servers, topics, PARTITIONS, PRECAST_REDIS__URL="")
     procs = [
         _spawn(
             "workers.cli",

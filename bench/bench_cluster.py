@@ -26,7 +26,7 @@ from bench.cluster_procs import (
     spawn_worker,
     wait_http,
 )
-from bench.harness import Context, Figure, Report, progress
+from bench.harness import Context, Figure, Report, progress, stop_processes
 
 NAME = "cluster"
 DESCRIPTION = "3-broker cluster: leader kill -9 under load, worker scale-out 3 vs 1, soak RSS"
@@ -44,17 +44,6 @@ def _catalog(ctx: Context, admin):
     topics = catalog(ctx.unique("c") + ".", PARTITIONS, replication_factor=3)
     admin.ensure_topics(list(topics))
     return topics
-
-
-def _stop_all(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(30)
-        except Exception:  # noqa: BLE001 - a stuck child is killed
-            p.kill()
 
 
 def _leader_kill(ctx, stack, settings, admin, logs: Path) -> dict:
@@ -111,7 +100,7 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path) -> dict:
             "error": load.error,
         }
     finally:
-        _stop_all(workers)
+        stop_processes(workers)
 
 
 def _drain_rate(ctx, stack, settings, admin, n_workers: int, events: int, logs: Path) -> float:
@@ -152,7 +141,7 @@ def _drain_rate(ctx, stack, settings, admin, n_workers: int, events: int, logs: 
             time.sleep(0.2)
         raise TimeoutError(f"{n_workers} worker(s) did not drain {sent} events in 600 s")
     finally:
-        _stop_all(workers)
+        stop_processes(workers)
 
 
 def _soak(ctx, stack, settings, admin, logs: Path) -> dict:
@@ -228,7 +217,7 @@ def _soak(ctx, stack, settings, admin, logs: Path) -> dict:
             "reads": reads,
         }
     finally:
-        _stop_all(procs)
+        stop_processes(procs)
 
 
 def run(ctx: Context) -> Report:

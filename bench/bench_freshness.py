@@ -11,7 +11,6 @@ computed from the probe is served (every 1 ms, which bounds the poller's own sha
 from __future__ import annotations
 
 import http.client
-import os
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ import numpy as np
 import orjson
 
 from bench.bench_worker import _produce_heartbeats, _wait_ready
-from bench.harness import ROOT, Context, Figure, Report, progress
+from bench.harness import ROOT, Context, Figure, Report, app_env, progress, stop_processes
 
 NAME = "freshness"
 DESCRIPTION = "event produced -> answer readable from the API and pushed on SSE, at 10k events/s"
@@ -84,19 +83,17 @@ def run(ctx: Context) -> Report:
     topics = catalog(ctx.unique("fresh") + ".", PARTITIONS)
     admin.ensure_topics(list(topics))
     api_port, worker_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
-        "PRECAST_REDIS__URL": "",
-        "PRECAST_API__GROUP_ID": ctx.unique("api"),
-        "PRECAST_API__PORT": str(api_port),
-        "PRECAST_WORKER__GROUP_ID": ctx.unique("w"),
-        "PRECAST_MODEL__PROVIDER": "cpu",
-        "PRECAST_METRICS__PORT": str(worker_port),
-        "PRECAST_LOG_LEVEL": "WARNING",
-    }
+    env = app_env(
+        ctx.bootstrap_servers,
+        topics,
+        PARTITIONS,
+        PRECAST_REDIS__URL="",
+        PRECAST_API__GROUP_ID=ctx.unique("api"),
+        PRECAST_API__PORT=str(api_port),
+        PRECAST_WORKER__GROUP_ID=ctx.unique("w"),
+        PRECAST_MODEL__PROVIDER="cpu",
+        PRECAST_METRICS__PORT=str(worker_port),
+    )
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", mod],
@@ -172,13 +169,7 @@ def run(ctx: Context) -> Report:
         conn.close()
     finally:
         stop.set()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         admin.delete_topics([t.name for t in topics])
     e2e = [readable[d] - produced[d] for d in readable]
     sse = [pushed[d] - produced[d] for d in pushed if d in produced]

@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 
-from bench.harness import ROOT, Context, Figure, Report, progress
+from bench.harness import ROOT, Context, Figure, Report, progress, stop_processes
 
 NAME = "trust"
 DESCRIPTION = "worker state restore of 1M devices; unknown-ID read flood: API RSS growth, writes"
@@ -164,13 +164,7 @@ def _flood(ctx: Context, admin, reads: int) -> dict[str, float]:
         return {"rss0": rss0, "rss1": rss1, "reads": done, "seconds": el, "written": written}
     finally:
         probe.close()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         admin.delete_topics([t.name for t in cat])
 
 

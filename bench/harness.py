@@ -134,3 +134,27 @@ ratios from one run rather than absolute promises.
 
 def progress(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def app_env(bootstrap_servers: str, topics: Any, partitions: int, **extra: str) -> dict[str, str]:
+    """The environment of a precast process a benchmark starts over its own topic catalog."""
+    return {
+        **os.environ,
+        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": bootstrap_servers,
+        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
+        "PRECAST_TOPICS__PARTITIONS": str(partitions),
+        "PRECAST_LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+def stop_processes(procs: list[Any], timeout_s: float = 30.0) -> None:
+    """TERM every process still running, then wait for each; one that does not stop is killed."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout_s)
+        except Exception:  # noqa: BLE001 - a stuck child is killed
+            p.kill()
