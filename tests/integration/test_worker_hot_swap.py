@@ -30,7 +30,7 @@ def test_versions_switch_once_per_partition_and_never_inside_a_batch(
         kafka_settings,
         topics,
         registry,
-        PipelineConfig(policy=PolicyConfig(min_change=0, throttle_ms=0), max_batch=256),
+        PipelineConfig(policy=PolicyConfig(every_event=True, throttle_ms=0), max_batch=256),
         LoopConfig(group_id=unique("swap")),
     )
     batches: list[set[str]] = []

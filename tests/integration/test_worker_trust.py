@@ -126,7 +126,8 @@ def test_rebalance_then_request_keeps_the_real_answer(kafka_settings, topics, un
     )
     b = None
     try:
-        assert wait_ready(ports[0])["assigned_partitions"] == 5 * 3  # every input partition
+        # every input partition: 6 topics (events, requests, context, read hints) x 3
+        assert wait_ready(ports[0])["assigned_partitions"] == 6 * 3
         hb_t = int(time.time() * 1000) - 2_000
         _heartbeats(kafka_settings, topics, hb_t)
         first = _by_trigger(

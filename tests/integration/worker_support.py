@@ -45,6 +45,9 @@ def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> s
         "PRECAST_MODEL__PROVIDER": "cpu",
         "PRECAST_POLICY__THROTTLE_MS": "0",
         "PRECAST_POLICY__MIN_CHANGE": "0",
+        # Every fresh heartbeat predicts: these tests follow each input into a prediction's
+        # lineage (the answer-aware policy would rightly skip most of them).
+        "PRECAST_POLICY__EVERY_EVENT": "true",
         "PRECAST_LOG_LEVEL": "INFO",
         **env,
     }
@@ -61,7 +64,7 @@ def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> s
 class Load(threading.Thread):
     """Heartbeats for `devices` devices at about `rate`/s for `seconds`, with a work order, an
     alarm and (after the first round) a precompute request mixed in every `every` heartbeats. Event times increase
-    per device, so with min_change=0 and no throttle every record is a trigger."""
+    per device, so with every_event and no throttle every record is a trigger."""
 
     def __init__(
         self, kafka_settings, topics, *, devices=300, rate=2_000, seconds=6.0, every=50
