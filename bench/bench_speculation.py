@@ -231,7 +231,7 @@ def simulate(
             hot.clear()
         if read:
             slots = np.fromiter((ref.table.slot.get(d, 0) for d in read), dtype=np.int64)
-            x, _ = ref.features_of(read, slots, np.full(len(read), t, dtype=np.int64))
+            x, _ = ref.features_of(read, slots, t)
             probs = model.predict(x)
             order = np.argsort(-probs, axis=1, kind="stable")
             truth1 = order[:, 0]

@@ -430,7 +430,7 @@ class Pipeline:
             M.NO_DATA.inc(len(items) - len(keep))
             items = [items[j] for j in keep.tolist()]
             devices, slots = [devices[j] for j in keep.tolist()], slots[keep]
-        x, computed = self.features_of(devices, slots, np.full(len(items), -1, dtype=np.int64))
+        x, computed = self.features_of(devices, slots)
         k = self.cfg.top_k
         # Renewals republish the stored answer (no inference); everything else is scored.
         renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
@@ -506,11 +506,12 @@ class Pipeline:
             self._sensitivity_of = model.version
 
     def features_of(
-        self, devices: Sequence[str], slots: np.ndarray, no_data_ms: np.ndarray
+        self, devices: Sequence[str], slots: np.ndarray, no_data_ms: int = -1
     ) -> tuple[np.ndarray, np.ndarray]:
         """(features, as-of time) of each device from its newest heartbeat and context: the
         input an inference made now would see (also what the speculation benchmark's fresh
-        on-demand reference uses). `no_data_ms` is the time used for a device with neither."""
+        on-demand reference uses). `no_data_ms` is the as-of time of a device with neither
+        (compute never sees one: it drops them first)."""
         tab = self.table
         hb = tab.heartbeat_cols(slots)
         computed = tab.hb_time[slots].copy()
@@ -519,9 +520,7 @@ class Pipeline:
             for j, c in enumerate(ctxs):
                 if c is not None and c.as_of_ms > computed[j]:
                     computed[j] = c.as_of_ms
-        none = computed < 0
-        if none.any():
-            computed[none] = no_data_ms[none]
+        computed[computed < 0] = no_data_ms
         cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         cols.update(context_columns(ctxs, computed))
         return build_features(cols), computed
