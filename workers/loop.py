@@ -176,12 +176,21 @@ class Worker:
     def step(self) -> int:
         p = self.pipeline
         mono = time.monotonic()
-        # consume() waits for a full batch or its timeout, so with an empty queue the timeout is
-        # what the first record of a quiet period waits: keep it at the batching delay.
-        wait = p.batcher.wait_s(mono) if len(p.batcher) else p.cfg.max_queue_delay_s
-        timeout = max(0.0, min(self.cfg.poll_timeout_s, wait, self._next_commit - mono))
+        timeout = min(self.cfg.poll_timeout_s, self._next_commit - mono)
+        release = p.next_release_ms()
+        if release is not None:  # a throttled device's window ends: wake up for it
+            timeout = min(timeout, (release - self.clock()) / 1000.0)
         t0 = time.perf_counter()
-        msgs = self.consumer.consume(self.cfg.consume_max, timeout)
+        if len(p.batcher):
+            # Items wait for a fuller batch (max_queue_delay_ms): consume() fills until then.
+            timeout = min(timeout, p.batcher.wait_s(mono))
+            msgs = self.consumer.consume(self.cfg.consume_max, max(0.0, timeout))
+        else:
+            # Natural batching: wake on the first record, take what else is already fetched,
+            # and go. A batch is then what arrived while the previous one ran, so it grows with
+            # the load and costs no wait when the load is light (a plain batch consume waits
+            # for a full batch or its whole timeout, which would be every record's latency).
+            msgs = self.consumer.consume_available(self.cfg.consume_max, max(0.0, timeout))
         M.STAGE["consume"].inc(time.perf_counter() - t0)
         self.last_loop = mono = time.monotonic()
         now_ms = self.clock()

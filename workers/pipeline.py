@@ -45,7 +45,7 @@ log = logging.getLogger("precast.workers.pipeline")
 class PipelineConfig:
     policy: P.PolicyConfig = P.PolicyConfig()
     max_batch: int = 2_000
-    max_queue_delay_s: float = 0.001
+    max_queue_delay_s: float = 0.0
     preferred_batch_sizes: tuple[int, ...] = ()
     horizon_ms: int = 5_000
     top_k: int = 3
@@ -400,6 +400,10 @@ class Pipeline:
                 self.batcher.add(d, item, mono, merge)
                 n += 1
         return n
+
+    def next_release_ms(self) -> int | None:
+        """When the earliest throttled device's window ends (None when nothing is throttled)."""
+        return self._due[0][0] if self._due else None
 
     def next_batch(self, mono: float, force: bool = False) -> tuple[list[Pending], float]:
         return self.batcher.take(mono, force)

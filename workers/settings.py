@@ -41,11 +41,12 @@ class WorkerOptions(Section):
     group_id: str = "precast-workers"
     batch_max: int = Field(default=2_000, ge=1, le=100_000)
     max_queue_delay_ms: float = Field(
-        default=1.0,
+        default=0.0,
         ge=0,
         le=10_000,
         description=(
-            "a batch closes when its oldest trigger has waited this long, or at batch_max"
+            "a batch closes when its oldest trigger has waited this long, or at batch_max "
+            "(0: natural batching, a batch is what arrived while the previous one ran)"
         ),
     )
     preferred_batch_sizes: tuple[int, ...] = Field(
