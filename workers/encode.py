@@ -16,8 +16,10 @@ from precast.kafka import KafkaMessage
 from workers.policy import TRIGGER, Reason
 from workers.wire import trace_ids_json
 
-# Longest lineage list kept per prediction (newest inputs win); a device that sent more
-# triggers than this while waiting is counted in precast_worker_lineage_truncated_total.
+# Longest lineage list kept per prediction; a device that sent more triggers than this while
+# waiting is counted in precast_worker_lineage_truncated_total. The oldest heartbeats go first:
+# a newer heartbeat of the device supersedes them (the prediction is made from it), while each
+# work order, alarm and request is an event of its own that lineage must keep naming.
 LINEAGE_MAX = 64
 
 
@@ -31,16 +33,44 @@ class Pending:
     refs: list[tuple[KafkaMessage, str | None]] = field(default_factory=list)  # (record, event_id)
     requested_at_ms: int = 0  # newest precompute request, for a device with no data at all
     truncated: int = 0
+    # refs[:pinned] are work orders, alarms and requests (kept first when lineage is cut);
+    # -1 until a merge needs it (the hot path builds items without looking at it)
+    pinned: int = -1
+
+    def pins(self) -> int:
+        if self.pinned < 0:
+            self.pinned = len(self.refs) if _is_event(self.reason) else 0
+        return self.pinned
+
+
+def _is_event(reason: Reason) -> bool:
+    """A trigger that is an event of its own, not a heartbeat reading (which a newer supersedes)."""
+    return (
+        reason in (Reason.CONTEXT_ONLY, Reason.WORK_ORDER, Reason.ALARM)
+        or reason >= Reason.API_MISS
+    )
 
 
 def merge(old: Pending, new: Pending) -> Pending:
     """Two triggers for one device become one prediction that answers both."""
+    pinned, k = old.pins(), new.pins()
     if new.reason > old.reason:  # requests > work orders/alarms > heartbeats
         old.reason = new.reason
-    old.refs.extend(new.refs)
-    if len(old.refs) > LINEAGE_MAX:
-        old.truncated += len(old.refs) - LINEAGE_MAX
-        del old.refs[: len(old.refs) - LINEAGE_MAX]
+    if k:
+        old.refs[pinned:pinned] = new.refs[:k]
+        pinned += k
+        old.refs.extend(islice(new.refs, k, None))
+    else:
+        old.refs.extend(new.refs)
+    drop = len(old.refs) - LINEAGE_MAX
+    if drop > 0:
+        old.truncated += drop
+        beats = min(drop, len(old.refs) - pinned)  # the oldest heartbeats first
+        del old.refs[pinned : pinned + beats]
+        if drop > beats:  # more events than the cap: the oldest of them
+            del old.refs[: drop - beats]
+            pinned -= drop - beats
+    old.pinned = pinned
     old.requested_at_ms = max(old.requested_at_ms, new.requested_at_ms)
     old.truncated += new.truncated
     return old

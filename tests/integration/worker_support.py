@@ -48,6 +48,11 @@ def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> s
         # Every fresh heartbeat predicts: these tests follow each input into a prediction's
         # lineage (the answer-aware policy would rightly skip most of them).
         "PRECAST_POLICY__EVERY_EVENT": "true",
+        # A prediction names at most LINEAGE_MAX (64) inputs: past that the oldest heartbeats of
+        # its device are left out (superseded, by design), and a test could not tell them from
+        # a lost trigger. With the Load's 300 devices, 2,000 records per consume keep every
+        # device well under it even when a survivor catches up on a backlog after a kill.
+        "PRECAST_WORKER__CONSUME_MAX": "2000",
         "PRECAST_LOG_LEVEL": "INFO",
         **env,
     }

@@ -9,7 +9,7 @@ import pytest
 from precast.serving.entry import entry_from_prediction
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
-from workers.encode import Pending, encode, score_text
+from workers.encode import LINEAGE_MAX, Pending, encode, merge, score_text
 from workers.policy import Reason
 from workers.topk import top_k
 
@@ -120,3 +120,35 @@ def test_small_and_large_batches_format_scores_the_same():
     assert score_text(scores) == [
         t for i in range(0, 300, 10) for t in score_text(scores[i : i + 10])
     ]
+
+
+def _item(reason: Reason, offset: int, topic: str = "hb") -> Pending:
+    return Pending("d1", 0, reason, [(record(topic, heartbeat("d1", T0), offset), f"e{offset}")])
+
+
+def _offsets(p: Pending) -> list[tuple[str, int]]:
+    return [(m.topic(), m.offset()) for m, _ in p.refs]
+
+
+def test_a_long_lineage_drops_the_oldest_heartbeats_and_keeps_every_event():
+    # A work order waiting with a flood of heartbeats: the heartbeats a newer one supersedes go,
+    # the work order and the alarm (events of their own) stay named in lineage.
+    p = _item(Reason.HEARTBEAT_CHANGED, 0)
+    p = merge(p, _item(Reason.WORK_ORDER, 0, "wo"))
+    for o in range(1, 100):
+        p = merge(p, _item(Reason.HEARTBEAT_CHANGED, o))
+    p = merge(p, _item(Reason.ALARM, 0, "al"))
+    refs = _offsets(p)
+    assert len(refs) == LINEAGE_MAX and p.truncated == 100 + 2 - LINEAGE_MAX
+    assert ("wo", 0) in refs and ("al", 0) in refs and p.reason == Reason.ALARM
+    beats = [o for t, o in refs if t == "hb"]
+    assert beats == list(range(100 - len(beats), 100))  # the newest heartbeats, in order
+
+
+def test_more_events_than_the_cap_keep_the_newest_events():
+    p = _item(Reason.WORK_ORDER, 0, "wo")
+    for o in range(1, LINEAGE_MAX + 10):
+        p = merge(p, _item(Reason.WORK_ORDER, o, "wo"))
+    p = merge(p, _item(Reason.HEARTBEAT_CHANGED, 5))
+    assert [o for _, o in _offsets(p)] == list(range(10, LINEAGE_MAX + 10))
+    assert p.truncated == 11
