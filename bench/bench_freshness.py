@@ -19,7 +19,7 @@ import time
 import numpy as np
 import orjson
 
-from bench.bench_worker import _produce_heartbeats, _wait_ready
+from bench.bench_worker import LoadProcess, _wait_ready
 from bench.harness import ROOT, Context, Figure, Report, app_env, progress, stop_processes
 
 NAME = "freshness"
@@ -113,6 +113,7 @@ def run(ctx: Context) -> Report:
     event_time: dict[str, int] = {}  # probe device -> its heartbeat's event time
     segments: dict[str, dict[str, float]] = {}  # where each probe's time went (Server-Timing)
     stop = threading.Event()
+    load: LoadProcess | None = None
     try:
         _wait_ready(worker_port)
         _wait_ready(api_port, timeout=120)
@@ -120,11 +121,9 @@ def run(ctx: Context) -> Report:
             target=_stream, args=(api_port, probes, event_time, pushed, stop), daemon=True
         )
         streamer.start()
-        load = threading.Thread(
-            target=_produce_heartbeats,
-            args=(ctx.kafka_settings(), topics.heartbeats.name, 10_000, 0),
-            kwargs={"rate": RATE, "seconds": seconds + 5, "stop": stop},
-            daemon=True,
+        # In its own process: the probe's timing threads never wait for the GIL behind it.
+        load = LoadProcess(
+            ctx.kafka_settings(), topics.heartbeats.name, rate=RATE, seconds=seconds + 5
         )
         progress(
             f"freshness: worker + API up; {RATE:,} heartbeats/s for {seconds + 5:.0f}s, "
@@ -169,6 +168,9 @@ def run(ctx: Context) -> Report:
         conn.close()
     finally:
         stop.set()
+        if load is not None:
+            load.stop.set()
+            load.join()
         stop_processes(procs)
         admin.delete_topics([t.name for t in topics])
     e2e = [readable[d] - produced[d] for d in readable]

@@ -4,6 +4,7 @@ per-stage profile of where a worker's time goes."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -72,6 +73,41 @@ def _produce_heartbeats(
         sent += chunk
     p.flush()
     return sent
+
+
+class LoadProcess:
+    """`_produce_heartbeats` at a steady rate in a child process. A latency benchmark's timing
+    threads then never wait for the GIL behind the load generator (Python hands the GIL over
+    only every 5 ms to a thread that asks for it)."""
+
+    def __init__(self, settings, topic: str, *, rate: float, seconds: float) -> None:
+        mp = multiprocessing.get_context("spawn")
+        self.stop, self.started, self._sent = mp.Event(), mp.Event(), mp.Value("q", -1)
+        self._proc = mp.Process(
+            target=_load_child,
+            args=(settings, topic, rate, seconds, self.stop, self.started, self._sent),
+            daemon=True,
+        )
+
+    def start(self, timeout: float = 60) -> None:
+        self._proc.start()
+        if not self.started.wait(timeout):
+            raise RuntimeError("the load process did not start")
+
+    def join(self, timeout: float = 60) -> int:
+        """Records sent (after the run ends or `stop` is set)."""
+        self._proc.join(timeout)
+        if self._proc.is_alive():
+            self._proc.kill()
+            raise RuntimeError("the load process did not finish")
+        return int(self._sent.value)
+
+
+def _load_child(settings, topic, rate, seconds, stop, started, sent) -> None:
+    started.set()
+    sent.value = _produce_heartbeats(
+        settings, topic, 10_000, 0, rate=rate, seconds=seconds, stop=stop
+    )
 
 
 def _catalog(ctx: Context, admin):
@@ -223,17 +259,14 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
 
         t = threading.Thread(target=read, daemon=True)
         t.start()
+        load = LoadProcess(
+            ctx.kafka_settings(), topics.heartbeats.name, rate=10_000, seconds=seconds + WARMUP_S
+        )
+        load.start()
         # The first seconds after start-up (group join, first fetches, the producer's PID) are
         # not the steady state the figure is about: inputs produced then are left out.
         measured_from = time.time() * 1000 + WARMUP_S * 1000
-        sent = _produce_heartbeats(
-            ctx.kafka_settings(),
-            topics.heartbeats.name,
-            devices=10_000,
-            rounds=0,
-            rate=10_000,
-            seconds=seconds + WARMUP_S,
-        )
+        sent = load.join(seconds + WARMUP_S + 60)
         time.sleep(1.5)
         stop.set()
         t.join()
@@ -246,11 +279,7 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
                 ts[(m.partition(), m.offset())] = m.timestamp()[1]
         c.close()
         ms = np.array(
-            [
-                now - ts[(p, o)]
-                for p, o, now in lat
-                if (p, o) in ts and ts[(p, o)] >= measured_from
-            ]
+            [now - ts[(p, o)] for p, o, now in lat if (p, o) in ts and ts[(p, o)] >= measured_from]
         )
         return ms, sent
     finally:
@@ -400,6 +429,6 @@ def run(ctx: Context) -> Report:
             "Freshness: per input record, from its producer's CreateTime to the moment a read_committed reader "
             "held a prediction naming it in lineage; the worker runs as its own process (precast-worker). "
             "The load is paced 10 records per ms through a producer with the library defaults (5 ms "
-            "linger, part of the figure); inputs of the first {:.0f} s after start-up are left out.".format(WARMUP_S),
+            f"linger, part of the figure); inputs of the first {WARMUP_S:.0f} s after start-up are left out.",
         ],
     )
