@@ -431,7 +431,8 @@ def run(ctx: Context) -> Report:
             "'policy' is coalescing, the vectorized policy and state updates; 'commit' is flush + offset commit.",
             "Freshness: per input record, from its producer's CreateTime to the moment a read_committed reader "
             "held a prediction naming it in lineage; the worker runs as its own process (precast-worker). "
-            "The load (its own process at nice 10, standing in for devices elsewhere) is paced 10 records per ms through a producer with the library defaults (5 ms "
+            "The load (its own process at nice 10, standing in for devices elsewhere) is paced 10 "
+            "records per ms through a producer with the library defaults (5 ms "
             f"linger, part of the figure); inputs of the first {WARMUP_S:.0f} s after start-up are left out.",
         ],
     )
