@@ -71,6 +71,7 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
         exactly_once=w.exactly_once,
         transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
         transaction_timeout_ms=w.transaction_timeout_ms,
+        linger_ms=w.linger_ms,
     )
     return worker_cls(settings.kafka, topics, registry, pipe, loop)
 

@@ -33,17 +33,18 @@ class Rewind(Exception):
 
 
 # Predictions leave as soon as a batch is encoded: a batch is already one produce burst, so
-# librdkafka's 5 ms linger would only add 5 ms to every answer's freshness (bench freshness).
-# With 0 the first records of a burst go at once and the rest fill the next requests while
-# those are in flight (up to 5 with idempotence).
-LOW_LATENCY: dict[str, Any] = {"linger.ms": 0}
+# librdkafka's 5 ms linger would only add up to 5 ms to every answer's freshness (bench
+# freshness). The worker's `linger_ms` setting (default LINGER_MS) chooses.
+LINGER_MS = 1.0
 
 
 class AtLeastOnce:
     exactly_once = False
 
-    def __init__(self, kafka: KafkaSettings, dead_letter_topic: str) -> None:
-        self.producer = Producer(kafka, **LOW_LATENCY)
+    def __init__(
+        self, kafka: KafkaSettings, dead_letter_topic: str, linger_ms: float = LINGER_MS
+    ) -> None:
+        self.producer = Producer(kafka, **{"linger.ms": linger_ms})
         self.dead_letters = DeadLetters(self.producer, dead_letter_topic, COMPONENT)
         self._committed: dict[tuple[str, int], int] = {}
 
@@ -84,11 +85,12 @@ class ExactlyOnce:
         dead_letter_topic: str,
         transactional_id: str,
         transaction_timeout_ms: int,
+        linger_ms: float = LINGER_MS,
     ) -> None:
         self._kafka, self._dlq_topic = kafka, dead_letter_topic
         # librdkafka requires a record's delivery timeout to fit inside its transaction's.
         self._conf: dict[str, Any] = {
-            **LOW_LATENCY,
+            "linger.ms": linger_ms,
             "transactional.id": transactional_id,
             "transaction.timeout.ms": transaction_timeout_ms,
             "delivery.timeout.ms": transaction_timeout_ms,

@@ -29,7 +29,7 @@ from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers import metrics as M
-from workers.delivery import AtLeastOnce, ExactlyOnce, Rewind
+from workers.delivery import LINGER_MS, AtLeastOnce, ExactlyOnce, Rewind
 from workers.pipeline import Pipeline, PipelineConfig
 from workers.registry import ModelRegistry
 from workers.restore import StateRestorer
@@ -46,6 +46,7 @@ class LoopConfig:
     exactly_once: bool = False
     transactional_id: str = "precast-worker"
     transaction_timeout_ms: int = 10_000
+    linger_ms: float = LINGER_MS  # the predictions producer's linger
     lag_interval_s: float = 5.0
     # write the worker-state changelog with every prediction and restore from it on assignment
     worker_state: bool = True
@@ -93,10 +94,14 @@ class Worker:
         self.cfg, self.topics, self.registry = cfg, topics, registry
         self.sink: AtLeastOnce | ExactlyOnce = (
             ExactlyOnce(
-                kafka, topics.dead_letters.name, cfg.transactional_id, cfg.transaction_timeout_ms
+                kafka,
+                topics.dead_letters.name,
+                cfg.transactional_id,
+                cfg.transaction_timeout_ms,
+                cfg.linger_ms,
             )
             if cfg.exactly_once
-            else AtLeastOnce(kafka, topics.dead_letters.name)
+            else AtLeastOnce(kafka, topics.dead_letters.name, cfg.linger_ms)
         )
         overrides: dict[str, Any] = {"partition.assignment.strategy": "range"}
         if cfg.exactly_once:

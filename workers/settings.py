@@ -58,6 +58,15 @@ class WorkerOptions(Section):
     consume_max: int = Field(
         default=5_000, ge=1, le=100_000, description="records per consume() call"
     )
+    linger_ms: float = Field(
+        default=1.0,
+        ge=0,
+        le=1_000,
+        description=(
+            "linger.ms of the predictions producer: each ms can add to an answer's freshness; "
+            "0 sends each batch at once but in more, smaller requests"
+        ),
+    )
     poll_timeout_s: float = Field(default=0.1, gt=0, le=10)
     horizon_s: float = Field(default=5.0, gt=0, le=86_400)
     commit_interval_ms: int = Field(
