@@ -164,6 +164,8 @@ def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str
     warm = next((mib for t, mib in samples if t >= WARM_SHARE * wall), samples[0][1])
     end = samples[-1][1]
     after = [mib for t, mib in samples if t >= WARM_SHARE * wall]
+    # between warm-up and the last 5 % (the end drains every throttled device at once)
+    steady = [mib for t, mib in samples if WARM_SHARE * wall <= t <= 0.95 * wall] or after
     cmp = summary["comparison"]
     return {
         "events": total,
@@ -178,6 +180,7 @@ def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str
         "warm_mib": warm,
         "end_mib": end,
         "max_after_warm_mib": max(after) if after else end,
+        "steady_mib": (min(steady), max(steady)) if steady else (end, end),
         "peak_mib": max(hwm or 0.0, max((m for _, m in samples), default=0.0)),
         "growth_pct": 100.0 * (end - warm) / warm,
     }
@@ -188,9 +191,7 @@ def _timeline(samples: list[tuple[float, float]], points: int = 6) -> str:
     if not samples:
         return "-"
     wall = samples[-1][0]
-    picks = [
-        next(s for s in samples if s[0] >= wall * i / (points - 1)) for i in range(points)
-    ]
+    picks = [next(s for s in samples if s[0] >= wall * i / (points - 1)) for i in range(points)]
     return ", ".join(f"{t:.0f} s {mib:.0f}" for t, mib in picks)
 
 
@@ -246,6 +247,7 @@ def run(ctx: Context) -> Report:
             ]
     finally:
         admin.delete_topics([t.name for t in topics])
+    long = long_run(ctx, LONG_EVENTS) if LONG_EVENTS > 0 and not ctx.quick else None
     w_best = max(r for r, _ in worker)
     s_best = max(shadow)
     s = summaries[-1]
@@ -276,21 +278,66 @@ def run(ctx: Context) -> Report:
             for n, mib in heap
         ],
     ]
+    figures = [
+        Figure("shadow_events_per_s", round(s_best), "events/s", "-", cond),
+        Figure(
+            "shadow_vs_worker",
+            round(s_best / w_best, 3),
+            "x",
+            f"worker {w_best:,.0f} events/s on the same range (goal >= 0.5)",
+            cond,
+        ),
+    ]
+    notes = []
+    if long is not None:
+        lcond = (
+            f"{long['events']:,} heartbeats ({long['devices']:,} devices x {long['rounds']}) "
+            f"on {PARTITIONS} partitions, live 1.0.0 vs candidate 1.1.0 on CPU, live policy, "
+            "`python -m workers.shadow` in its own process, RSS from /proc every second"
+        )
+        rows.append(
+            [
+                f"shadow run, own process, {long['events']:,} events: RSS "
+                f"{long['warm_mib']:,.0f} MiB after warm-up, {long['end_mib']:,.0f} MiB at "
+                f"the end, peak {long['peak_mib']:,.0f} MiB",
+                round(long["events_per_s"]),
+                long["predictions"],
+                "",
+            ]
+        )
+        if long["events"] >= 10_000_000:
+            figures += [
+                Figure(
+                    "shadow_10m_rss_growth_pct",
+                    round(long["growth_pct"], 1),
+                    "%",
+                    f"RSS {long['warm_mib']:,.0f} MiB at {WARM_SHARE:.0%} of the run "
+                    f"-> {long['end_mib']:,.0f} MiB at its end",
+                    lcond,
+                ),
+                Figure(
+                    "shadow_10m_peak_rss_mib",
+                    round(long["peak_mib"]),
+                    "MiB",
+                    f"{long['devices']:,} devices, {long['events']:,} events",
+                    lcond,
+                ),
+            ]
+        notes.append(
+            f"long range: {long['events']:,} events in {long['elapsed_s']:,.0f} s "
+            f"({long['events_per_s']:,.0f} events/s; producing them took "
+            f"{long['produce_s']:,.0f} s, lz4, topic deleted after); RSS over the run "
+            f"(seconds, MiB): {_timeline(long['samples'])}; from warm-up to the last 5 % of "
+            f"the run {long['steady_mib'][0]:,.0f}-{long['steady_mib'][1]:,.0f} MiB (the end "
+            "drains every throttled device at once)"
+        )
     return Report(
         title="Shadow run vs worker (same range, same topic)",
         columns=["run", "events/s (best)", "predictions", "events/s (mean)"],
         rows=rows,
-        figures=[
-            Figure("shadow_events_per_s", round(s_best), "events/s", "-", cond),
-            Figure(
-                "shadow_vs_worker",
-                round(s_best / w_best, 3),
-                "x",
-                f"worker {w_best:,.0f} events/s on the same range (goal >= 0.5)",
-                cond,
-            ),
-        ],
-        notes=[
+        figures=figures,
+        notes=notes
+        + [
             f"top-1 agreement 1.0.0 vs 1.1.0 on this range: {cmp['overall']['top1_agreement']:.4f}",
             f"model time per batch: live {timing['live']['ms_per_batch_mean']:.2f} ms, candidate "
             f"{timing['candidate']['ms_per_batch_mean']:.2f} ms "
