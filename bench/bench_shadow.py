@@ -1,6 +1,11 @@
 """`precast shadow`'s run (`workers.shadow`: one pipeline, two models, candidate outputs to the
 shadow topic, the comparison) against the precompute worker itself on the same range of the
-same topic, in one run: events/s of each and their ratio."""
+same topic, in one run: events/s of each and their ratio.
+
+Then (not with --quick) the memory bound on a long range: 10M heartbeats of the same 40k
+devices (`PRECAST_BENCH_SHADOW_LONG_EVENTS` sets another count; 0 skips it) through
+`python -m workers.shadow` in its own process, its RSS sampled every second from
+/proc/PID/status: RSS after warm-up against RSS at the end, and the peak."""
 
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ from bench.harness import Context, Figure, Report, progress
 NAME = "shadow"
 DESCRIPTION = "shadow run (live + candidate model, comparison) events/s vs the worker's, same range"
 REPS = 2  # interleaved worker/shadow runs; the best of each is reported
+LONG_DEVICES = 40_000
+LONG_EVENTS = int(os.environ.get("PRECAST_BENCH_SHADOW_LONG_EVENTS", "10000000"))
+WARM_SHARE = 0.1  # RSS "after warm-up": the sample at this share of the run's wall time
 
 
 def _worker_run(ctx: Context, topics, ends: dict[int, int]) -> tuple[float, int]:
@@ -93,6 +101,100 @@ def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple
     return sum(ends.values()), usage.ru_maxrss / 1024  # Linux reports KiB
 
 
+def _rss_kib(pid: int, field: str = "VmRSS") -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str, Any]:
+    """`events` heartbeats of `devices` devices on a topic of its own (deleted after), run
+    through `python -m workers.shadow` in its own process with its RSS sampled every second."""
+    from precast.kafka import Admin, Consumer
+
+    admin = Admin(ctx.kafka_settings())
+    topics = _catalog(ctx, admin)
+    hb = topics.heartbeats.name
+    rounds = max(1, events // devices)
+    try:
+        progress(f"long range: producing {devices * rounds:,} heartbeats ({devices:,} x {rounds})")
+        t0 = time.monotonic()
+        _produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
+        produce_s = time.monotonic() - t0
+        c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
+        ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
+        c.close()
+        total = sum(ends.values())
+        progress(f"long range: shadow run over {total:,} events, RSS sampled every second")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "summary.json"
+            env = {
+                **os.environ,
+                "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
+                "PRECAST_TOPICS__PREFIX": hb.removesuffix("heartbeats"),
+                "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
+                "PRECAST_MODEL__PROVIDER": "cpu",
+                "PRECAST_LOG_LEVEL": "WARNING",
+            }
+            ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
+            cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0"]
+            cmd += ["--candidate", "1.1.0", "--ranges", ranges, "--summary", str(out)]
+            cmd += ["--no-progress"]
+            proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+            start, samples, hwm = time.monotonic(), [], None
+            while proc.poll() is None:
+                kib = _rss_kib(proc.pid)
+                peak = _rss_kib(proc.pid, "VmHWM")
+                if kib is not None:
+                    samples.append((time.monotonic() - start, kib / 1024))
+                if peak is not None:
+                    hwm = peak / 1024
+                time.sleep(1.0)
+            if proc.returncode:
+                raise RuntimeError(f"long shadow run exited {proc.returncode}")
+            summary = json.loads(out.read_text())
+    finally:
+        admin.delete_topics([t.name for t in topics])
+    wall = samples[-1][0] if samples else 0.0
+    warm = next((mib for t, mib in samples if t >= WARM_SHARE * wall), samples[0][1])
+    end = samples[-1][1]
+    after = [mib for t, mib in samples if t >= WARM_SHARE * wall]
+    # between warm-up and the last 5 % (the end drains every throttled device at once)
+    steady = [mib for t, mib in samples if WARM_SHARE * wall <= t <= 0.95 * wall] or after
+    cmp = summary["comparison"]
+    return {
+        "events": total,
+        "devices": devices,
+        "rounds": rounds,
+        "produce_s": produce_s,
+        "elapsed_s": summary["elapsed_s"],
+        "events_per_s": summary["records_per_s"],
+        "predictions": cmp["overall"]["predictions"],
+        "changed_devices": cmp["changed_devices"],
+        "samples": samples,
+        "warm_mib": warm,
+        "end_mib": end,
+        "max_after_warm_mib": max(after) if after else end,
+        "steady_mib": (min(steady), max(steady)) if steady else (end, end),
+        "peak_mib": max(hwm or 0.0, max((m for _, m in samples), default=0.0)),
+        "growth_pct": 100.0 * (end - warm) / warm,
+    }
+
+
+def _timeline(samples: list[tuple[float, float]], points: int = 6) -> str:
+    """RSS at evenly spaced moments of the run, `t s: MiB`."""
+    if not samples:
+        return "-"
+    wall = samples[-1][0]
+    picks = [next(s for s in samples if s[0] >= wall * i / (points - 1)) for i in range(points)]
+    return ", ".join(f"{t:.0f} s {mib:.0f}" for t, mib in picks)
+
+
 def _shadow_heap(ctx: Context, topics, ends: dict[int, int], out: Path) -> tuple[int, float]:
     """(records, peak Python heap in MiB, tracemalloc) of a shadow run in this process: the
     device table, the comparison and every Python object; not librdkafka's own buffers."""
@@ -145,6 +247,7 @@ def run(ctx: Context) -> Report:
             ]
     finally:
         admin.delete_topics([t.name for t in topics])
+    long = long_run(ctx, LONG_EVENTS) if LONG_EVENTS > 0 and not ctx.quick else None
     w_best = max(r for r, _ in worker)
     s_best = max(shadow)
     s = summaries[-1]
@@ -175,21 +278,66 @@ def run(ctx: Context) -> Report:
             for n, mib in heap
         ],
     ]
+    figures = [
+        Figure("shadow_events_per_s", round(s_best), "events/s", "-", cond),
+        Figure(
+            "shadow_vs_worker",
+            round(s_best / w_best, 3),
+            "x",
+            f"worker {w_best:,.0f} events/s on the same range (goal >= 0.5)",
+            cond,
+        ),
+    ]
+    notes = []
+    if long is not None:
+        lcond = (
+            f"{long['events']:,} heartbeats ({long['devices']:,} devices x {long['rounds']}) "
+            f"on {PARTITIONS} partitions, live 1.0.0 vs candidate 1.1.0 on CPU, live policy, "
+            "`python -m workers.shadow` in its own process, RSS from /proc every second"
+        )
+        rows.append(
+            [
+                f"shadow run, own process, {long['events']:,} events: RSS "
+                f"{long['warm_mib']:,.0f} MiB after warm-up, {long['end_mib']:,.0f} MiB at "
+                f"the end, peak {long['peak_mib']:,.0f} MiB",
+                round(long["events_per_s"]),
+                long["predictions"],
+                "",
+            ]
+        )
+        if long["events"] >= 10_000_000:
+            figures += [
+                Figure(
+                    "shadow_10m_rss_growth_pct",
+                    round(long["growth_pct"], 1),
+                    "%",
+                    f"RSS {long['warm_mib']:,.0f} MiB at {WARM_SHARE:.0%} of the run "
+                    f"-> {long['end_mib']:,.0f} MiB at its end",
+                    lcond,
+                ),
+                Figure(
+                    "shadow_10m_peak_rss_mib",
+                    round(long["peak_mib"]),
+                    "MiB",
+                    f"{long['devices']:,} devices, {long['events']:,} events",
+                    lcond,
+                ),
+            ]
+        notes.append(
+            f"long range: {long['events']:,} events in {long['elapsed_s']:,.0f} s "
+            f"({long['events_per_s']:,.0f} events/s; producing them took "
+            f"{long['produce_s']:,.0f} s, lz4, topic deleted after); RSS over the run "
+            f"(seconds, MiB): {_timeline(long['samples'])}; from warm-up to the last 5 % of "
+            f"the run {long['steady_mib'][0]:,.0f}-{long['steady_mib'][1]:,.0f} MiB (the end "
+            "drains every throttled device at once)"
+        )
     return Report(
         title="Shadow run vs worker (same range, same topic)",
         columns=["run", "events/s (best)", "predictions", "events/s (mean)"],
         rows=rows,
-        figures=[
-            Figure("shadow_events_per_s", round(s_best), "events/s", "-", cond),
-            Figure(
-                "shadow_vs_worker",
-                round(s_best / w_best, 3),
-                "x",
-                f"worker {w_best:,.0f} events/s on the same range (goal >= 0.5)",
-                cond,
-            ),
-        ],
-        notes=[
+        figures=figures,
+        notes=notes
+        + [
             f"top-1 agreement 1.0.0 vs 1.1.0 on this range: {cmp['overall']['top1_agreement']:.4f}",
             f"model time per batch: live {timing['live']['ms_per_batch_mean']:.2f} ms, candidate "
             f"{timing['candidate']['ms_per_batch_mean']:.2f} ms "

@@ -95,6 +95,10 @@ class Pipeline:
         self._seq = 0
         self.positions: dict[tuple[str, int], int] = {}  # next offset consumed, per partition
         self.decisions: Callable[[P.Reason, int], None] = _count_decision
+        # Called with each item as it is deferred (throttled) or grows while deferred: such an
+        # item outlives many batches, holding its input records. A shadow run slims them
+        # (workers.shadow); the worker keeps whole records (it dead-letters them on failure).
+        self.on_defer: Callable[[Pending], None] | None = None
 
     # -- ingest -------------------------------------------------------------------------------------
     def ingest(self, msgs: Sequence[KafkaMessage], now_ms: int, mono: float) -> None:
@@ -228,8 +232,12 @@ class Pipeline:
         elif d in self.deferred:
             merge(self.deferred[d], item)
             M.COALESCED.inc()
+            if self.on_defer is not None:
+                self.on_defer(self.deferred[d])
         elif decision == P.Reason.THROTTLED:
             self.deferred[d] = item
+            if self.on_defer is not None:
+                self.on_defer(item)
             self._seq += 1
             heapq.heappush(self._due, (P.release_at(self.cfg.policy, predicted_at), self._seq, d))
         elif decision.emits:

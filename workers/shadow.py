@@ -77,6 +77,69 @@ class ClockedConsumer:
         return getattr(self._c, name)
 
 
+class HeldRecord:
+    """What a shadow run keeps of an input record while its device waits out a throttle
+    window: where it came from and its trace id, for the lineage and the checkpoint offsets;
+    not its payload or its other headers. A waiting device holds up to LINEAGE_MAX inputs, and
+    a replay of records produced faster than the throttle window (any backfilled or benchmark
+    topic) keeps nearly every device waiting: as whole KafkaMessages (~700 B each with payload
+    and headers) that heap grew with the range (65 -> 100 MiB from 200k to 800k events of the
+    same 40k devices) toward devices x LINEAGE_MAX x 700 B. Satisfies `KafkaMessage` for what
+    the pipeline asks of a reference (topic, partition, offset, headers)."""
+
+    __slots__ = ("topic_", "partition_", "offset_", "trace_")
+
+    def __init__(self, topic: str, partition: int, offset: int, trace: bytes | None) -> None:
+        self.topic_, self.partition_, self.offset_, self.trace_ = topic, partition, offset, trace
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> None:
+        return None
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [] if self.trace_ is None else [("traceparent", self.trace_)]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
+
+
+def _trace_header(msg: KafkaMessage) -> bytes | None:
+    for k, v in msg.headers() or ():
+        if k == "traceparent":
+            return v if isinstance(v, bytes) else None
+    return None
+
+
+def slim(item: Pending, topics: dict[str, str], sites: dict[str, str], heartbeats: str) -> None:
+    """Replace the whole records a deferred item holds by `HeldRecord`s, in place; the
+    device's site is read first from its heartbeat if not known yet (the payload goes).
+    `topics` interns topic names (each consumed message carries its own copy)."""
+    refs = item.refs
+    for i, (m, eid) in enumerate(refs):
+        if type(m) is HeldRecord:
+            continue
+        t = m.topic() or ""
+        if item.device not in sites and t == heartbeats:
+            sites[item.device] = site_of(m.value())
+        refs[i] = (
+            HeldRecord(
+                topics.setdefault(t, t), m.partition() or 0, m.offset() or 0, _trace_header(m)
+            ),
+            eid,
+        )
+
+
 class Recording:
     """A model whose last call's scores and duration are kept (the pipeline's `compute` runs the
     candidate; the comparison needs its full score rows, not only the top-3)."""
@@ -116,6 +179,9 @@ class ShadowWorker(Worker):
         self.sites: dict[str, str] = {}
         self.shadow_topic = self.topics.shadow_predictions.name
         self.failed: str | None = None
+        names: dict[str, str] = {}
+        hb = self.topics.heartbeats.name
+        self.pipeline.on_defer = lambda item: slim(item, names, self.sites, hb)
 
     # -- one batch through both models ----------------------------------------------------------
     def _run_batch(self, items: list, delay: float) -> None:
@@ -155,9 +221,9 @@ class ShadowWorker(Worker):
         site = self.sites.get(item.device)
         if site is None:
             hb = self.topics.heartbeats.name
-            for m, _ in item.refs:
-                if m.topic() == hb:
-                    site = self.sites[item.device] = site_of(m.value())
+            for m, _ in item.refs:  # a slimmed (HeldRecord) reference has no payload left
+                if m.topic() == hb and (value := m.value()) is not None:
+                    site = self.sites[item.device] = site_of(value)
                     break
         return site or "unknown"
 
