@@ -5,6 +5,7 @@ that says when answers for new events flow again after a fault."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,9 +67,11 @@ def spawn_worker(stack, topics, group: str, port: int, log: Path) -> subprocess.
         PRECAST_WORKER__GROUP_ID=group,
         PRECAST_METRICS__PORT=str(port),
         PRECAST_MODEL__PROVIDER="cpu",
-        # every heartbeat is a trigger: the load is the work
+        # every heartbeat is a trigger: the load is the work, and every input must show up in a
+        # prediction's lineage (the answer-aware policy would rightly skip most heartbeats)
         PRECAST_POLICY__THROTTLE_MS="0",
         PRECAST_POLICY__MIN_CHANGE="0",
+        PRECAST_POLICY__EVERY_EVENT="true",
     )
     return spawn("workers.cli", env, log)
 
@@ -110,63 +113,96 @@ def rss_bytes(pid: int) -> int:
 
 class Load(threading.Thread):
     """Heartbeats of a simulated fleet at `rate`/s until `stop` is set (or `seconds` pass);
-    counts what it sent and what the brokers refused."""
+    counts what it sent and what the brokers refused, and the rate it achieved.
 
-    def __init__(self, settings, topic: str, devices: int, rate: float, seconds: float) -> None:
+    At 10k/s beside three brokers and two workers on 2 cores, drawing a fleet's metrics and
+    encoding JSON per record would take a share of the CPU the brokers need: the records are
+    drawn and encoded once (`pool` rounds of the fleet) and cycled, each sent with a fresh event
+    time patched into its fixed-width time fields, so every record is still a new trigger."""
+
+    def __init__(
+        self, settings, topic: str, devices: int, rate: float, seconds: float, pool: int = 4
+    ) -> None:
         super().__init__(daemon=True)
         from precast.kafka import Producer
+        from producers.simulator import Fleet
 
         self.p = Producer(settings)
         self.topic, self.devices, self.rate, self.seconds = topic, devices, rate, seconds
         self.sent = 0
+        self.elapsed = 0.0
         self.stop = threading.Event()
         self.error: BaseException | None = None
+        fleet, base = Fleet(devices, seed=5), int(time.time() * 1000)
+        self._marker = str(base).encode()  # 13 digits until 2286: same width as any fresh time
+        self._records = [
+            (e["device_id"].encode(), orjson.dumps(e))
+            for e in fleet.heartbeats(devices * pool, base)
+        ]
+
+    @property
+    def achieved_rate(self) -> float:
+        return self.sent / self.elapsed if self.elapsed else 0.0
 
     def run(self) -> None:
-        from producers.simulator import Fleet
-
-        fleet, start, chunk = Fleet(self.devices, seed=5), time.monotonic(), 100
+        produce, records, marker = self.p.produce, self._records, self._marker
+        start, chunk, i, n = time.monotonic(), 100, 0, len(self._records)
         try:
             while not self.stop.is_set() and time.monotonic() - start < self.seconds:
                 ahead = self.sent / self.rate - (time.monotonic() - start)
                 if ahead > 0:
                     time.sleep(ahead)
-                for e in fleet.heartbeats(chunk, int(time.time() * 1000)):
-                    self.p.produce(self.topic, e["device_id"].encode(), orjson.dumps(e))
+                now_ms = int(time.time() * 1000)
+                now = str(now_ms).encode()
+                for _ in range(chunk):
+                    key, value = records[i]
+                    produce(self.topic, key, value.replace(marker, now), timestamp_ms=now_ms)
+                    i = (i + 1) % n
                 self.p.poll(0)
                 self.sent += chunk
+            self.elapsed = time.monotonic() - start
             self.p.flush(120)
         except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
             self.error = exc
 
 
-class PredictionTail(threading.Thread):
-    """Predictions from the end; per partition, when the first prediction of an input written
-    after `marks` arrives."""
+class PostFaultTail(threading.Thread):
+    """Reads a topic from the end while a fault happens. Once `since_ms` is set (the wall time
+    of the fault), records per partition when the first record stamped at or after it arrives:
+    for inputs the record timestamp (the producer's create time), for predictions the
+    `computed_at_ms` (the event time of the input it answers). Also keeps the arrival times of
+    what it reads, to find the longest stretch with nothing arriving on any partition."""
 
-    def __init__(self, settings, predictions: str, inputs: str) -> None:
+    def __init__(self, settings, topic: str, *, predictions: bool) -> None:
         super().__init__(daemon=True)
         from precast.kafka import OFFSET_END, Consumer, TopicPartitionOffset
 
         self.c = Consumer(settings, f"bench-tail-{time.monotonic_ns()}")
-        self.c.assign([TopicPartitionOffset(predictions, p, OFFSET_END) for p in range(PARTITIONS)])
-        self.inputs = inputs
-        self.marks: dict[int, int] | None = None
+        self.c.assign([TopicPartitionOffset(topic, p, OFFSET_END) for p in range(PARTITIONS)])
+        self.predictions = predictions
+        self.since_ms: int | None = None
         self.flowing: dict[int, float] = {}
+        self.arrivals: list[float] = []  # monotonic time of every non-empty read after since_ms
+        self.count = 0
         self.done = threading.Event()
+
+    def _stamp(self, m) -> int:
+        if self.predictions:
+            return int(orjson.loads(m.value())["computed_at_ms"])
+        return int(m.timestamp()[1])
 
     def run(self) -> None:
         while not self.done.is_set():
-            for m in self.c.consume(2_000, 0.1):
-                if self.marks is None or m.partition() in self.flowing:
-                    continue
-                for ref in orjson.loads(m.value())["lineage"]:
-                    if (
-                        ref["topic"] == self.inputs
-                        and ref["offset"] >= self.marks[ref["partition"]]
-                    ):
-                        self.flowing[m.partition()] = time.monotonic()
-                        break
+            msgs = self.c.consume(5_000, 0.05)
+            since = self.since_ms
+            if since is None or not msgs:
+                continue
+            now = time.monotonic()
+            self.arrivals.append(now)
+            self.count += len(msgs)
+            for m in msgs:
+                if m.partition() not in self.flowing and self._stamp(m) >= since:
+                    self.flowing[m.partition()] = now
         self.c.close()
 
     def wait_flowing(self, partitions: set[int], timeout: float) -> float | None:
@@ -176,6 +212,63 @@ class PredictionTail(threading.Thread):
                 return None
             time.sleep(0.05)
         return max(self.flowing[p] for p in partitions)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """Longest time in [start, end] with nothing read on any partition."""
+        times = [start, *(t for t in self.arrivals if start < t < end), end]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+class LeaderWatch(threading.Thread):
+    """Asks the surviving brokers for metadata every 100 ms after a broker died: when no
+    partition of `topics` names it as leader or in-sync replica any more (the controller fenced
+    it and elected new leaders)."""
+
+    def __init__(self, bootstrap: str, topics: list[str], victim: int) -> None:
+        super().__init__(daemon=True)
+        from precast.kafka import Admin
+        from precast.settings import KafkaSettings
+
+        self.admin = Admin(KafkaSettings(bootstrap_servers=bootstrap))
+        self.topics, self.victim = topics, victim
+        self.moved: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set() and self.moved is None:
+            try:
+                parts = [p for t in self.topics for p in self.admin.partition_replicas(t, 2)]
+                if all(p.leader not in (-1, self.victim) for p in parts) and not any(
+                    self.victim in p.in_sync for p in parts
+                ):
+                    self.moved = time.monotonic()
+            except Exception:  # noqa: BLE001 - metadata may time out right after the kill
+                pass
+            time.sleep(0.1)
+
+
+def active_controller(stack) -> int | None:
+    """The node that most recently became KRaft leader (the active controller), from the
+    nodes' logs: the highest epoch in a "Completed transition to Leader" line."""
+    best: tuple[int, int] | None = None
+    for node in stack.brokers:
+        for log in sorted(node.logs.glob("server.log*")):
+            for line in log.read_text(errors="replace").splitlines():
+                m = _EPOCH.search(line) if "Completed transition to Leader" in line else None
+                if m and (best is None or int(m.group(1)) > best[0]):
+                    best = (int(m.group(1)), node.node_id)
+    return None if best is None else best[1]
+
+
+_EPOCH = re.compile(r"\), epoch=(\d+), epochStartOffset")
+
+
+def group_coordinator(admin, group: str) -> int | None:
+    try:
+        described = admin.raw.describe_consumer_groups([group], request_timeout=5)
+        return described[group].result().coordinator.id
+    except Exception:  # noqa: BLE001 - informative only
+        return None
 
 
 def high_watermarks(settings, topic: str) -> dict[int, int]:
@@ -192,17 +285,22 @@ def lineage_covered(settings, predictions: str, inputs: str, ends: dict[int, int
     """How many input offsets below `ends` no prediction's lineage names (lost triggers)."""
     from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
 
-    want = {p: set(range(ends[p])) for p in ends}
+    # One byte per input offset: millions of offsets in a soak would not fit as int sets.
+    seen = {p: bytearray(ends[p]) for p in ends}
+    missing = sum(ends.values())
     c = Consumer(settings, f"bench-lineage-{time.monotonic_ns()}")
     c.assign([TopicPartitionOffset(predictions, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     quiet_since = time.monotonic()
-    while sum(map(len, want.values())) and time.monotonic() - quiet_since < 20:
+    while missing and time.monotonic() - quiet_since < 20:
         msgs = c.consume(5_000, 0.5)
         if msgs:
             quiet_since = time.monotonic()
         for m in msgs:
             for ref in orjson.loads(m.value())["lineage"]:
                 if ref["topic"] == inputs:
-                    want[ref["partition"]].discard(ref["offset"])
+                    part, off = ref["partition"], ref["offset"]
+                    if off < len(seen[part]) and not seen[part][off]:
+                        seen[part][off] = 1
+                        missing -= 1
     c.close()
-    return sum(map(len, want.values()))
+    return missing

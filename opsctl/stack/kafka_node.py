@@ -175,10 +175,13 @@ class KafkaNode:
             "num.io.threads": "4",
         }
         if self.clustered:
-            # A dead or frozen node loses its partitions after 4 s instead of 9 s: leadership
-            # moves well inside the 10 s recovery target (docs/cluster.md).
-            props["broker.session.timeout.ms"] = "4000"
-            props["broker.heartbeat.interval.ms"] = "1000"
+            # A dead or frozen node is fenced 3 s after its last heartbeat instead of 9 s: its
+            # partitions get new leaders and leave every ISR then (with acks=all every write
+            # waits for that), so leadership moves well inside the 10 s recovery target.
+            # Heartbeats every 500 ms: six can be missed (GC, a busy machine) before a live
+            # node is fenced (docs/cluster.md, "Failover time").
+            props["broker.session.timeout.ms"] = "3000"
+            props["broker.heartbeat.interval.ms"] = "500"
         path = self.dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(logs=self.logs))

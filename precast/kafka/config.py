@@ -11,6 +11,19 @@ from precast.settings import KafkaSettings
 # silently breaks co-partitioned joins by device ID.
 PARTITIONER = "murmur2_random"
 
+# Every client (producer, consumer, admin). When a broker dies, its partitions get new leaders
+# once the controller fences it (broker.session.timeout.ms). A client asks for metadata once
+# when its connection drops (too early: the answer still names the dead leader), then learns
+# the new leader only from librdkafka's once-a-second scan of partitions whose broker is down,
+# and a consumer takes one more scan to leave the dead broker (its partition passes through the
+# internal broker first): 1-2 s after the election in the cluster benchmark, measured with
+# librdkafka's debug log. A periodic metadata refresh every 500 ms (default 5 minutes) brings
+# both under half a second; it costs one small Metadata request per client per 500 ms
+# (docs/cluster.md, "Failover time").
+CLIENT_DEFAULTS: dict[str, Any] = {
+    "topic.metadata.refresh.interval.ms": 500,
+}
+
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "partitioner": PARTITIONER,
     # No duplicates or reordering on retries, and acks from all in-sync replicas.
@@ -51,19 +64,25 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 
 
 def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
-    conf = {**PRODUCER_DEFAULTS, **settings.client_config(), **overrides}
+    conf = {**CLIENT_DEFAULTS, **PRODUCER_DEFAULTS, **settings.client_config(), **overrides}
     # settings.extra is the user's last word, even over per-component overrides.
     conf.update(settings.extra)
     return conf
 
 
 def consumer_config(settings: KafkaSettings, group_id: str, **overrides: Any) -> dict[str, Any]:
-    conf = {**CONSUMER_DEFAULTS, **settings.client_config(), "group.id": group_id, **overrides}
+    conf = {
+        **CLIENT_DEFAULTS,
+        **CONSUMER_DEFAULTS,
+        **settings.client_config(),
+        "group.id": group_id,
+        **overrides,
+    }
     conf.update(settings.extra)
     return conf
 
 
 def admin_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
-    conf = {**settings.client_config(), **overrides}
+    conf = {**CLIENT_DEFAULTS, **settings.client_config(), **overrides}
     conf.update(settings.extra)
     return conf

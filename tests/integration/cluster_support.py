@@ -68,6 +68,9 @@ class PredictionTail(threading.Thread):
         self.c.assign([TopicPartitionOffset(predictions, p, OFFSET_END) for p in range(partitions)])
         self.inputs = inputs
         self.marks: dict[int, int] | None = None
+        # Arrivals before this monotonic time (the fault) do not count: an input written after
+        # `marks` may be answered before the fault itself.
+        self.armed = float("inf")
         self.flowing: dict[int, float] = {}
         self.count = 0
         self._done = threading.Event()
@@ -78,6 +81,8 @@ class PredictionTail(threading.Thread):
                 self.count += 1
                 marks = self.marks
                 if marks is None or m.partition() in self.flowing:
+                    continue
+                if time.monotonic() < self.armed:
                     continue
                 for ref in orjson.loads(m.value())["lineage"]:
                     if ref["topic"] == self.inputs and ref["offset"] >= marks[ref["partition"]]:

@@ -48,8 +48,10 @@ from tests.serving_cases import prediction
 
 pytestmark = pytest.mark.slow
 
-# Events/s of the load generator. The issue asks for 10k/s; one Python producer thread beside
-# three brokers, two workers and seven other engineers' jobs on 2 cores sustains about this.
+# Events/s of this suite's mixed load (heartbeats, work orders, alarms, precompute requests, each
+# drawn and encoded as it is sent). The issue's 10k/s leader kill is `python -m bench cluster`,
+# whose load cycles pre-encoded heartbeats; this suite checks correctness of every scenario and
+# keeps the rate that fits beside them on 2 shared cores.
 RATE = 3_000
 DEVICES = 600
 
@@ -134,7 +136,7 @@ def test_leader_kill_9_under_load_loses_nothing_and_recovers(
         time.sleep(0.5)
         tail.marks = high_watermarks(ks, hb.name, hb.partitions, unique("marks"))
         victim = kafka_cluster.brokers[victim_id - 1]
-        killed_at = time.monotonic()
+        killed_at = tail.armed = time.monotonic()
         victim.stop(hard=True)  # kill -9
         recovery_s = tail.wait_flowing(affected, timeout=60) - killed_at
         flowing = tail.count
@@ -149,7 +151,10 @@ def test_leader_kill_9_under_load_loses_nothing_and_recovers(
             f"{len(expected)} events at {RATE}/s, 0 lost; predictions flowed again on every "
             f"affected partition after {recovery_s:.1f}s"
         )
-        assert recovery_s < 30  # the bench records the figure against its 10 s target
+        # The issue's target. About 4 s with the stack's 3 s broker session timeout and the
+        # clients' 500 ms metadata refresh (docs/cluster.md, "Failover time"); Kafka's default
+        # 9 s session timeout alone would use most of it.
+        assert recovery_s < 10
         for w in workers:
             assert stop(w) == 0
     finally:

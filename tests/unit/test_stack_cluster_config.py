@@ -74,3 +74,27 @@ def test_brokers_flag_refuses_other_counts_in_one_line():
     )
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "--brokers" in run.stderr
+
+
+def test_cluster_nodes_fence_a_dead_node_in_3_s_and_a_single_node_keeps_kafkas_default(tmp_path):
+    # The failover time of docs/cluster.md rests on these: fenced 3 s after the last heartbeat,
+    # heartbeats every 500 ms (six may be missed before a live node is fenced).
+    s = StackSettings(home=tmp_path, brokers=3, kafka_port=30000, controller_port=30001)
+    for c in (props(n) for n in LocalStack(s).brokers):
+        assert c["broker.session.timeout.ms"] == "3000"
+        assert c["broker.heartbeat.interval.ms"] == "500"
+        assert int(c["broker.session.timeout.ms"]) >= 6 * int(c["broker.heartbeat.interval.ms"])
+    single = props(LocalStack(StackSettings(home=tmp_path / "one")).brokers[0])
+    assert "broker.session.timeout.ms" not in single
+
+
+def test_every_kafka_client_refreshes_metadata_every_500_ms_unless_told_otherwise():
+    from precast.kafka.config import admin_config, consumer_config, producer_config
+    from precast.settings import KafkaSettings
+
+    plain = KafkaSettings()
+    for conf in (producer_config(plain), consumer_config(plain, "g"), admin_config(plain)):
+        assert conf["topic.metadata.refresh.interval.ms"] == 500
+    mine = KafkaSettings(extra={"topic.metadata.refresh.interval.ms": 60_000})
+    assert producer_config(mine)["topic.metadata.refresh.interval.ms"] == 60_000
+    assert consumer_config(mine, "g")["topic.metadata.refresh.interval.ms"] == 60_000
