@@ -44,7 +44,8 @@ class AtLeastOnce:
     def __init__(
         self, kafka: KafkaSettings, dead_letter_topic: str, linger_ms: float = LINGER_MS
     ) -> None:
-        self.producer = Producer(kafka, **{"linger.ms": linger_ms})
+        conf: dict[str, Any] = {"linger.ms": linger_ms}
+        self.producer = Producer(kafka, **conf)
         self.dead_letters = DeadLetters(self.producer, dead_letter_topic, COMPONENT)
         self._committed: dict[tuple[str, int], int] = {}
 
