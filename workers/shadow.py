@@ -66,7 +66,12 @@ class ClockedConsumer:
         self._c, self._clock = consumer, clock
 
     def consume(self, n: int, timeout: float) -> list[KafkaMessage]:
-        msgs = self._c.consume(n, timeout)
+        return self._advance(self._c.consume(n, timeout))
+
+    def consume_available(self, n: int, timeout: float) -> list[KafkaMessage]:
+        return self._advance(self._c.consume_available(n, timeout))
+
+    def _advance(self, msgs: list[KafkaMessage]) -> list[KafkaMessage]:
         if msgs:
             newest = max(m.timestamp()[1] for m in msgs)
             if newest > self._clock.ms:
