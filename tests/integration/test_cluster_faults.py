@@ -46,7 +46,9 @@ from tests.integration.worker_support import (
 )
 from tests.serving_cases import prediction
 
-pytestmark = pytest.mark.slow
+# Each scenario runs a load, a fault and then reads every prediction back for the lineage check:
+# more than the suite-wide 180 s on 2 shared cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 # Events/s of this suite's mixed load (heartbeats, work orders, alarms, precompute requests, each
 # drawn and encoded as it is sent). The 10k/s leader kill is `python -m bench cluster`,
