@@ -7,6 +7,7 @@ import itertools
 import orjson
 
 from precast.kafka import Record
+from schemas.predictions import PredictionSet
 
 _ids = itertools.count()
 T0 = 1_700_000_000_000  # in the past: a worker dead-letters events from the future
@@ -96,3 +97,15 @@ def record(
         orjson.dumps(event) if value is None else value,
         [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")],
     )
+
+
+def flush(pipeline, model, now_ms: int = T0) -> list[PredictionSet]:
+    """Predict everything waiting in a pipeline's batcher, as a forced drain does."""
+    out = []
+    while True:
+        items, _ = pipeline.next_batch(0.0, force=True)
+        if not items:
+            return out
+        r = pipeline.compute(items, model, now_ms)
+        pipeline.mark_predicted(r, now_ms)
+        out += [PredictionSet.model_validate_json(v) for v in r.out.values]

@@ -37,9 +37,10 @@ from tests.integration.cluster_support import (
 )
 from tests.integration.worker_support import (
     Load,
+    assert_answered,
     input_offsets,
     lineage_refs,
-    read_predictions,
+    read_until_answered,
     spawn_worker,
     stop,
     wait_ready,
@@ -94,28 +95,10 @@ def _no_lost_event_or_trigger(ks, topics, load, unique) -> tuple[set, list[dict]
         t: n for t, n in load.sent_to.items() if t != asks
     }
     assert on_topic[asks] >= load.sent_to[asks]
-    # A precompute request consumed before any data of its device is answered by nothing (no
-    # data, no prediction: docs/workers.md), and Kafka orders no two topics, so the load's first
-    # requests may come before their device's first heartbeat: requests are checked apart.
-    requests = {x for x in expected if x[0] == asks}
-    expected -= requests
-
-    def covered(preds):
-        return expected <= set(lineage_refs(preds))
-
-    preds = read_predictions(
-        ks,
-        topics.predictions.name,
-        topics.predictions.partitions,
-        unique("reader"),
-        committed_only=False,
-        until=covered,
-        timeout=180,
+    expected, requests, preds = read_until_answered(
+        ks, topics, expected, unique("reader"), committed_only=False, timeout=180
     )
-    refs = set(lineage_refs(preds))
-    missing = expected - refs
-    assert not missing, f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
-    assert 2 * len(requests & refs) >= len(requests) > 0  # most are for devices with data
+    assert_answered(expected, requests, set(lineage_refs(preds)))
     return expected, preds
 
 

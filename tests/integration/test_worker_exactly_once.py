@@ -9,9 +9,11 @@ from collections import Counter
 from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
+    assert_answered,
     input_offsets,
     lineage_refs,
     read_predictions,
+    read_until_answered,
     spawn_worker,
     stop,
     wait_ready,
@@ -55,24 +57,9 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         a.wait(10)
         load.join(30)
         assert load.error is None
-        expected = input_offsets(kafka_settings, topics, unique("probe"))
-        # A precompute request consumed before any data of its device is answered by nothing
-        # (no data, no prediction: docs/workers.md), and Kafka orders no two topics, so requests
-        # are checked apart: at least half are answered.
-        requests = {x for x in expected if x[0] == topics.precompute_requests.name}
-        expected -= requests
-
-        def complete(preds):
-            return expected <= set(lineage_refs(preds))
-
-        committed = read_predictions(
-            kafka_settings,
-            topics.predictions.name,
-            3,
-            unique("rc"),
-            committed_only=True,
-            until=complete,
-            timeout=100,
+        inputs = input_offsets(kafka_settings, topics, unique("probe"))
+        expected, requests, committed = read_until_answered(
+            kafka_settings, topics, inputs, unique("rc"), committed_only=True, timeout=100
         )
         assert stop(b) == 0
     finally:
@@ -80,10 +67,8 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
             if p.poll() is None:
                 p.kill()
     refs = Counter(lineage_refs(committed))
-    missing = expected - set(refs)
-    assert 2 * len(requests & set(refs)) >= len(requests) > 0
+    assert_answered(expected, requests, set(refs))  # committed predictions only
     twice = {k: n for k, n in refs.items() if n > 1}
-    assert not missing, f"{len(missing)} inputs without a committed prediction"
     assert not twice, f"{len(twice)} inputs predicted more than once, e.g. {list(twice)[:3]}"
     everything = read_predictions(
         kafka_settings,

@@ -9,9 +9,10 @@ from collections import Counter
 from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
+    assert_answered,
     input_offsets,
     lineage_refs,
-    read_predictions,
+    read_until_answered,
     spawn_worker,
     stop,
     wait_ready,
@@ -37,31 +38,12 @@ def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, uniq
         a.wait(10)
         load.join(30)
         assert load.error is None and load.sent > 5_000
-        expected = input_offsets(kafka_settings, topics, unique("probe"))
-        assert len(expected) == load.sent
-        # A precompute request consumed before any data of its device is answered by nothing
-        # (no data, no prediction: docs/workers.md), and Kafka orders no two topics, so requests
-        # are checked apart: at least half are answered.
-        requests = {x for x in expected if x[0] == topics.precompute_requests.name}
-        expected -= requests
-
-        def covered(preds):
-            return expected <= set(lineage_refs(preds))
-
-        preds = read_predictions(
-            kafka_settings,
-            topics.predictions.name,
-            3,
-            unique("reader"),
-            committed_only=False,
-            until=covered,
-            timeout=90,
+        inputs = input_offsets(kafka_settings, topics, unique("probe"))
+        assert len(inputs) == load.sent
+        expected, requests, preds = read_until_answered(
+            kafka_settings, topics, inputs, unique("reader"), committed_only=False, timeout=90
         )
-        missing = expected - set(lineage_refs(preds))
-        assert 2 * len(requests & set(lineage_refs(preds))) >= len(requests) > 0
-        assert not missing, (
-            f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
-        )
+        assert_answered(expected, requests, set(lineage_refs(preds)))
         assert stop(b) == 0  # SIGTERM: drain, flush, commit, exit 0
     finally:
         for p in (a, b):

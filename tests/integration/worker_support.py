@@ -163,6 +163,36 @@ def read_predictions(
     return preds
 
 
+def read_until_answered(
+    kafka_settings, topics, inputs: set, group: str, *, committed_only: bool, timeout: float
+) -> tuple[set, set, list[dict]]:
+    """(triggers, requests, predictions): `inputs` split into precompute requests and the other
+    triggers, and the predictions read until every other trigger is in some lineage (or
+    `timeout`). A request consumed before any data of its device is answered by nothing (no
+    data, no prediction: docs/workers.md), and Kafka orders no two topics, so requests are
+    checked apart (`assert_answered`)."""
+    requests = {x for x in inputs if x[0] == topics.precompute_requests.name}
+    triggers = inputs - requests
+    preds = read_predictions(
+        kafka_settings,
+        topics.predictions.name,
+        topics.predictions.partitions,
+        group,
+        committed_only=committed_only,
+        until=lambda preds: triggers <= set(lineage_refs(preds)),
+        timeout=timeout,
+    )
+    return triggers, requests, preds
+
+
+def assert_answered(triggers: set, requests: set, refs: set) -> None:
+    """Every trigger is in some prediction's lineage, and most requests are (those of devices
+    that had data by then)."""
+    missing = triggers - refs
+    assert not missing, f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
+    assert 2 * len(requests & refs) >= len(requests) > 0
+
+
 def lineage_refs(preds: list[dict]) -> list[tuple[str, int, int]]:
     return [(r["topic"], r["partition"], r["offset"]) for p in preds for r in p["lineage"]]
 

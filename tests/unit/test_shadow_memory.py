@@ -12,7 +12,7 @@ import pytest
 
 from schemas.predictions import PredictionSet
 from schemas.topics import catalog
-from tests.worker_events import T0, heartbeat, record, work_order
+from tests.worker_events import T0, flush, heartbeat, record, work_order
 from workers.inference import ModelSession
 from workers.pipeline import Pipeline, PipelineConfig
 from workers.policy import PolicyConfig, Reason
@@ -118,7 +118,7 @@ def _run(model: ModelSession, slimmed: bool) -> tuple[list[PredictionSet], list[
     out = []
     first, *later = INPUTS
     p.ingest([first], T0, 0.0)
-    out += _flush(p, model, T0)
+    out += flush(p, model, T0)
     for i, rec in enumerate(later):
         p.ingest([rec], T0 + 5 + i, 0.0)
     held = [m for m, _ in p.deferred["d1"].refs]
@@ -128,19 +128,8 @@ def _run(model: ModelSession, slimmed: bool) -> tuple[list[PredictionSet], list[
         (WO, 0): 0,
     }
     assert p.release_deferred(T0 + 1_000, 0.0) == 1
-    out += _flush(p, model, T0 + 1_000)
+    out += flush(p, model, T0 + 1_000)
     return out, held, sites
-
-
-def _flush(p: Pipeline, model: ModelSession, now_ms: int) -> list[PredictionSet]:
-    out = []
-    while True:
-        items, _ = p.next_batch(0.0, force=True)
-        if not items:
-            return out
-        r = p.compute(items, model, now_ms)
-        p.mark_predicted(r, now_ms)
-        out += [PredictionSet.model_validate_json(v) for v in r.out.values]
 
 
 def _no_reject(m: Any, reason: Any, detail: str) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from schemas.predictions import PredictionSet
 from schemas.topics import catalog
-from tests.worker_events import T0, heartbeat, record, request, work_order
+from tests.worker_events import T0, flush, heartbeat, record, request, work_order
 from workers.features import FEATURE_NAMES
 from workers.inference import ModelSession
 from workers.pipeline import Pipeline, PipelineConfig
@@ -33,17 +33,6 @@ def make(throttle_ms=0, **kw):
     )
     p.decisions = lambda reason, n: decisions.extend([reason] * n)
     return p, rejected, decisions
-
-
-def flush(p, model, now_ms=T0):
-    out = []
-    while True:
-        items, _ = p.next_batch(0.0, force=True)
-        if not items:
-            return out
-        r = p.compute(items, model, now_ms)
-        p.mark_predicted(r, now_ms)
-        out += [PredictionSet.model_validate_json(v) for v in r.out.values]
 
 
 def test_each_device_gets_one_prediction_with_all_its_triggers_in_lineage(model):
