@@ -80,11 +80,8 @@ def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple[int, float]:
-    """(records, peak RSS in MiB) of `python -m workers.shadow` over [0, ends) in its own process.
-    The peak is the child's own VmHWM, sampled every 0.2 s until it exits: `wait4`'s ru_maxrss
-    would also count the forked child's copy of this (large) process before its exec."""
-    ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
+def _spawn_shadow(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> subprocess.Popen:
+    """`python -m workers.shadow` (1.0.0 vs 1.1.0) over [0, ends) of `hb`, in its own process."""
     env = {
         **os.environ,
         "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
@@ -93,9 +90,17 @@ def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple
         "PRECAST_MODEL__PROVIDER": "cpu",
         "PRECAST_LOG_LEVEL": "WARNING",
     }
+    ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
     cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0", "--candidate", "1.1.0"]
     cmd += ["--ranges", ranges, "--summary", str(out), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+
+
+def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple[int, float]:
+    """(records, peak RSS in MiB) of `python -m workers.shadow` over [0, ends) in its own process.
+    The peak is the child's own VmHWM, sampled every 0.2 s until it exits: `wait4`'s ru_maxrss
+    would also count the forked child's copy of this (large) process before its exec."""
+    proc = _spawn_shadow(ctx, hb, ends, out)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, _rss_kib(proc.pid, "VmHWM") or 0)
@@ -137,19 +142,7 @@ def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str
         progress(f"long range: shadow run over {total:,} events, RSS sampled every second")
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "summary.json"
-            env = {
-                **os.environ,
-                "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-                "PRECAST_TOPICS__PREFIX": hb.removesuffix("heartbeats"),
-                "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
-                "PRECAST_MODEL__PROVIDER": "cpu",
-                "PRECAST_LOG_LEVEL": "WARNING",
-            }
-            ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
-            cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0"]
-            cmd += ["--candidate", "1.1.0", "--ranges", ranges, "--summary", str(out)]
-            cmd += ["--no-progress"]
-            proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+            proc = _spawn_shadow(ctx, hb, ends, out)
             start, samples, hwm = time.monotonic(), [], None
             while proc.poll() is None:
                 kib = _rss_kib(proc.pid)
