@@ -44,6 +44,7 @@ from workers.policy import TRIGGER
 from workers.registry import wanted_version
 from workers.settings import DEFAULT_MODEL_DIR, WorkerSettings
 from workers.shadow_compare import Comparison
+from workers.wire import traceparent
 
 CHECKPOINT_FORMAT = 1
 _TYPE_COLUMNS = slice(7, 7 + len(DEVICE_TYPES))  # one-hot device type in the feature row
@@ -119,13 +120,6 @@ class HeldRecord:
         return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
 
 
-def _trace_header(msg: KafkaMessage) -> bytes | None:
-    for k, v in msg.headers() or ():
-        if k == "traceparent":
-            return v if isinstance(v, bytes) else None
-    return None
-
-
 def slim(item: Pending, topics: dict[str, str], sites: dict[str, str], heartbeats: str) -> None:
     """Replace the whole records a deferred item holds by `HeldRecord`s, in place; the
     device's site is read first from its heartbeat if not known yet (the payload goes).
@@ -139,7 +133,7 @@ def slim(item: Pending, topics: dict[str, str], sites: dict[str, str], heartbeat
             sites[item.device] = site_of(m.value())
         refs[i] = (
             HeldRecord(
-                topics.setdefault(t, t), m.partition() or 0, m.offset() or 0, _trace_header(m)
+                topics.setdefault(t, t), m.partition() or 0, m.offset() or 0, traceparent(m)
             ),
             eid,
         )

@@ -261,6 +261,15 @@ def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
     return out
 
 
+def traceparent(msg: KafkaMessage) -> bytes | None:
+    """A record's first `traceparent` header value, unchecked (`trace_ids_json` inlines this
+    lookup for whole batches)."""
+    for k, v in msg.headers() or ():
+        if k == "traceparent":
+            return v if isinstance(v, bytes) else None
+    return None
+
+
 def trace_id(msg: KafkaMessage) -> str | None:
     """The trace id from one record's `traceparent` header, if it has a valid one."""
     q = trace_ids_json([msg])[0]
