@@ -52,9 +52,15 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     # Cooperative rebalancing keeps unaffected partitions flowing while a member joins/leaves.
     "partition.assignment.strategy": "cooperative-sticky",
-    # Detect a dead member in ~6 s instead of 45 s, so its partitions move quickly.
-    "session.timeout.ms": 6_000,
-    "heartbeat.interval.ms": 1_500,
+    # Detect a dead member in ~10 s instead of 45 s, so its partitions move quickly. Not lower:
+    # librdkafka also ends the session itself when the coordinator has not answered for this
+    # long, and a kill -9 of a broker that was both the active controller and the group's
+    # coordinator left the group without one for about 6 s (a new controller is elected, counts
+    # the dead node's 3 s session from its own start, then the coordinator moves and loads).
+    # At 6 s every worker lost its partitions and rejoined, and answers took 12-13.5 s instead
+    # of ~7 (python -m bench cluster; docs/cluster.md, "Failover time").
+    "session.timeout.ms": 10_000,
+    "heartbeat.interval.ms": 1_000,
     # Fetch in large chunks; the worker consumes in batches anyway.
     "fetch.min.bytes": 1,
     "fetch.wait.max.ms": 50,
