@@ -76,10 +76,18 @@ def _redacted(url: str) -> str:
 
 
 def close(client: redis.Redis | redis.RedisCluster) -> None:
-    """Close a client and its sockets. redis-py's `RedisCluster.close()` leaves a node's socket
-    open (seen with redis-py 8.1); closing each node's own client closes it."""
+    """Close a client and its sockets. redis-py's `RedisCluster.close()` (8.1) closes each
+    node's client, but a node's client was handed its connection pool and does not disconnect
+    it, so the sockets stay open; each node's pool is disconnected here."""
     client.close()
     if isinstance(client, redis.RedisCluster):
-        for node in client.nodes_manager.startup_nodes.values():
+        # Every node the client learned of, not only the startup nodes: a command routed to any
+        # node (CLUSTER NODES goes to a random one) opens a socket there.
+        nodes = {
+            **client.nodes_manager.startup_nodes,
+            **client.nodes_manager.nodes_cache,
+        }
+        for node in nodes.values():
             if node.redis_connection is not None:
                 node.redis_connection.close()
+                node.redis_connection.connection_pool.disconnect()
