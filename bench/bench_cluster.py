@@ -123,7 +123,7 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         everywhere = set(range(PARTITIONS))
         flowing = answers.wait_flowing(everywhere, timeout=90)
         recovered = None if flowing is None else flowing - killed
-        led = answers.wait_flowing(affected, timeout=0)
+        led = answers.wait_flowing(affected or everywhere, timeout=0)  # a victim may lead none
         # The tail is a consumer of its own and may find the new leaders after the workers did.
         inputs_back = inputs.wait_flowing(everywhere, timeout=30)
         gap = answers.longest_gap(killed, flowing if flowing is not None else time.monotonic())
