@@ -138,7 +138,7 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         lost_triggers = lineage_covered(settings, preds, hb, ends)
         for t in (inputs, answers, watch):
             t.join(10)
-        wait_replicated(admin, [hb, preds], timeout=120)
+        admin.wait_fully_replicated([hb, preds], 3, timeout=120)  # next kill starts whole
         return {
             "run": run,
             "sent": load.sent,
@@ -168,19 +168,6 @@ def lost_assignments(log: Path) -> int:
         return sum("lost " in line and " partitions" in line for line in log.open(errors="replace"))
     except OSError:
         return 0
-
-
-def wait_replicated(admin, topics: list[str], timeout: float) -> None:
-    """Until every partition has 3 in-sync replicas again (the next kill starts whole)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if all(len(p.in_sync) == 3 for t in topics for p in admin.partition_replicas(t, 5)):
-                return
-        except Exception:  # noqa: BLE001 - metadata may time out while a broker starts
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"not fully replicated after {timeout}s")
 
 
 def _drain_rate(ctx, stack, settings, admin, n_workers: int, events: int, logs: Path) -> float:

@@ -140,6 +140,24 @@ class Admin:
             for p in sorted(md.partitions.values(), key=lambda p: p.id)
         ]
 
+    def wait_fully_replicated(self, topics: list[str], replicas: int, timeout: float) -> float:
+        """Seconds until every partition of `topics` has a leader and `replicas` in-sync
+        replicas (a restarted broker has caught up); TimeoutError after `timeout` seconds."""
+        t0 = time.monotonic()
+        while True:
+            try:
+                layouts = [self.partition_replicas(t, timeout=5) for t in topics]
+                # an unknown topic is listed with no partitions: not "all of them replicated"
+                if all(layouts) and all(
+                    p.leader >= 0 and len(p.in_sync) == replicas for ps in layouts for p in ps
+                ):
+                    return time.monotonic() - t0
+            except (confluent_kafka.KafkaException, KeyError):
+                pass  # metadata may time out, or miss a topic, while a broker is down
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{topics} not at {replicas} in-sync replicas after {timeout}s")
+            time.sleep(0.5)
+
     def topic_config(self, topic: str, timeout: float = 10.0) -> dict[str, str]:
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
         result = self._a.describe_configs([res], request_timeout=timeout)[res].result()

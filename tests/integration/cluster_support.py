@@ -39,24 +39,6 @@ def led_by(admin: Admin, topics: list[str], broker: int) -> set[int]:
     return {p.partition for t in topics for p in admin.partition_replicas(t) if p.leader == broker}
 
 
-def wait_fully_replicated(admin: Admin, topics: list[str], replicas: int, timeout: float) -> float:
-    """Seconds until every partition has a leader and `replicas` in-sync replicas."""
-    t0 = time.monotonic()
-    while True:
-        try:
-            if all(
-                p.leader > 0 and len(p.in_sync) == replicas
-                for t in topics
-                for p in admin.partition_replicas(t, timeout=5)
-            ):
-                return time.monotonic() - t0
-        except Exception:  # noqa: BLE001 - metadata may time out while a broker is down
-            pass
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not fully replicated after {timeout}s")
-        time.sleep(0.5)
-
-
 class PredictionTail(threading.Thread):
     """Reads predictions from the end while a fault happens. For each partition, the first
     moment a prediction arrives for an input record written after `marks` (input offsets at

@@ -33,7 +33,6 @@ from tests.integration.cluster_support import (
     led_by,
     sources,
     spawn_api,
-    wait_fully_replicated,
 )
 from tests.integration.worker_support import (
     Load,
@@ -155,7 +154,7 @@ def test_leader_kill_9_under_load_loses_nothing_and_recovers(
         if victim is not None and not victim.running():
             victim.start()
             victim.wait_ready(120)
-    wait_fully_replicated(admin, _topic_names(topics), 3, timeout=120)
+    admin.wait_fully_replicated(_topic_names(topics), 3, timeout=120)
 
 
 def test_rolling_restart_of_all_three_brokers_under_load(
@@ -171,7 +170,7 @@ def test_rolling_restart_of_all_three_brokers_under_load(
             assert node.stop()  # SIGTERM: controlled shutdown moves leadership away first
             node.start()
             node.wait_ready(120)
-            wait_fully_replicated(admin, _topic_names(topics), 3, timeout=180)
+            admin.wait_fully_replicated(_topic_names(topics), 3, timeout=180)
         load.seconds = 0  # stop the load now
         load.join(60)
         expected, _ = _no_lost_event_or_trigger(ks, topics, load, unique)
@@ -385,5 +384,5 @@ def test_broker_frozen_30s_no_duplicate_no_lost_record(
     finally:
         if frozen is not None and frozen.proc.pid():
             os.kill(frozen.proc.pid(), signal.SIGCONT)
-        wait_fully_replicated(admin, [topic], 3, timeout=120)
+        admin.wait_fully_replicated([topic], 3, timeout=120)
         admin.delete_topics([topic])

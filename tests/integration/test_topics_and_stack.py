@@ -112,3 +112,18 @@ def test_private_stack_starts_stops_and_down_leaves_others_alone(tmp_path, stack
     assert sorted(stopped) == ["Kafka broker", "Redis"]
     assert all(c.state == "stopped" for c in s.status())
     assert all(c.state == "healthy" for c in stack.status())  # the shared stack is untouched
+
+
+def test_wait_fully_replicated_counts_in_sync_replicas(admin, unique):
+    # The fault suite and the cluster benchmark wait on this between faults; on the one-broker
+    # stack a topic is fully replicated at 1 and never at 3.
+    topic = unique("isr")
+    admin.create_topic(topic, 2, {})
+    try:
+        assert 0 <= admin.wait_fully_replicated([topic], 1, timeout=30) < 30
+        with pytest.raises(TimeoutError, match="not at 3 in-sync replicas"):
+            admin.wait_fully_replicated([topic], 3, timeout=1)
+        with pytest.raises(TimeoutError):  # a topic that does not exist never is
+            admin.wait_fully_replicated([unique("absent")], 1, timeout=1)
+    finally:
+        admin.delete_topics([topic])
