@@ -25,13 +25,15 @@ from bench.cluster_procs import (
     group_led_by,
     high_watermarks,
     lineage_covered,
+    lost_assignments,
     private_stack,
     rss_bytes,
     spawn_api,
     spawn_worker,
     wait_http,
 )
-from bench.harness import Context, Figure, Report, progress, stop_processes
+from bench.cluster_report import report
+from bench.harness import Context, Report, progress, stop_processes
 
 NAME = "cluster"
 DESCRIPTION = "3-broker cluster: leader kill -9 under load, worker scale-out 3 vs 1, soak RSS"
@@ -160,14 +162,6 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         }
     finally:
         stop_processes(workers)
-
-
-def lost_assignments(log: Path) -> int:
-    """How many times a worker lost its partitions (its group session ran out) in this log."""
-    try:
-        return sum("lost " in line and " partitions" in line for line in log.open(errors="replace"))
-    except OSError:
-        return 0
 
 
 def _drain_rate(ctx, stack, settings, admin, n_workers: int, events: int, logs: Path) -> float:
@@ -326,125 +320,4 @@ def run(ctx: Context) -> Report:
     finally:
         stack.down()
     progress(f"logs: {logs}")
-    return _report(kills, one, three, backlog, soak)
-
-
-def _s(x: float | None) -> str:
-    return "none in 90 s" if x is None else f"{x:.2f}"
-
-
-def _report(kills: list[dict], one: float, three: float, backlog: int, soak: dict | None) -> Report:
-    rows: list[list] = []
-    figures: list[Figure] = []
-    if kills:
-        worst = max(kills, key=lambda k: k["recovery_s"] if k["recovery_s"] is not None else 1e9)
-        for k in kills:
-            n = f"leader kill {k['run']} (broker {k['victim']}"
-            n += ", also active controller)" if k["victim"] == k["controller"] else ")"
-            rows += [
-                [
-                    f"{n}: events sent / refused / lost, achieved rate",
-                    f"{k['sent']} / {k['refused']} / {k['lost_events']}, {k['rate']:,.0f}/s",
-                ],
-                [f"{n}: triggers without a prediction", k["lost_triggers"]],
-                [
-                    f"{n}: s to leaders moved / inputs readable / answers (led, all partitions)",
-                    f"{_s(k['leaders_moved_s'])} / {_s(k['inputs_back_s'])} / "
-                    f"{_s(k['recovery_s'])}, {_s(k['recovery_all_s'])}",
-                ],
-                [f"{n}: longest stretch without any prediction (s)", round(k["answers_gap_s"], 2)],
-                [
-                    f"{n}: workers that lost their partitions (group session ran out)",
-                    k["lost_assignments"],
-                ],
-            ]
-        lost = sum(k["lost_events"] + k["lost_triggers"] + k["refused"] for k in kills)
-        rec = worst["recovery_s"] if worst["recovery_s"] is not None else float("nan")
-        rates = ", ".join(f"{k['rate']:,.0f}" for k in kills)
-        recs = ", ".join(_s(k["recovery_s"]) for k in kills)
-        kill_cond = (
-            f"3 KRaft brokers (RF 3, min ISR 2, broker session timeout 3 s), 2 worker processes, "
-            f"{KILL_RATE:,} heartbeats/s asked (achieved {rates}/s) for {worst['seconds']} s, "
-            f"kill -9 9 s in of the leader of the busiest partitions (the last run: of the active "
-            f"controller), restarted once answers flowed again; {len(kills)} run(s), 2 cores"
-        )
-        figures += [
-            Figure(
-                "cluster_leader_kill_lost_events",
-                lost,
-                "events",
-                "0 (issue target)",
-                kill_cond + "; lost events + lost triggers + refused sends, all runs",
-            ),
-            Figure(
-                "cluster_leader_kill_recovery_s",
-                round(rec, 2),
-                "s",
-                "<= 10 (issue target)",
-                kill_cond + f"; the worst run (runs: {recs} s): kill to the first prediction of "
-                "an event created after the kill on every partition the victim led",
-            ),
-        ]
-    if one == one and three == three:  # both measured (not NaN)
-        rows += [
-            ["scale-out: 1 worker drains (events/s)", round(one)],
-            ["scale-out: 3 workers drain (events/s)", round(three)],
-        ]
-        figures.append(
-            Figure(
-                "scale_out_events_per_s_3_vs_1_workers",
-                round(three / one, 3),
-                "ratio",
-                "1 worker process, same run",
-                f"backlog of {backlog} heartbeats written after the workers were ready, "
-                f"6 partitions, 2 shared cores ({round(one)} vs {round(three)} events/s)",
-            )
-        )
-    if soak is not None:
-        worst_p = max(soak["growth"], key=soak["growth"].get)
-        rows += [
-            [
-                f"soak: worst RSS growth after warm-up ({worst_p})",
-                f"{soak['growth'][worst_p]:.1f} %",
-            ],
-            ["soak: largest worker lag after warm-up (records)", soak["max_lag"]],
-            [
-                "soak: events sent / lost, achieved rate",
-                f"{soak['sent']} / {soak['lost_events']}, {soak['rate']:,.0f}/s",
-            ],
-            ["soak: triggers without a prediction", soak["lost_triggers"]],
-            ["soak: API reads ok / errors", f"{soak['reads']['ok']} / {soak['reads']['errors']}"],
-        ]
-        rows += [
-            [f"soak RSS at end: {k}", f"{mb:.0f} MB ({soak['growth'][k]:+.1f} %)"]
-            for k, mb in soak["rss_mb"].items()
-        ]
-        soak_cond = (
-            f"{soak['seconds']} s soak, warm-up {soak['warmup']} s, {SOAK_RATE:,} heartbeats/s "
-            f"asked (achieved {soak['rate']:,.0f}/s), 3 brokers, 2 workers, 2 API replicas over "
-            "a 6-node Redis Cluster, 2 cores; growth = mean RSS of the last quarter vs the first "
-            "sample after warm-up, worst process"
-        )
-        figures.append(
-            Figure(
-                "soak_rss_growth_pct",
-                round(soak["growth"][worst_p], 2),
-                "%",
-                "<= 10 (issue target)",
-                soak_cond + f" ({worst_p})",
-            )
-        )
-    return Report(
-        title="Cluster: 3 KRaft brokers, Redis Cluster, faults and scale-out",
-        columns=["measure", "value"],
-        rows=rows,
-        figures=figures,
-        notes=[
-            "Leader kill: each run on fresh topics; times from the kill -9: leaders moved = no "
-            "partition names the victim as leader or in-sync replica (it was fenced); inputs "
-            "readable = a heartbeat created after the kill read back on every partition; answers "
-            "= a prediction of such an event on every partition the victim led, and on all.",
-            "Every process of the soak is listed with its RSS at the end and its growth.",
-            "A private stack in a scratch home on free ports; the shared stack is not touched.",
-        ],
-    )
+    return report(kills, one, three, backlog, soak, kill_rate=KILL_RATE, soak_rate=SOAK_RATE)

@@ -353,3 +353,11 @@ def lineage_covered(settings, predictions: str, inputs: str, ends: dict[int, int
                         missing -= 1
     c.close()
     return missing
+
+
+def lost_assignments(log: Path) -> int:
+    """How many times a worker lost its partitions (its group session ran out) in this log."""
+    try:
+        return sum("lost " in line and " partitions" in line for line in log.open(errors="replace"))
+    except OSError:
+        return 0
