@@ -91,7 +91,9 @@ class HeldRecord:
     topic) keeps nearly every device waiting: as whole KafkaMessages (~700 B each with payload
     and headers) that heap grew with the range (65 -> 100 MiB from 200k to 800k events of the
     same 40k devices) toward devices x LINEAGE_MAX x 700 B. Satisfies `KafkaMessage` for what
-    the pipeline asks of a reference (topic, partition, offset, headers)."""
+    the pipeline asks of a reference (topic, partition, offset, headers). Not a
+    `precast.kafka.Record`: that one keeps a key, a value, a headers list and a timestamp per
+    instance, which is most of what this class exists to drop."""
 
     __slots__ = ("topic_", "partition_", "offset_", "trace_")
 
