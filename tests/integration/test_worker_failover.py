@@ -10,6 +10,7 @@ from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
     assert_answered,
+    explain_missing,
     input_offsets,
     lineage_refs,
     read_until_answered,
@@ -43,7 +44,14 @@ def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, uniq
         expected, requests, preds = read_until_answered(
             kafka_settings, topics, inputs, unique("reader"), committed_only=False, timeout=90
         )
-        assert_answered(expected, requests, set(lineage_refs(preds)))
+        assert_answered(
+            expected,
+            requests,
+            set(lineage_refs(preds)),
+            explain=lambda missing: (
+                explain_missing(kafka_settings, missing, preds) + f"\nworker logs: {tmp_path}"
+            ),
+        )
         assert stop(b) == 0  # SIGTERM: drain, flush, commit, exit 0
     finally:
         for p in (a, b):

@@ -185,12 +185,49 @@ def read_until_answered(
     return triggers, requests, preds
 
 
-def assert_answered(triggers: set, requests: set, refs: set) -> None:
+def assert_answered(triggers: set, requests: set, refs: set, explain=None) -> None:
     """Every trigger is in some prediction's lineage, and most requests are (those of devices
-    that had data by then)."""
+    that had data by then). `explain(missing) -> str` adds detail to a failure."""
     missing = triggers - refs
-    assert not missing, f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
+    assert not missing, (
+        f"{len(missing)} triggers without a prediction, e.g. {sorted(missing)[:5]}"
+        + (f"\n{explain(missing)}" if explain is not None else "")
+    )
     assert 2 * len(requests & refs) >= len(requests) > 0
+
+
+def explain_missing(kafka_settings, missing: set, preds: list[dict], limit: int = 5) -> str:
+    """For a failure message: each of the first `limit` unanswered inputs (its device and event
+    time) beside every prediction of that device (partition, trigger, computed_at and the
+    lineage offsets on the input's partition), to tell a lost input from a skipped one."""
+    c = Consumer(kafka_settings, f"explain-{time.monotonic_ns()}")
+    lines = []
+    try:
+        for topic, part, off in sorted(missing)[:limit]:
+            c.assign([TopicPartitionOffset(topic, part, off)])
+            msgs = c.consume(1, 10.0)
+            if not msgs:
+                lines.append(f"{topic}[{part}]@{off}: not readable")
+                continue
+            event = orjson.loads(msgs[0].value())
+            device = event["device_id"]
+            lines.append(
+                f"{topic}[{part}]@{off}: {device} at {event['event_time_ms']}; its predictions:"
+            )
+            for p in preds:
+                if p["device_id"] == device:
+                    offs = [
+                        r["offset"]
+                        for r in p["lineage"]
+                        if (r["topic"], r["partition"]) == (topic, part)
+                    ]
+                    lines.append(
+                        f"  [{p['_partition']}]@{p['_offset']} {p['trigger']} "
+                        f"computed_at {p['computed_at_ms']} lineage offsets {offs}"
+                    )
+    finally:
+        c.close()
+    return "\n".join(lines)
 
 
 def lineage_refs(preds: list[dict]) -> list[tuple[str, int, int]]:
