@@ -23,9 +23,9 @@ from precast.settings import load
 from producers.simulator import Fleet
 from schemas.fleet import LATEST_FIRMWARE
 from workers.features import EMPTY_CONTEXT, build_features, device_type_index
-from workers.inference import ModelSession
+from workers.model.inference import ModelSession
+from workers.model.topk import top_k
 from workers.settings import DEFAULT_MODEL_DIR
-from workers.topk import top_k
 
 CONSTANT = (
     b'{"device_id":"dev-000001","candidates":[{"strategy":"remote_restart","score":0.71},'

@@ -328,7 +328,7 @@ def live_phase(
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        for m in ("producers.cli", "workers.cli")
+        for m in ("producers.cli", "workers.precompute.cli")
     ]
     server = ApiServer(8791, {k: env[k] for k in env if k.startswith("PRECAST_")}, devices)
     rows, res = [], {}

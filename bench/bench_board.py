@@ -114,7 +114,7 @@ def run(ctx: Context) -> Report:
     base = app_env(ctx.bootstrap_servers, topics, PARTITIONS, PRECAST_REDIS__URL="")
     procs = [
         _spawn(
-            "workers.cli",
+            "workers.precompute.cli",
             {
                 **base,
                 "PRECAST_WORKER__GROUP_ID": ctx.unique("bw"),

@@ -16,9 +16,9 @@ import orjson
 from bench.harness import Context, Figure, Report, progress
 from precast.kafka import Record
 from producers.simulator import Fleet
-from workers.drift_monitor import DriftMonitor
-from workers.drift_reference import Reference, load_reference
-from workers.drift_stats import ks_pvalues, ks_statistics
+from workers.drift.monitor import DriftMonitor
+from workers.drift.reference import Reference, load_reference
+from workers.drift.stats import ks_pvalues, ks_statistics
 from workers.settings import DEFAULT_MODEL_DIR, DriftOptions
 
 NAME = "drift"

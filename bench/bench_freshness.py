@@ -99,14 +99,17 @@ def run(ctx: Context) -> Report:
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", mod],
-            env={**env, "PRECAST_METRICS__PORT": str(worker_port if mod == "workers.cli" else 0)},
+            env={
+                **env,
+                "PRECAST_METRICS__PORT": str(worker_port if mod == "workers.precompute.cli" else 0),
+            },
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        for mod in ("workers.cli", "consumer_api.cli")
+        for mod in ("workers.precompute.cli", "consumer_api.cli")
     ]
     # Two timing threads here (poller, event stream): a thread that wants the GIL gets it
     # within 0.5 ms instead of Python's default 5 ms, which would otherwise show in the figures.

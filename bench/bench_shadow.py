@@ -1,10 +1,10 @@
-"""`precast shadow`'s run (`workers.shadow`: one pipeline, two models, candidate outputs to the
+"""`precast shadow`'s run (`workers.shadow.run`: one pipeline, two models, candidate outputs to the
 shadow topic, the comparison) against the precompute worker itself on the same range of the
 same topic, in one run: events/s of each and their ratio.
 
 Then (not with --quick) the memory bound on a long range: 10M heartbeats of the same 40k
 devices (`PRECAST_BENCH_SHADOW_LONG_EVENTS` sets another count; 0 skips it) through
-`python -m workers.shadow` in its own process, its RSS sampled every second from
+`python -m workers.shadow.run` in its own process, its RSS sampled every second from
 /proc/PID/status: RSS after warm-up against RSS at the end, and the peak."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ WARM_SHARE = 0.1  # RSS "after warm-up": the sample at this share of the run's w
 
 
 def _worker_run(ctx: Context, topics, ends: dict[int, int]) -> tuple[float, int]:
-    from workers import metrics as M
-    from workers.loop import tune_gc
+    from workers.precompute import metrics as M
+    from workers.precompute.loop import tune_gc
 
     w = _worker(ctx, topics, end=ends)
     tune_gc()
@@ -55,7 +55,7 @@ def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:
     from precast.kafka import TopicPartitionOffset
     from precast.settings import TopicSettings
     from workers.settings import DEFAULT_MODEL_DIR, ModelOptions, WorkerSettings
-    from workers.shadow import ShadowArgs, run
+    from workers.shadow.run import ShadowArgs, run
 
     hb = topics.heartbeats.name
     settings = WorkerSettings(
@@ -81,7 +81,7 @@ def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:
 
 
 def _spawn_shadow(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> subprocess.Popen:
-    """`python -m workers.shadow` (1.0.0 vs 1.1.0) over [0, ends) of `hb`, in its own process."""
+    """`python -m workers.shadow.run` (1.0.0 vs 1.1.0) over [0, ends) of `hb`, in its own process."""
     env = {
         **os.environ,
         "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
@@ -91,13 +91,13 @@ def _spawn_shadow(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> sub
         "PRECAST_LOG_LEVEL": "WARNING",
     }
     ranges = json.dumps({hb: [[p, 0, e] for p, e in ends.items()]})
-    cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0", "--candidate", "1.1.0"]
+    cmd = [sys.executable, "-m", "workers.shadow.run", "--live", "1.0.0", "--candidate", "1.1.0"]
     cmd += ["--ranges", ranges, "--summary", str(out), "--no-progress"]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
 
 
 def _shadow_rss(ctx: Context, hb: str, ends: dict[int, int], out: Path) -> tuple[int, float]:
-    """(records, peak RSS in MiB) of `python -m workers.shadow` over [0, ends) in its own process.
+    """(records, peak RSS in MiB) of `python -m workers.shadow.run` over [0, ends) in its own process.
     The peak is the child's own VmHWM, sampled every 0.2 s until it exits: `wait4`'s ru_maxrss
     would also count the forked child's copy of this (large) process before its exec."""
     proc = _spawn_shadow(ctx, hb, ends, out)
@@ -123,7 +123,7 @@ def _rss_kib(pid: int, field: str = "VmRSS") -> int | None:
 
 def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str, Any]:
     """`events` heartbeats of `devices` devices on a topic of its own (deleted after), run
-    through `python -m workers.shadow` in its own process with its RSS sampled every second."""
+    through `python -m workers.shadow.run` in its own process with its RSS sampled every second."""
     from precast.kafka import Admin, Consumer
 
     admin = Admin(ctx.kafka_settings())
@@ -290,7 +290,7 @@ def run(ctx: Context) -> Report:
         lcond = (
             f"{long['events']:,} heartbeats ({long['devices']:,} devices x {long['rounds']}) "
             f"on {PARTITIONS} partitions, live 1.0.0 vs candidate 1.1.0 on CPU, live policy, "
-            "`python -m workers.shadow` in its own process, RSS from /proc every second"
+            "`python -m workers.shadow.run` in its own process, RSS from /proc every second"
         )
         rows.append(
             [

@@ -26,9 +26,9 @@ from precast.kafka import Record
 from producers.simulator import Fleet
 from schemas.fleet import DEFAULT_STRATEGY, STRATEGIES
 from schemas.topics import catalog
-from workers.inference import ModelSession
-from workers.pipeline import BatchResult, Pipeline, PipelineConfig
-from workers.policy import PolicyConfig
+from workers.model.inference import ModelSession
+from workers.precompute.pipeline import BatchResult, Pipeline, PipelineConfig
+from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 NAME = "speculation"

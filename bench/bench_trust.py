@@ -1,7 +1,7 @@
 """Issue 11 figures, in one run:
 
 - `worker_restore_1m_devices_s`: a worker gaining all partitions of a worker-state changelog
-  holding 1M devices reads it back into its device table (`workers.restore.StateRestorer`,
+  holding 1M devices reads it back into its device table (`workers.precompute.restore.StateRestorer`,
   the code the assignment callback runs), cold, from the local broker.
 - `api_unknown_id_flood_rss_mb`: growth of a live `precast-api` process's resident memory over
   1M reads of distinct random device IDs (batch GETs of 500 IDs, single GETs, prefetch hints),
@@ -28,8 +28,8 @@ def _fill_state(settings, topic: str, devices: int) -> None:
     import numpy as np
 
     from precast.kafka import Producer
-    from workers import changelog
     from workers.features import HEARTBEAT_COLUMNS, N_FEATURES
+    from workers.precompute import changelog
 
     p = Producer(settings)
     chunk = 50_000
@@ -53,8 +53,8 @@ def _fill_state(settings, topic: str, devices: int) -> None:
 
 def _restore(ctx: Context, admin, devices: int) -> tuple[float, int]:
     from schemas.topics import catalog
-    from workers.restore import StateRestorer
-    from workers.state import DeviceTable
+    from workers.precompute.restore import StateRestorer
+    from workers.precompute.state import DeviceTable
 
     settings = ctx.kafka_settings()
     spec = catalog(ctx.unique("trust") + ".", partitions=6).worker_state
@@ -133,7 +133,7 @@ def _flood(ctx: Context, admin, reads: int) -> dict[str, float]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for mod in ("consumer_api.cli", "workers.cli")
+        for mod in ("consumer_api.cli", "workers.precompute.cli")
     ]
     url = f"http://127.0.0.1:{port}"
     probe = Consumer(ctx.kafka_settings(), f"bench-trust-{uuid.uuid4().hex[:6]}")

@@ -123,10 +123,10 @@ def _catalog(ctx: Context, admin):
 
 def _worker(ctx: Context, topics, *, exactly_once=False, max_batch=2_000, end=None, group=None):
     from precast.kafka import TopicPartitionOffset
-    from workers.inference import ModelSession
-    from workers.loop import LoopConfig, Worker
-    from workers.pipeline import PipelineConfig
-    from workers.registry import ModelRegistry
+    from workers.model.inference import ModelSession
+    from workers.model.registry import ModelRegistry
+    from workers.precompute.loop import LoopConfig, Worker
+    from workers.precompute.pipeline import PipelineConfig
     from workers.settings import DEFAULT_MODEL_DIR
 
     hb = topics.heartbeats.name
@@ -147,15 +147,15 @@ def _worker(ctx: Context, topics, *, exactly_once=False, max_batch=2_000, end=No
 
 
 def _stage_seconds() -> dict[str, float]:
-    from workers import metrics as M
+    from workers.precompute import metrics as M
 
     return {name: c._value.get() for name, c in M.STAGE.items()}
 
 
 def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
     """(events/s, predictions, seconds per stage) for one bounded run over the backlog."""
-    from workers import metrics as M
-    from workers.loop import tune_gc
+    from workers.precompute import metrics as M
+    from workers.precompute.loop import tune_gc
 
     w = _worker(ctx, topics, end=ends, **kw)
     tune_gc()  # as precast-worker does at start
@@ -203,7 +203,7 @@ def _passthrough(ctx, topics, ends) -> float:
 
 def _inference_rows_per_s(sizes: list[int]) -> dict[int, float]:
     from workers.features import N_FEATURES
-    from workers.inference import ModelSession
+    from workers.model.inference import ModelSession
     from workers.settings import DEFAULT_MODEL_DIR
 
     m = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
@@ -239,7 +239,10 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
         "PRECAST_WORKER__EXACTLY_ONCE": "true" if exactly_once else "false",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL
+        [sys.executable, "-m", "workers.precompute.cli"],
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
     )
     reader = Consumer(
         ctx.kafka_settings(), ctx.unique("rd"), **{"isolation.level": "read_committed"}

@@ -73,7 +73,7 @@ def spawn_worker(stack, topics, group: str, port: int, log: Path) -> subprocess.
         PRECAST_POLICY__MIN_CHANGE="0",
         PRECAST_POLICY__EVERY_EVENT="true",
     )
-    return spawn("workers.cli", env, log)
+    return spawn("workers.precompute.cli", env, log)
 
 
 def spawn_api(stack, topics, group: str, port: int, key_prefix: str, log: Path):

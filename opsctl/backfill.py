@@ -3,7 +3,7 @@ into the predictions topic (e.g. to warm a new version before switching to it); 
 marked as backfill in their lineage.
 
 This side resolves the range (UTC times or offsets, on each event topic) and hands it to the
-workers' own entry point, `python -m workers.backfill`, as a subprocess: the shared package
+workers' own entry point, `python -m workers.precompute.backfill`, as a subprocess: the shared package
 never imports an application."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     cmd = [
         sys.executable,
         "-m",
-        "workers.backfill",
+        "workers.precompute.backfill",
         "--model",
         str(args.model),
         "--ranges",

@@ -149,7 +149,7 @@ def run_demo(
                 "context",
                 _spawn(
                     "context",
-                    "workers.aggregator",
+                    "workers.context.aggregator",
                     {**env, "PRECAST_METRICS__PORT": str(context_port)},
                     [],
                 ),
@@ -160,7 +160,10 @@ def run_demo(
             Child(
                 "worker",
                 _spawn(
-                    "worker", "workers.cli", {**env, "PRECAST_METRICS__PORT": str(worker_port)}, []
+                    "worker",
+                    "workers.precompute.cli",
+                    {**env, "PRECAST_METRICS__PORT": str(worker_port)},
+                    [],
                 ),
                 f"http://127.0.0.1:{worker_port}/metrics",
             )
@@ -169,7 +172,10 @@ def run_demo(
             Child(
                 "drift",
                 _spawn(
-                    "drift", "workers.drift", {**env, "PRECAST_METRICS__PORT": str(drift_port)}, []
+                    "drift",
+                    "workers.drift.cli",
+                    {**env, "PRECAST_METRICS__PORT": str(drift_port)},
+                    [],
                 ),
                 f"http://127.0.0.1:{drift_port}/metrics",
             )

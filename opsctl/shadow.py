@@ -9,7 +9,7 @@ gate: exit 1 when the candidate falls short, so a deployment script can run it b
 the registry's ACTIVE file.
 
 This side resolves the range and renders the report; the run itself is the workers' own
-`python -m workers.shadow`, started as a subprocess (opsctl never imports an application)."""
+`python -m workers.shadow.run`, started as a subprocess (opsctl never imports an application)."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def _command(
     summary: Path,
     checkpoint: Path,
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "workers.shadow", "--candidate", args.candidate, "--job", job]
+    cmd = [sys.executable, "-m", "workers.shadow.run", "--candidate", args.candidate, "--job", job]
     cmd += ["--ranges", json.dumps(ranges), "--warmup", json.dumps(warmup)]
     cmd += ["--summary", str(summary), "--checkpoint", str(checkpoint)]
     for flag, value in (("--live", args.live), ("--registry", args.registry)):

@@ -1,5 +1,5 @@
 """The shadow run's report (terminal text, JSON, one self-contained HTML page) and its gate,
-all from the summary file `python -m workers.shadow` writes. Pure: no Kafka, no models."""
+all from the summary file `python -m workers.shadow.run` writes. Pure: no Kafka, no models."""
 
 from __future__ import annotations
 

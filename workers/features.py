@@ -1,4 +1,4 @@
-"""The one feature function. Training (`workers.train`) and serving (the worker loop) both call
+"""The one feature function. Training (`workers.training.train`) and serving (the worker loop) both call
 `build_features`, so a model never sees features computed two different ways."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Settings of a worker process (built once, in `workers.cli`)."""
+"""Settings of a worker process (built once, in `workers.precompute.cli`)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def heartbeat(
 def context(
     device: str, t: int, work_orders: dict[str, str], alarms: dict[str, tuple[int, str]]
 ) -> bytes:
-    """A device-context snapshot as precast-context publishes it (workers/context.py)."""
+    """A device-context snapshot as precast-context publishes it (workers/context/reducer.py)."""
     return orjson.dumps(
         {
             "schema_version": 1,

@@ -17,7 +17,7 @@ from precast.deadletter import dead_letter_info
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
 from tests.integration.worker_support import ROOT, wait_ready
 from tests.worker_events import alarm, work_order
-from workers.context import DeviceContext
+from workers.context.reducer import DeviceContext
 
 
 def events(n, devices=40, t0=1_800_000_000_000):
@@ -93,7 +93,7 @@ def aggregator(kafka_settings, topics, unique, tmp_path, admin):
         with (tmp_path / f"agg{len(procs)}.log").open("wb") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "workers.aggregator"],
+                    [sys.executable, "-m", "workers.context.aggregator"],
                     env=env,
                     cwd=ROOT,
                     stdin=subprocess.DEVNULL,

@@ -53,7 +53,7 @@ def test_drift_monitor_process_is_clean_then_flags_a_drift(
     }
     log = (tmp_path / "drift.log").open("wb")
     mon = subprocess.Popen(
-        [sys.executable, "-m", "workers.drift"], env=drift_env, cwd=ROOT, stdout=log, stderr=log
+        [sys.executable, "-m", "workers.drift.cli"], env=drift_env, cwd=ROOT, stdout=log, stderr=log
     )
     sim = None
     try:

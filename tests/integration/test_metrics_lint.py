@@ -58,7 +58,7 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
         with (tmp_path / "ctx.log").open("wb") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "workers.aggregator"],
+                    [sys.executable, "-m", "workers.context.aggregator"],
                     env=_env(
                         kafka_settings,
                         topics,
@@ -75,7 +75,7 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
         with (tmp_path / "drift.log").open("wb") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "workers.drift"],
+                    [sys.executable, "-m", "workers.drift.cli"],
                     env=_env(
                         kafka_settings, topics, ports["drift"], PRECAST_DRIFT__GROUP_ID=unique("d")
                     ),

@@ -63,12 +63,12 @@ def pipeline(kafka_settings, redis_settings, topics, unique, admin, tmp_path):
             {},
         ),
         "precast-worker": (
-            "workers.cli",
+            "workers.precompute.cli",
             [],
             {"PRECAST_WORKER__GROUP_ID": unique("w"), "PRECAST_MODEL__PROVIDER": "cpu"},
         ),
         "precast-context": (
-            "workers.aggregator",
+            "workers.context.aggregator",
             [],
             {
                 "PRECAST_CONTEXT__APP_ID": app_id,
@@ -76,7 +76,7 @@ def pipeline(kafka_settings, redis_settings, topics, unique, admin, tmp_path):
             },
         ),
         "precast-drift": (
-            "workers.drift",
+            "workers.drift.cli",
             [],
             {
                 "PRECAST_DRIFT__GROUP_ID": unique("d"),

@@ -13,7 +13,7 @@ from schemas.hints import ReadHint
 from tests.integration.api_helpers import api_settings, prediction_value, publish, wait_for
 from tests.integration.test_api_pipeline import read_all
 from tests.worker_events import heartbeat, record
-from workers.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import Pipeline, PipelineConfig
 
 
 def test_reads_and_prefetches_become_hints_and_hints_make_devices_hot(

@@ -22,9 +22,9 @@ from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
 from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE, STRATEGIES, true_strategies
 from tests.integration.ops_support import ROOT, cli_env, precast, read_all
-from workers.context import DeviceContext
+from workers.context.reducer import DeviceContext
 from workers.features import CONTEXT_COLUMNS, EMPTY_CONTEXT, build_features, device_type_index
-from workers.inference import ModelSession
+from workers.model.inference import ModelSession
 from workers.settings import DEFAULT_MODEL_DIR
 
 REGISTRY = DEFAULT_MODEL_DIR.parent
@@ -252,7 +252,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(kafka_settings, topics, tmp_pa
     ranges = json.dumps({hb: [[p, 0, ends[(hb, p)]] for p in range(3)]})
     env = _env(kafka_settings, topics, tmp_path)
     cp, summary = tmp_path / "cp.json", tmp_path / "summary.json"
-    cmd = [sys.executable, "-m", "workers.shadow", "--live", "1.0.0", "--candidate", "1.1.0"]
+    cmd = [sys.executable, "-m", "workers.shadow.run", "--live", "1.0.0", "--candidate", "1.1.0"]
     cmd += ["--ranges", ranges, "--summary", str(summary), "--checkpoint", str(cp)]
     cmd += ["--job", "j1", "--checkpoint-every", "0.05", "--all-triggers", "--no-progress"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)

@@ -10,7 +10,12 @@ import pytest
 
 from opsctl.stack.process import free_port
 
-SERVICES = ["producers.cli", "workers.cli", "consumer_api.cli", "workers.aggregator"]
+SERVICES = [
+    "producers.cli",
+    "workers.precompute.cli",
+    "consumer_api.cli",
+    "workers.context.aggregator",
+]
 
 
 @pytest.mark.parametrize("module", SERVICES)

@@ -14,10 +14,10 @@ from precast.kafka import Producer
 from precast.serving import MemoryStore
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet
-from workers.inference import ModelSession
-from workers.loop import LoopConfig, Worker
-from workers.pipeline import PipelineConfig
-from workers.registry import ModelRegistry
+from workers.model.inference import ModelSession
+from workers.model.registry import ModelRegistry
+from workers.precompute.loop import LoopConfig, Worker
+from workers.precompute.pipeline import PipelineConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 

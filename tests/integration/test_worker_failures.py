@@ -8,12 +8,12 @@ import orjson
 from precast.deadletter import dead_letter_info
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
 from tests.worker_events import heartbeat, work_order
-from workers.context import DeviceContext
-from workers.inference import ModelSession
-from workers.loop import LoopConfig, Worker
-from workers.pipeline import PipelineConfig
-from workers.policy import PolicyConfig
-from workers.registry import ModelRegistry
+from workers.context.reducer import DeviceContext
+from workers.model.inference import ModelSession
+from workers.model.registry import ModelRegistry
+from workers.precompute.loop import LoopConfig, Worker
+from workers.precompute.pipeline import PipelineConfig
+from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 

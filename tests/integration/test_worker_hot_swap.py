@@ -9,11 +9,11 @@ from itertools import groupby
 import orjson
 
 from tests.integration.worker_support import Load, read_predictions
-from workers.inference import ModelSession
-from workers.loop import LoopConfig, Worker
-from workers.pipeline import PipelineConfig
-from workers.policy import PolicyConfig
-from workers.registry import ModelRegistry
+from workers.model.inference import ModelSession
+from workers.model.registry import ModelRegistry
+from workers.precompute.loop import LoopConfig, Worker
+from workers.precompute.pipeline import PipelineConfig
+from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 

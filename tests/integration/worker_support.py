@@ -58,7 +58,7 @@ def spawn_worker(kafka_settings, topics, group: str, log: Path, **env: str) -> s
     }
     with log.open("wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "workers.cli"],
+            [sys.executable, "-m", "workers.precompute.cli"],
             env=e,
             cwd=ROOT,
             stdout=out,

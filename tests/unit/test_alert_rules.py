@@ -22,8 +22,8 @@ import consumer_api.materializer  # noqa: F401
 import consumer_api.service  # noqa: F401
 import precast.deadletter  # noqa: F401
 import producers.cli  # noqa: F401
-import workers.drift_monitor  # noqa: F401
-import workers.metrics  # noqa: F401
+import workers.drift.monitor  # noqa: F401
+import workers.precompute.metrics  # noqa: F401
 from opsctl.observe.render import stale
 from opsctl.observe.slo import SLOS, Slo
 

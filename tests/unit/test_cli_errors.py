@@ -9,10 +9,10 @@ import pytest
 ENTRY_POINTS = [
     "opsctl.cli",
     "producers.cli",
-    "workers.cli",
+    "workers.precompute.cli",
     "consumer_api.cli",
-    "workers.aggregator",
-    "workers.backfill",
+    "workers.context.aggregator",
+    "workers.precompute.backfill",
     "workers.gpu_check",
 ]
 
@@ -40,7 +40,8 @@ def test_subcommand_errors_are_one_line_too():
 
 
 @pytest.mark.parametrize(
-    "module", ["producers.cli", "workers.cli", "consumer_api.cli", "opsctl.cli topics ensure"]
+    "module",
+    ["producers.cli", "workers.precompute.cli", "consumer_api.cli", "opsctl.cli topics ensure"],
 )
 def test_kafka_configuration_librdkafka_refuses_is_one_line(module):
     # librdkafka validates pass-through properties when a client is built, before any connection

@@ -11,9 +11,9 @@ from prometheus_client import REGISTRY
 from precast.errors import ConfigError
 from precast.kafka import Record
 from producers.simulator import Fleet
-from workers.drift_monitor import DriftMonitor
-from workers.drift_reference import MONITORED, load_reference
-from workers.drift_window import SlidingWindow
+from workers.drift.monitor import DriftMonitor
+from workers.drift.reference import MONITORED, load_reference
+from workers.drift.window import SlidingWindow
 from workers.settings import DEFAULT_MODEL_DIR
 
 T0 = 1_800_000_000_000
@@ -95,7 +95,7 @@ def test_sliding_window_drops_old_rows_and_caps_rows():
 
 
 def test_shipped_reference_is_the_training_data_of_its_manifest(tmp_path):
-    from workers.train import write_reference
+    from workers.training.train import write_reference
 
     shipped = load_reference(DEFAULT_MODEL_DIR)
     (tmp_path / "manifest.json").write_bytes((DEFAULT_MODEL_DIR / "manifest.json").read_bytes())
@@ -106,7 +106,7 @@ def test_shipped_reference_is_the_training_data_of_its_manifest(tmp_path):
 
 def test_training_writes_a_reference_next_to_the_model(tmp_path):
     pytest.importorskip("sklearn")  # the `train` extra
-    from workers.train import train
+    from workers.training.train import train
 
     train("9.9.9", seed=3, n_train=4_000, n_holdout=500, out_dir=tmp_path, hidden=(8,))
     ref = load_reference(tmp_path)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workers.drift_stats import benjamini_hochberg, ks_pvalues, ks_statistics, test_window
+from workers.drift.stats import benjamini_hochberg, ks_pvalues, ks_statistics, test_window
 
 
 @pytest.mark.parametrize("shift", [0.0, 0.05, 0.3])

@@ -6,9 +6,9 @@ import pytest
 
 from precast.errors import ConfigError
 from workers.features import EMPTY_CONTEXT, FEATURE_NAMES, build_features
-from workers.inference import ModelSession, choose_providers
+from workers.model.inference import ModelSession, choose_providers
+from workers.model.topk import top_k
 from workers.settings import DEFAULT_MODEL_DIR
-from workers.topk import top_k
 
 
 def test_features_shape_and_one_hot():
@@ -77,7 +77,7 @@ def test_provider_choice():
 
 
 def test_trained_model_beats_chance_on_fresh_data():
-    from workers.train import synthetic_dataset
+    from workers.training.train import synthetic_dataset
 
     m = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
     x, y = synthetic_dataset(5000, seed=12345)

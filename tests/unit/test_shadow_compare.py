@@ -1,4 +1,4 @@
-"""The shadow comparison (workers.shadow_compare), its report and gate (opsctl.shadow_report),
+"""The shadow comparison (workers.shadow.compare), its report and gate (opsctl.shadow_report),
 and the fleet ground truth it scores against (schemas.fleet)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from opsctl.shadow_report import Check, Thresholds, gate, render_html, render_text
 from producers.simulator import Fleet
 from schemas.fleet import STRATEGIES, STRATEGY_OF_CONDITION, true_strategies
-from workers.shadow_compare import Comparison, Timing
+from workers.shadow.compare import Comparison, Timing
 
 LABELS = ("a", "b", "c", "d")
 
@@ -144,7 +144,7 @@ def test_true_strategies_follow_the_simulators_own_draws():
 
 
 def test_site_is_read_from_every_tolerated_metadata_layout():
-    from workers.shadow import site_of
+    from workers.shadow.replay import site_of
 
     fleet = Fleet(400, seed=4)
     events = fleet.heartbeats(400, 1_760_000_000_000)

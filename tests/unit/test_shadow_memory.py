@@ -1,6 +1,6 @@
 """A shadow run's memory is bounded by the fleet, not by the range: what the comparison keeps
 for the report does not grow with the events of the same devices, and a device waiting out a
-throttle window holds slim references to its inputs (`workers.shadow.HeldRecord`), not whole
+throttle window holds slim references to its inputs (`workers.shadow.replay.HeldRecord`), not whole
 records, with the lineage unchanged."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 from schemas.predictions import PredictionSet
 from schemas.topics import catalog
 from tests.worker_events import T0, flush, heartbeat, record, work_order
-from workers.inference import ModelSession
-from workers.pipeline import Pipeline, PipelineConfig
-from workers.policy import PolicyConfig, Reason
+from workers.model.inference import ModelSession
+from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.policy import PolicyConfig, Reason
 from workers.settings import DEFAULT_MODEL_DIR
-from workers.shadow import HeldRecord, slim
-from workers.shadow_compare import Comparison
+from workers.shadow.compare import Comparison
+from workers.shadow.replay import HeldRecord, slim
 
 LABELS = ("a", "b", "c", "d")
 TOPICS = catalog("u.", 3)
@@ -158,7 +158,7 @@ def test_a_deferred_device_holds_slim_references_and_its_lineage_is_unchanged(mo
 
 def test_slim_leaves_held_records_as_they_are():
     item_refs = [(HeldRecord(HB, 0, 7, None), "e1")]
-    from workers.encode import Pending
+    from workers.precompute.encode import Pending
 
     item = Pending("d1", 0, Reason.THROTTLED, list(item_refs))
     slim(item, {}, {}, HB)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.worker_events import T0, alarm, work_order
-from workers.context import HOUR_MS, MAX_OPEN_WORK_ORDERS, DeviceContext, context_columns
+from workers.context.reducer import HOUR_MS, MAX_OPEN_WORK_ORDERS, DeviceContext, context_columns
 from workers.features import CONTEXT_COLUMNS, EMPTY_CONTEXT, FEATURE_NAMES, build_features
 
 
@@ -94,7 +94,7 @@ def test_context_columns_feed_the_one_feature_function():
 
 
 def test_training_and_serving_share_the_feature_function():
-    import workers.pipeline
-    import workers.train
+    import workers.precompute.heartbeats
+    import workers.training.train
 
-    assert workers.train.build_features is workers.pipeline.build_features
+    assert workers.training.train.build_features is workers.precompute.heartbeats.build_features

@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from tests.worker_events import T0, heartbeat, record
-from workers.decode import decode_heartbeats, trace_id
+from workers.precompute.decode import decode_heartbeats, trace_id
 
 TOPIC = "t.heartbeats"
 
@@ -89,7 +89,7 @@ def test_trace_id_comes_from_a_valid_traceparent_only():
 
 def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(monkeypatch):
     from producers.simulator import Fleet
-    from workers import decode
+    from workers.precompute import decode
 
     fleet = Fleet(400, seed=2)
     events = fleet.heartbeats(400, T0)
@@ -140,8 +140,8 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     ],
 )
 def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
-    from workers.decode import validate
-    from workers.wire import meta_ok as _meta_ok
+    from workers.precompute.decode import validate
+    from workers.precompute.wire import meta_ok as _meta_ok
 
     e = {**heartbeat("d1"), "meta": meta}
     assert _meta_ok(meta) is ok

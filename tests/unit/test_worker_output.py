@@ -1,4 +1,4 @@
-"""PredictionSet records built column-wise (workers.encode): every field round-trips through the
+"""PredictionSet records built column-wise (workers.precompute.encode): every field round-trips through the
 contract (pydantic, via the one validator) and the serving store's decoder, for one input per
 prediction, several (coalesced), backfill runs; scores keep exactly the 6-decimal values."""
 
@@ -9,9 +9,9 @@ import pytest
 from precast.serving.entry import entry_from_prediction
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
-from workers.encode import LINEAGE_MAX, Pending, encode, merge, score_text
-from workers.policy import Reason
-from workers.topk import top_k
+from workers.model.topk import top_k
+from workers.precompute.encode import LINEAGE_MAX, Pending, encode, merge, score_text
+from workers.precompute.policy import Reason
 
 LABELS = ("monitor_only", "remote_restart", 'odd "label" %s', "replace_part")
 TRACE = "a" * 32

@@ -9,11 +9,11 @@ from schemas.predictions import PredictionSet
 from schemas.topics import catalog
 from tests.worker_events import T0, flush, heartbeat, record, request, work_order
 from workers.features import FEATURE_NAMES
-from workers.inference import ModelSession
-from workers.pipeline import Pipeline, PipelineConfig
-from workers.policy import PolicyConfig, Reason
+from workers.model.inference import ModelSession
+from workers.model.topk import top_k
+from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.policy import PolicyConfig, Reason
 from workers.settings import DEFAULT_MODEL_DIR
-from workers.topk import top_k
 
 TOPICS = catalog("u.", 3)
 HB, WO, REQ = TOPICS.heartbeats.name, TOPICS.work_orders.name, TOPICS.precompute_requests.name

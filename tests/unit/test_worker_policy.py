@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from workers.features import N_FEATURES
-from workers.policy import (
+from workers.precompute.policy import (
     PolicyConfig,
     Reason,
     decide_heartbeats,
@@ -129,7 +129,7 @@ def test_low_rate_triggers_are_throttled_too_and_released_after_the_window(reaso
 
 
 def test_every_reason_has_a_metric_label_and_predicting_ones_a_trigger():
-    from workers.policy import TRIGGER
+    from workers.precompute.policy import TRIGGER
 
     assert len({r.label for r in Reason}) == len(Reason)
     assert {r for r in Reason if r.emits} == set(TRIGGER)

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from precast.errors import ConfigError, PrecastError
-from workers.inference import ModelSession
-from workers.registry import ModelRegistry, semver_key, wanted_version
+from workers.model.inference import ModelSession
+from workers.model.registry import ModelRegistry, semver_key, wanted_version
 from workers.settings import DEFAULT_MODEL_DIR
 
 MODELS = DEFAULT_MODEL_DIR.parent
@@ -86,7 +86,7 @@ def test_an_empty_registry_is_a_clear_error(tmp_path):
 def test_committed_second_version_differs_from_the_first():
     import numpy as np
 
-    from workers.train import synthetic_dataset
+    from workers.training.train import synthetic_dataset
 
     x, _ = synthetic_dataset(256, seed=3)
     a, b = load(MODELS / "1.0.0"), load(MODELS / "1.1.0")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from workers.features import N_FEATURES
-from workers.policy import PolicyConfig, Reason, decide_heartbeats
-from workers.sensitivity import Sensitivity, estimate, ranking
+from workers.precompute.policy import PolicyConfig, Reason, decide_heartbeats
+from workers.precompute.sensitivity import Sensitivity, estimate, ranking
 
 
 class Softmax:
@@ -114,7 +114,7 @@ def test_an_unknown_answer_predicts_and_a_large_move_ignores_the_estimate():
 def test_read_hints_mark_known_devices_hot_and_bad_ones_are_dead_lettered():
     from schemas.topics import catalog
     from tests.worker_events import T0, heartbeat, record
-    from workers.pipeline import Pipeline, PipelineConfig
+    from workers.precompute.pipeline import Pipeline, PipelineConfig
 
     topics = catalog("u.", 3)
     rejected = []
@@ -152,9 +152,9 @@ def test_a_restored_device_keeps_the_policys_view_of_its_last_inference():
     """A worker that takes a partition over renews a stable answer instead of re-inferring."""
     from schemas.topics import catalog
     from tests.worker_events import T0, heartbeat, record
-    from workers import changelog
-    from workers.inference import ModelSession
-    from workers.pipeline import Pipeline, PipelineConfig
+    from workers.model.inference import ModelSession
+    from workers.precompute import changelog
+    from workers.precompute.pipeline import Pipeline, PipelineConfig
     from workers.settings import DEFAULT_MODEL_DIR
 
     topics = catalog("u.", 3)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from workers.state import DeviceTable
+from workers.precompute.state import DeviceTable
 
 
 def test_new_devices_get_distinct_fresh_slots_with_their_partition_and_the_table_grows():
@@ -26,7 +26,7 @@ def test_a_slot_freed_by_a_revoked_partition_comes_back_empty():
 
 
 def test_changelog_records_round_trip_newest_per_device_and_skip_bad_ones():
-    from workers import changelog
+    from workers.precompute import changelog
 
     rows = 3
     hb = np.arange(rows * 8, dtype=np.float64).reshape(rows, 8)
@@ -45,7 +45,7 @@ def test_changelog_records_round_trip_newest_per_device_and_skip_bad_ones():
 
 
 def test_restore_fills_the_table_so_state_is_as_before_the_restart():
-    from workers import changelog
+    from workers.precompute import changelog
 
     before = DeviceTable()
     s = before.slots(["a", "b"], [0, 1])

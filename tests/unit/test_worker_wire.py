@@ -1,4 +1,4 @@
-"""The typed heartbeat decoder (workers.wire) against the contract validator: on every wire style
+"""The typed heartbeat decoder (workers.precompute.wire) against the contract validator: on every wire style
 the simulator sends, on records where msgspec and orjson/pydantic disagree if not held apart, and
 on a few thousand random mutations, the worker's decode gives exactly the validator's verdict
 (accepted with the same values, or rejected with the same reason)."""
@@ -11,8 +11,8 @@ import pytest
 
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
-from workers import wire
-from workers.decode import decode_heartbeats
+from workers.precompute import wire
+from workers.precompute.decode import decode_heartbeats
 
 TOPIC = "t.heartbeats"
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
@@ -214,7 +214,7 @@ def test_worker_and_validator_agree_on_random_mutations_of_every_wire_style():
 
 def test_every_simulator_style_takes_the_fast_path(monkeypatch):
     from producers.simulator import Fleet
-    from workers import decode
+    from workers.precompute import decode
 
     fleet = Fleet(400, seed=2)
     records = [record(TOPIC, e, i) for i, e in enumerate(fleet.heartbeats(400, T0))]

@@ -14,9 +14,9 @@ import onnxruntime as ort
 
 from precast.errors import ConfigError
 from workers.features import FEATURE_NAMES
-from workers.sensitivity import Sensitivity, estimate
+from workers.precompute.sensitivity import Sensitivity, estimate
 
-log = logging.getLogger("precast.workers.inference")
+log = logging.getLogger("precast.workers.model.inference")
 
 _GPU_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 
@@ -162,10 +162,10 @@ class ModelSession:
         return self._sess.run([self.manifest.output], {self.manifest.input: features})[0]
 
     def sensitivity_for(self, k: int) -> Sensitivity:
-        """This version's decision-boundary sensitivities (workers.sensitivity), measured once
+        """This version's decision-boundary sensitivities (workers.precompute.sensitivity), measured once
         on realistic inputs (the fleet's ground truth, fixed seed) and kept."""
         if k not in self._sensitivity:
-            from workers.train import synthetic_dataset
+            from workers.training.train import synthetic_dataset
 
             self._sensitivity[k] = estimate(self, synthetic_dataset(4_096, seed=20261130)[0], k)
         return self._sensitivity[k]

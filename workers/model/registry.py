@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from precast.errors import PrecastError
-from workers import metrics as M
-from workers.predictor import Predictor
+from workers.model.predictor import Predictor
+from workers.precompute import metrics as M
 
-log = logging.getLogger("precast.workers.registry")
+log = logging.getLogger("precast.workers.model.registry")
 
 ACTIVE_FILE = "ACTIVE"
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?$")

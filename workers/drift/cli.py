@@ -1,4 +1,4 @@
-"""`precast-drift` (`python -m workers.drift`): is the live fleet still the one the model was
+"""`precast-drift` (`python -m workers.drift.cli`): is the live fleet still the one the model was
 trained on? A side consumer of the heartbeats topic, in its own consumer group, off the hot
 path: the worker never waits for it. Every `step_s` it tests the last `window_s` of heartbeats
 against the model version's frozen reference (docs/observability.md, "Drift").
@@ -16,8 +16,8 @@ from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
-from workers.drift_monitor import DriftMonitor
-from workers.drift_reference import load_reference
+from workers.drift.monitor import DriftMonitor
+from workers.drift.reference import load_reference
 from workers.settings import DriftSettings
 
 

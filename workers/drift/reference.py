@@ -1,5 +1,5 @@
 """The drift reference of a model version: a sorted sample of its training features, shipped
-next to model.onnx as `drift-reference.npz` (written by `workers.train`).
+next to model.onnx as `drift-reference.npz` (written by `workers.training.train`).
 
 Frozen per model version, so "drift" always means "the live features no longer look like what
 this model was trained on", and a retrained model brings its own reference.
@@ -73,7 +73,7 @@ def load_reference(model_dir: Path) -> Reference:
     except (OSError, KeyError, ValueError) as exc:
         raise ConfigError(
             f"no usable drift reference at {path} ({exc.__class__.__name__}); "
-            "write one with: python -m workers.train --reference-only --out MODEL_DIR"
+            "write one with: python -m workers.training.train --reference-only --out MODEL_DIR"
         ) from None
     features = tuple(meta["features"])
     if features != MONITORED:

@@ -1,6 +1,6 @@
 """What the worker needs of a model: the `Predictor` protocol.
 
-`workers.inference.ModelSession` (ONNX Runtime) satisfies it as it is; the pipeline, the
+`workers.model.inference.ModelSession` (ONNX Runtime) satisfies it as it is; the pipeline, the
 registry and tests depend only on this, so a model behind another runtime, or a test double
 that fails on purpose, plugs in without touching them.
 """

@@ -2,7 +2,7 @@
 
 A faust table keyed by device holds each device's `DeviceContext` snapshot (changelog-backed,
 so a restarted or rebalanced instance restores it), updated by the same pure reducer the
-worker uses (`workers.context`); every change is published to the compacted device-context
+worker uses (`workers.context.reducer`); every change is published to the compacted device-context
 topic, which is what workers restore from. Both streams are low-rate, which is why faust
 (aiokafka, asyncio) is acceptable here and kept off the worker's hot path. Records that break
 the contract go to the dead-letter topic (faust flushes its producer before it commits).
@@ -29,8 +29,8 @@ from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from schemas.validation import Rejected
-from workers.context import DeviceContext
-from workers.decode import validate
+from workers.context.reducer import DeviceContext
+from workers.precompute.decode import validate
 from workers.settings import ContextSettings
 
 log = logging.getLogger("precast.context")

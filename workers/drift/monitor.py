@@ -1,6 +1,6 @@
 """The drift monitor's core: heartbeat records -> the serving feature function -> a sliding
 window -> KS per feature against the model's frozen reference, BH across features, an effect
-floor -> Prometheus gauges. No Kafka here: `workers.drift` feeds it, `bench drift` too."""
+floor -> Prometheus gauges. No Kafka here: `workers.drift.cli` feeds it, `bench drift` too."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
 from precast.kafka import KafkaMessage
-from workers.decode import decode_heartbeats
-from workers.drift_reference import MONITORED_INDEX, Reference
-from workers.drift_stats import DriftResult, test_window
-from workers.drift_window import SlidingWindow
+from workers.drift.reference import MONITORED_INDEX, Reference
+from workers.drift.stats import DriftResult, test_window
+from workers.drift.window import SlidingWindow
 from workers.features import EMPTY_CONTEXT, HEARTBEAT_COLUMNS, build_features
+from workers.precompute.decode import decode_heartbeats
 
 STATISTIC = Gauge(
     "precast_drift_ks_statistic", "KS distance D of the last tested window, by feature", ["feature"]

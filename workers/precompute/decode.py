@@ -1,4 +1,4 @@
-"""Records -> columns. Heartbeats take a typed fast path (`workers.wire`: msgspec structs for
+"""Records -> columns. Heartbeats take a typed fast path (`workers.precompute.wire`: msgspec structs for
 the heartbeat contract, column-wise checks at C speed) for every wire style the contract
 tolerates; anything the fast path does not accept goes through the full contract validator,
 which names the reason for a rejection (and judges anything odd the same way). Work orders,
@@ -24,8 +24,8 @@ from schemas.hints import ReadHint
 from schemas.normalize import NUMBER_TEXT  # the contract's own number grammar
 from schemas.predictions import PrecomputeRequest
 from schemas.validation import Rejected, validate_event
-from workers import wire
 from workers.features import device_type_index
+from workers.precompute import wire
 
 # (msg, reason, detail) for the dead-letter topic
 Reject = Callable[[KafkaMessage, Reason, str], None]

@@ -2,7 +2,7 @@
 features and validity of its last prediction, and its context. Columnar (numpy rows indexed by
 a slot per device) so the policy runs vectorized over a batch. Written to the worker-state
 changelog with every prediction and restored from it when a partition is assigned
-(`workers.restore`), so a restart or a rebalance does not forget a device; the entries of a
+(`workers.precompute.restore`), so a restart or a rebalance does not forget a device; the entries of a
 revoked partition are dropped."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from workers.context import DeviceContext
+from workers.context.reducer import DeviceContext
 from workers.features import DEFAULT_HEARTBEAT, N_FEATURES
 
 _DEFAULT_HB = np.array(list(DEFAULT_HEARTBEAT.values()), dtype=np.float64)
@@ -109,7 +109,7 @@ class DeviceTable:
         return c is not None and c.as_of_ms > 0
 
     def restore(self, devices: list[str], partitions: list[int], rec: np.ndarray) -> None:
-        """Adopt changelog records (`workers.changelog.RECORD`) for devices of a partition
+        """Adopt changelog records (`workers.precompute.changelog.RECORD`) for devices of a partition
         being assigned, before any of its input is processed."""
         if not devices:
             return

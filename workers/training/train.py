@@ -1,6 +1,6 @@
 """Train the service-strategy classifier on synthetic fleet data and export ONNX + manifest.
 
-    python -m workers.train --version 1.0.0 --seed 7
+    python -m workers.training.train --version 1.0.0 --seed 7
 
 Needs the `train` extra (scikit-learn, onnx). The network is an sklearn MLP; the ONNX graph is
 written from its weights with standard ONNX ops only (Sub, Div, MatMul, Add, Relu, Softmax).
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from schemas import fleet
-from workers.drift_reference import build_reference, save_reference
+from workers.drift.reference import build_reference, save_reference
 from workers.features import FEATURE_NAMES, build_features
 
 MODEL_NAME = "fleet-strategy"
@@ -89,7 +89,9 @@ def to_onnx(
         inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="precast.workers.train"
+        graph,
+        opset_imports=[helper.make_opsetid("", opset)],
+        producer_name="precast.workers.training.train",
     )
     model.ir_version = 8  # readable by every onnxruntime >= 1.14
     onnx.checker.check_model(model)
@@ -184,7 +186,9 @@ def write_reference(model_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m workers.training.train", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--version", default="1.0.0")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--samples", type=int, default=120_000)

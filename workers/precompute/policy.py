@@ -6,7 +6,7 @@ Rules, in priority order:
   next: predict;
 - a heartbeat from a device never predicted here (`first_seen`), or one whose features could
   change the served answer (`heartbeat_changed`). With the model's sensitivities known
-  (`workers.sensitivity`), "could change" means the estimated new gap between the last
+  (`workers.precompute.sensitivity`), "could change" means the estimated new gap between the last
   inference's top-1 and runner-up, from the feature move since that inference, falls within
   `safety` times its uncertainty; for a device somebody reads or watches (hot: recent reads,
   prefetch hints, open event streams, fed back by the read API through the read-hints topic) the
@@ -21,7 +21,7 @@ Rules, in priority order:
   inference, `refresh_before_expiry`);
 - otherwise skip (`unchanged`); a heartbeat older than the newest one seen is `stale`.
 Throttle: a device predicted less than `throttle_ms` ago (worker clock) is `throttled`: the
-trigger is deferred, not dropped, and released when its window ends (see `workers.pipeline`).
+trigger is deferred, not dropped, and released when its window ends (see `workers.precompute.pipeline`).
 `every_event` turns all of this off (every fresh heartbeat predicts): the benchmark's baseline.
 """
 
@@ -33,7 +33,7 @@ from enum import IntEnum
 import numpy as np
 
 from workers.features import CHANGE_SCALE
-from workers.sensitivity import Sensitivity
+from workers.precompute.sensitivity import Sensitivity
 
 _SCALE = np.asarray(CHANGE_SCALE, dtype=np.float32)
 
@@ -113,7 +113,7 @@ class PolicyConfig:
     min_change: float = 0.05  # material change, when the model's sensitivities are unknown
     refresh_lead_ms: int = 1_000
     throttle_ms: int = 250
-    # Answer-aware skip (workers.sensitivity): a device predicts when the estimated new top-1
+    # Answer-aware skip (workers.precompute.sensitivity): a device predicts when the estimated new top-1
     # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
     # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
     # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
@@ -156,7 +156,7 @@ def decide_heartbeats(
     `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
     (-1 when none), so duplicates and out-of-order deliveries are `stale`; the gap to it is the
     interval expected until the device's next heartbeat (see `expected_gap`). `sensitivity` is
-    the model's (workers.sensitivity.estimate); `rank` the top-(K+1) classes of each device's
+    the model's (workers.precompute.sensitivity.estimate); `rank` the top-(K+1) classes of each device's
     last inference and `margin_top1`/`margin_topk` its log margins (negative when unknown: then
     it predicts); `hot` whether somebody reads or watches the device."""
     n = len(new_x)

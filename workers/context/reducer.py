@@ -1,6 +1,6 @@
 """Per-device context from the low-rate work-order and alarm streams: a pure, idempotent reducer.
 
-The context aggregator (`workers.aggregator`, faust) folds events into one `DeviceContext` per
+The context aggregator (`workers.context.aggregator`, faust) folds events into one `DeviceContext` per
 device and publishes snapshots to the compacted device-context topic; the worker restores from
 that topic and applies the same reducer to the events it consumes itself, so a trigger sees its
 own work order or alarm without waiting for the aggregator. Applying an event twice changes

@@ -5,7 +5,7 @@ prediction's features, order key and validity), as one fixed-size little-endian 
 Fixed size because a restore reads a whole partition (up to a million devices) on every
 assignment: the values of a batch are joined and viewed as one numpy structured array, so
 decoding is column-wise at C speed instead of one parse per record (BENCHMARKS.md,
-`worker_restore_1m_devices_s`). Pure: no Kafka client here (`workers.restore` reads the topic).
+`worker_restore_1m_devices_s`). Pure: no Kafka client here (`workers.precompute.restore` reads the topic).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from workers.features import HEARTBEAT_COLUMNS, N_FEATURES
 
 VERSION = 1
-# The speculation policy's view of the last inference (workers.sensitivity): ranked classes,
+# The speculation policy's view of the last inference (workers.precompute.sensitivity): ranked classes,
 # top-K scores and log margins, for top_k up to MAX_K (beyond it the margins restore as unknown
 # and the next heartbeat predicts).
 MAX_K = 8

@@ -13,8 +13,8 @@ import numpy as np
 import orjson
 
 from precast.kafka import KafkaMessage
-from workers.policy import TRIGGER, Reason
-from workers.wire import trace_ids_json
+from workers.precompute.policy import TRIGGER, Reason
+from workers.precompute.wire import trace_ids_json
 
 # Longest lineage list kept per prediction; a device that sent more triggers than this while
 # waiting is counted in precast_worker_lineage_truncated_total. The oldest heartbeats go first:

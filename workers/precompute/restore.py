@@ -5,7 +5,7 @@ beginning up to the end offset seen at the start, into the device table.
 Its own consumer (assigned partitions, no group membership, nothing committed), so the group's
 consumer keeps its positions and the restore blocks the assignment callback: the partitions'
 input is consumed only after it returns. Read in large fetches and decoded column-wise
-(`workers.changelog`): a million devices restore in a few seconds (BENCHMARKS.md)."""
+(`workers.precompute.changelog`): a million devices restore in a few seconds (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from typing import Any
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
-from workers import changelog
-from workers import metrics as M
-from workers.state import DeviceTable
+from workers.precompute import changelog
+from workers.precompute import metrics as M
+from workers.precompute.state import DeviceTable
 
-log = logging.getLogger("precast.workers.restore")
+log = logging.getLogger("precast.workers.precompute.restore")
 
 _KEY, _VALUE, _PARTITION, _OFFSET = (
     methodcaller("key"),

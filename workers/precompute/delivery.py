@@ -21,7 +21,7 @@ from precast.deadletter import DeadLetters
 from precast.kafka import Consumer, KafkaFailure, KafkaMessage, Producer, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
-from workers import metrics as M
+from workers.precompute import metrics as M
 
 log = logging.getLogger("precast.workers.sink")
 

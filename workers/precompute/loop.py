@@ -14,42 +14,28 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
 
 from precast.kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaMessage,
     TopicPartitionOffset,
-    retry_settling,
 )
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
 from schemas.topics import Topics
-from workers import metrics as M
-from workers.delivery import LINGER_MS, AtLeastOnce, ExactlyOnce, Rewind
-from workers.pipeline import Pipeline, PipelineConfig
-from workers.registry import ModelRegistry
-from workers.restore import StateRestorer
+from workers.model.registry import ModelRegistry
+from workers.precompute import metrics as M
+from workers.precompute.config import LoopConfig
+from workers.precompute.delivery import AtLeastOnce, ExactlyOnce, Rewind
+from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.rebalance import Rebalancing
+from workers.precompute.restore import StateRestorer
 
 log = logging.getLogger("precast.workers")
 
-
-@dataclass(frozen=True)
-class LoopConfig:
-    group_id: str = "precast-workers"
-    consume_max: int = 5_000
-    poll_timeout_s: float = 0.1
-    commit_interval_s: float = 0.2
-    exactly_once: bool = False
-    transactional_id: str = "precast-worker"
-    transaction_timeout_ms: int = 10_000
-    linger_ms: float = LINGER_MS  # the predictions producer's linger
-    lag_interval_s: float = 5.0
-    # write the worker-state changelog with every prediction and restore from it on assignment
-    worker_state: bool = True
+__all__ = ["LoopConfig", "Worker", "tune_gc"]
 
 
 def tune_gc() -> None:
@@ -74,7 +60,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Worker:
+class Worker(Rebalancing):
     """One worker process's loop. `assignment` (explicit partitions with start offsets) and
     `stop_at` ({(topic, partition): end offset, exclusive}) run a bounded range instead of
     joining the group's subscription (backfill, tests); `run()` returns once all are reached."""
@@ -311,103 +297,6 @@ class Worker:
 
     def _reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)
-
-    # -- rebalancing ----------------------------------------------------------------------------------
-    def _on_assign(self, parts: list[TopicPartitionOffset]) -> None:
-        ctx = self.topics.device_context.name
-        # Context is state, not input: restore each assigned context partition from the start.
-        assigned = [
-            TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
-            for p in parts
-        ]
-        self._restore_state(sorted({p.partition for p in parts}))
-        self.consumer.assign(assigned)
-        self.assigned = assigned
-        self.restoring = {}
-        for p in parts:
-            if p.topic == ctx:
-                low, high = self._watermarks(ctx, p.partition)
-                if high > low:
-                    self.restoring[p.partition] = high
-        self._paused = [p for p in parts if p.topic != ctx] if self.restoring else []
-        if self._paused:
-            self.consumer.pause(self._paused)
-        log.info("assigned %d partitions; restoring context of %d", len(parts), len(self.restoring))
-
-    def _restore_state(self, partitions: list[int]) -> None:
-        """Worker state of these partitions from the changelog, before any of their input is
-        processed (this runs inside the assignment callback, so consume() returns nothing of
-        theirs until it is done)."""
-        if not self.cfg.worker_state or not partitions:
-            return
-        if self._restorer is None:
-            self._restorer = StateRestorer(
-                self._kafka, self.topics.worker_state.name, read_committed=self.cfg.exactly_once
-            )
-        self._restorer.restore(partitions, self.pipeline.table)
-
-    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment.
-        return retry_settling(
-            lambda: self.consumer.watermarks(topic, partition, timeout=5.0),
-            patience_s=15.0,
-            what=f"watermarks of {topic}[{partition}]",
-        )
-
-    def _check_restored(self) -> None:
-        pos = self.pipeline.positions
-        ctx = self.topics.device_context.name
-        if all(pos.get((ctx, p), 0) >= end for p, end in self.restoring.items()):
-            self.restoring = {}
-            if self._paused:
-                self.consumer.resume(self._paused)
-                self._paused = []
-
-    def _on_revoke(self, parts: list[TopicPartitionOffset]) -> None:
-        # Commit on revoke: everything consumed from these partitions gets its prediction and
-        # its offset committed before another member takes over.
-        log.info(
-            "revoking %d partitions: draining %d waiting devices, then committing",
-            len(parts),
-            self.pipeline.pending,
-        )
-        try:
-            self.drain()
-            self.commit(sync=True, rewind=False)
-        finally:
-            self.pipeline.forget(sorted({p.partition for p in parts}))
-            self.sink.forget(parts)
-            self.restoring = {}
-            gone = {(p.topic, p.partition) for p in parts}
-            self.assigned = [p for p in self.assigned if (p.topic, p.partition) not in gone]
-
-    def _on_lost(self, parts: list[TopicPartitionOffset]) -> None:
-        # Too late to commit: another member owns these now. Outputs already produced are
-        # duplicates at worst (at-least-once); an open transaction is aborted.
-        log.warning("lost %d partitions", len(parts))
-        self.sink.abort()
-        self.sink.begin()
-        self._state.clear()  # the new owner's state must not be overwritten by ours
-        self.pipeline.forget(sorted({p.partition for p in parts}))
-        self.sink.forget(parts)
-        gone = {(p.topic, p.partition) for p in parts}
-        self.assigned = [p for p in self.assigned if (p.topic, p.partition) not in gone]
-
-    def _rewind(self) -> None:
-        parts = self.consumer.assignment()
-        self.pipeline.reset()
-        self._restore_state(sorted({p.partition for p in parts}))
-        ctx = self.topics.device_context.name
-        committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
-        for p in parts:
-            off = (
-                OFFSET_BEGINNING
-                if p.topic == ctx
-                else committed.get((p.topic, p.partition), OFFSET_BEGINNING)
-            )
-            self.consumer.seek(
-                TopicPartitionOffset(p.topic, p.partition, off if off >= 0 else OFFSET_BEGINNING)
-            )
 
     def _within_range(self, msgs: list) -> list:
         """Drop records at or past a partition's end offset (bounded runs), and pause it."""

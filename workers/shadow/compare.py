@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.topk import top_k
+from workers.model.topk import top_k
 
 GROUPS = ("device_type", "site", "trigger")
 # Per-batch inference time buckets (seconds, upper bounds) for the median and p99.

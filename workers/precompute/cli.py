@@ -22,11 +22,11 @@ from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
-from workers.inference import ModelSession
-from workers.loop import LoopConfig, Worker, tune_gc
-from workers.pipeline import PipelineConfig
-from workers.policy import PolicyConfig
-from workers.registry import ModelRegistry
+from workers.model.inference import ModelSession
+from workers.model.registry import ModelRegistry
+from workers.precompute.loop import LoopConfig, Worker, tune_gc
+from workers.precompute.pipeline import PipelineConfig
+from workers.precompute.policy import PolicyConfig
 from workers.settings import WorkerSettings
 
 

@@ -1,4 +1,4 @@
-"""`python -m workers.backfill --model DIR --ranges JSON`: run bounded offset ranges of the
+"""`python -m workers.precompute.backfill --model DIR --ranges JSON`: run bounded offset ranges of the
 event topics through one model version into the predictions topic, every output marked as a
 backfill (trigger "backfill", `backfill: true`, lineage to the input records).
 
@@ -24,8 +24,8 @@ from precast.kafka import Admin, TopicPartitionOffset
 from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
-from workers.cli import build
-from workers.loop import Worker
+from workers.precompute.cli import build
+from workers.precompute.loop import Worker
 from workers.settings import WorkerSettings
 
 
@@ -112,7 +112,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="python -m workers.backfill", description=__doc__.splitlines()[0])
+    p = OneLineParser(
+        prog="python -m workers.precompute.backfill", description=__doc__.splitlines()[0]
+    )
     p.add_argument(
         "--model", required=True, help="model folder (model.onnx + manifest.json) to run"
     )

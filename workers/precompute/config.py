@@ -1,0 +1,38 @@
+"""What shapes a worker: its pipeline (policy, batching, horizon, top-K) and its loop (group,
+consume sizes, commit interval, delivery mode)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.events import MAX_AHEAD_MS
+from workers.precompute import policy as P
+from workers.precompute.delivery import LINGER_MS
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    policy: P.PolicyConfig = P.PolicyConfig()
+    max_batch: int = 2_000
+    max_queue_delay_s: float = 0.0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    horizon_ms: int = 5_000
+    top_k: int = 3
+    backfill: bool = False
+    # event times ahead of the worker's clock by more than this are dead-lettered
+    max_ahead_ms: int = MAX_AHEAD_MS
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    group_id: str = "precast-workers"
+    consume_max: int = 5_000
+    poll_timeout_s: float = 0.1
+    commit_interval_s: float = 0.2
+    exactly_once: bool = False
+    transactional_id: str = "precast-worker"
+    transaction_timeout_ms: int = 10_000
+    linger_ms: float = LINGER_MS  # the predictions producer's linger
+    lag_interval_s: float = 5.0
+    # write the worker-state changelog with every prediction and restore from it on assignment
+    worker_state: bool = True

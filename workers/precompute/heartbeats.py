@@ -1,0 +1,179 @@
+"""Heartbeats into the pipeline (`HeartbeatIngest`, mixed into `Pipeline`): decode a batch, drop
+clocks running ahead, one vectorized policy decision per device's newest heartbeat, and route
+the predicting ones into the micro-batcher (or the throttle queue) in bulk."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import numpy as np
+
+from precast.kafka import KafkaMessage
+from workers.context.reducer import context_columns
+from workers.features import HEARTBEAT_COLUMNS, build_features
+from workers.precompute import metrics as M
+from workers.precompute import policy as P
+from workers.precompute.batching import MicroBatcher
+from workers.precompute.config import PipelineConfig
+from workers.precompute.decode import Heartbeats, Reject, decode_heartbeats
+from workers.precompute.encode import Pending
+from workers.precompute.sensitivity import Sensitivity
+from workers.precompute.state import DeviceTable
+
+_REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
+_FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
+_RENEWED = int(P.Reason.RENEWED)
+
+
+class HeartbeatIngest:
+    """The heartbeat half of `Pipeline`'s ingest."""
+
+    cfg: PipelineConfig
+    table: DeviceTable
+    batcher: MicroBatcher[Pending]
+    deferred: dict[str, Pending]
+    reject: Reject
+    decisions: Callable[[P.Reason, int], None]
+    sensitivity: Sensitivity | None
+
+    def _route(self, item: Pending, decision: P.Reason, predicted_at: int, mono: float) -> None:
+        raise NotImplementedError
+
+    def _future(self, m: KafkaMessage, event_time_ms: int, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
+        t0 = time.perf_counter()
+        hb = decode_heartbeats(msgs, self.reject)
+        limit = now_ms + self.cfg.max_ahead_ms
+        if len(hb) and int(hb.event_time_ms.max()) > limit:
+            hb = self._drop_future(hb, limit, now_ms)
+        t1 = time.perf_counter()
+        M.STAGE["decode"].inc(t1 - t0)
+        if len(hb):
+            self._decide_heartbeats(hb, now_ms, mono)
+        M.STAGE["policy"].inc(time.perf_counter() - t1)
+
+    def _drop_future(self, hb: Heartbeats, limit: int, now_ms: int) -> Heartbeats:
+        """A device clock running ahead: its heartbeat would win newest-wins over every real one
+        until the wall clock caught up, so it is dead-lettered instead."""
+        ahead = hb.event_time_ms > limit
+        for i in np.flatnonzero(ahead).tolist():
+            self._future(hb.msgs[i], int(hb.event_time_ms[i]), now_ms)
+        keep = np.flatnonzero(~ahead)
+        idx = keep.tolist()
+        return Heartbeats(
+            [hb.msgs[i] for i in idx],
+            [hb.device_ids[i] for i in idx],
+            [hb.event_ids[i] for i in idx],
+            [hb.partitions[i] for i in idx],
+            hb.event_time_ms[keep],
+            hb.cols[keep],
+        )
+
+    def _decide_heartbeats(self, hb: Heartbeats, now_ms: int, mono: float) -> None:
+        ids, t, n = hb.device_ids, hb.event_time_ms, len(hb)
+        if len(set(ids)) == n:  # one heartbeat per device (the common case): no coalescing
+            order, devices, parts, ui = None, ids, hb.partitions, np.arange(n)
+            new_t, hb_cols = t, hb.cols
+        else:  # the newest heartbeat per device (event time, then consumption order) stands for it
+            order = np.argsort(t, kind="stable").tolist()
+            newest = {ids[i]: i for i in order}
+            devices = list(newest)
+            ui = np.fromiter(newest.values(), dtype=np.int64, count=len(newest))
+            parts = [hb.partitions[i] for i in ui.tolist()]
+            new_t, hb_cols = t[ui], hb.cols[ui]
+        tab = self.table
+        slots = tab.slots(devices, parts)
+        cols = {k: hb_cols[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
+        ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
+        cols.update(context_columns(ctxs, new_t))
+        new_x = build_features(cols)
+        decisions = P.decide_heartbeats(
+            self.cfg.policy,
+            has_prediction=tab.valid_until[slots] >= 0,
+            last_x=tab.last_x[slots],
+            new_x=new_x,
+            event_time_ms=new_t,
+            newest_seen_ms=tab.hb_time[slots],
+            valid_until_ms=tab.valid_until[slots],
+            horizon_ms=self.cfg.horizon_ms,
+            sensitivity=self.sensitivity,
+            rank=tab.rank_idx[slots],
+            margin_top1=tab.margin_top1[slots],
+            margin_topk=tab.margin_topk[slots],
+            hot=tab.hot_until[slots] >= now_ms,
+        )
+        wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
+        predicted_at = tab.predicted_at[slots]
+        decisions = P.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
+        fresh = decisions != P.Reason.STALE
+        if fresh.all():
+            tab.hb[slots] = hb_cols
+            tab.hb_time[slots] = new_t
+        else:
+            tab.hb[slots[fresh]] = hb_cols[fresh]
+            tab.hb_time[slots[fresh]] = new_t[fresh]
+        for code, k in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):
+            if k:
+                self.decisions(_REASON[code], k)
+        groups: dict[str, list[int]] = defaultdict(list)
+        if order is not None:
+            M.COALESCED.inc(n - len(devices))
+            for i in order:
+                groups[ids[i]].append(i)
+        self._route_heartbeats(
+            hb, devices, parts, ui, decisions, wanted, predicted_at, groups, mono
+        )
+
+    def _route_heartbeats(
+        self,
+        hb: Heartbeats,
+        devices: list[str],
+        parts: list[int],
+        ui: np.ndarray,
+        decisions: np.ndarray,
+        wanted: np.ndarray,
+        predicted_at: np.ndarray,
+        groups: dict[str, list[int]],
+        mono: float,
+    ) -> None:
+        msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, self.batcher
+
+        def refs(j: int, i: int) -> list[tuple[KafkaMessage, str | None]]:
+            return (
+                [(msgs[k], eids[k]) for k in groups[devices[j]]] if groups else [(msgs[i], eids[i])]
+            )
+
+        go = (decisions >= _FIRST_PREDICTING) | (decisions == _RENEWED)
+        if not self.deferred and batcher.isdisjoint(devices):
+            # hot path: nobody waits for these devices; the predicting ones get fresh entries
+            sel = np.flatnonzero(go).tolist()
+            want = wanted.tolist()
+            if groups:
+                new = [Pending(devices[j], parts[j], reason[want[j]], refs(j, 0)) for j in sel]
+            else:  # one heartbeat per device: ui is the identity
+                new = [
+                    Pending(devices[j], parts[j], reason[want[j]], [(msgs[j], eids[j])])
+                    for j in sel
+                ]
+            batcher.add_new([devices[j] for j in sel], new, mono)
+            rest = np.flatnonzero(decisions == P.Reason.THROTTLED).tolist()
+        else:
+            rest = np.flatnonzero(go | (decisions == P.Reason.THROTTLED)).tolist()
+            rest += [
+                j
+                for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()
+                if devices[j] in batcher or devices[j] in self.deferred
+            ]
+            rest.sort()  # in device order, as the batch came
+        for j in rest:
+            i = int(ui[j])
+            self._route(
+                Pending(devices[j], parts[j], reason[int(wanted[j])], refs(j, i)),
+                reason[int(decisions[j])],
+                int(predicted_at[j]),
+                mono,
+            )

@@ -1,0 +1,185 @@
+"""The shadow worker: a bounded `Worker` run whose every batch goes through the live model and a
+candidate (`ShadowWorker`), and the context warm-up before a range is replayed."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from precast.errors import ConfigError
+from precast.kafka import KafkaMessage, TopicPartitionOffset
+from schemas.fleet import DEVICE_TYPES
+from workers.model.inference import ModelSession
+from workers.precompute.decode import decode_events
+from workers.precompute.encode import Pending
+from workers.precompute.loop import Worker
+from workers.precompute.policy import TRIGGER
+from workers.shadow.compare import Comparison
+from workers.shadow.replay import Checkpointer, site_of, slim
+
+_TYPE_COLUMNS = slice(7, 7 + len(DEVICE_TYPES))  # one-hot device type in the feature row
+
+
+class Recording:
+    """A model whose last call's scores and duration are kept (the pipeline's `compute` runs the
+    candidate; the comparison needs its full score rows, not only the top-3)."""
+
+    def __init__(self, model: ModelSession) -> None:
+        self.model, self.version, self.labels = model, model.version, model.labels
+        self.last = np.zeros((0, len(model.labels)), dtype=np.float32)
+        self.seconds = 0.0
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        self.last = self.model.predict(features)
+        self.seconds = time.perf_counter() - t0
+        return self.last
+
+
+class ShadowWorker(Worker):
+    """A bounded worker run whose batches go through two models; see the module doc."""
+
+    def setup(
+        self,
+        candidate: ModelSession,
+        comparison: Comparison,
+        truth: dict[str, int] | None,
+        checkpoint: Checkpointer | None,
+    ) -> None:
+        live = self.registry.current
+        if set(candidate.labels) != set(live.labels):
+            raise ConfigError(
+                f"candidate {candidate.version} names strategies {list(candidate.labels)}, "
+                f"live {live.version} names {list(live.labels)}: nothing to compare"
+            )
+        self.candidate = Recording(candidate)
+        # candidate column -> live column, so both score rows speak the live model's order
+        self.to_live = np.array([live.labels.index(lab) for lab in candidate.labels])
+        self.comparison, self.truth, self.checkpointer = comparison, truth, checkpoint
+        self.sites: dict[str, str] = {}
+        self.shadow_topic = self.topics.shadow_predictions.name
+        self.failed: str | None = None
+        names: dict[str, str] = {}
+        hb = self.topics.heartbeats.name
+        self.pipeline.on_defer = lambda item: slim(item, names, self.sites, hb)
+
+    # -- one batch through both models ----------------------------------------------------------
+    def _run_batch(self, items: list, delay: float) -> None:
+        live = self.registry.current
+        event_ms = self.clock()
+        try:
+            result = self.pipeline.compute(items, self.candidate, time.time_ns() // 1_000_000)
+        except Exception as exc:  # noqa: BLE001 - any candidate failure ends the run the same way
+            raise ConfigError(
+                f"candidate model {self.candidate.version} failed on a batch of {len(items)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        cand = self.candidate.last[:, np.argsort(self.to_live)]
+        t0 = time.perf_counter()
+        live_scores = live.predict(result.features)
+        live_s = time.perf_counter() - t0
+        self.sink.produce(self.shadow_topic, result.out.keys, result.out.values)
+        self.pipeline.mark_predicted(result, event_ms)
+        self.batches += 1
+        c = self.comparison
+        c.time("live", len(items), live_s)
+        c.time("candidate", len(items), self.candidate.seconds)
+        devices = [it.device for it in items]
+        c.add(
+            devices,
+            {
+                "device_type": _device_types(result.features),
+                "site": [self._site(it) for it in items],
+                "trigger": [TRIGGER[it.reason] for it in items],
+            },
+            live_scores,
+            cand,
+            [self.truth.get(d, -1) for d in devices] if self.truth is not None else None,
+        )
+
+    def _site(self, item: Pending) -> str:
+        site = self.sites.get(item.device)
+        if site is None:
+            hb = self.topics.heartbeats.name
+            for m, _ in item.refs:  # a slimmed (HeldRecord) reference has no payload left
+                if m.topic() == hb and (value := m.value()) is not None:
+                    site = self.sites[item.device] = site_of(value)
+                    break
+        return site or "unknown"
+
+    def _reject(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+        # The live worker dead-lettered these already; a shadow run only counts them.
+        self.comparison.reject(reason)
+
+    # -- checkpoints instead of group commits --------------------------------------------------
+    def commit(self, sync: bool = False, rewind: bool = True) -> None:
+        self._next_commit = time.monotonic() + self.cfg.commit_interval_s
+        cp = self.checkpointer
+        if not sync and (cp is None or not cp.due()):
+            return
+        self.drain()  # nothing may wait past a checkpoint: its records would be read twice
+        self.sink.producer.flush()  # raises unless every shadow output so far is acknowledged
+        if cp is not None:
+            cp.save(
+                self.pipeline.positions, self.assignment or (), self.comparison.to_dict(), False
+            )
+
+    def done(self) -> int:
+        """Records of the ranges behind the current positions."""
+        pos = self.pipeline.positions
+        return sum(
+            min(pos.get((a.topic, a.partition), a.offset), self.stop_at[(a.topic, a.partition)])
+            - a.offset
+            for a in self.assignment or ()
+        )
+
+
+def _device_types(x: np.ndarray) -> list[str]:
+    onehot = x[:, _TYPE_COLUMNS]
+    idx = np.where(onehot.any(axis=1), onehot.argmax(axis=1), -1).tolist()
+    return [DEVICE_TYPES[i] if i >= 0 else "unknown" for i in idx]
+
+
+def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, int]]) -> int:
+    """Fold the work orders and alarms of `ranges` ({(topic, partition): (start, end)}, before
+    the shadow range) into the device table's context, predicting nothing: the live workers had
+    that context when the range's events arrived. Returns the records folded in."""
+    roles = {worker.topics.work_orders.name: "work_orders", worker.topics.alarms.name: "alarms"}
+    todo = {tp: se for tp, se in ranges.items() if tp[0] in roles and se[1] > se[0]}
+    if not todo:
+        return 0
+    c = worker.consumer
+    c.assign([TopicPartitionOffset(t, p, s) for (t, p), (s, _e) in todo.items()])
+    tab, n = worker.pipeline.table, 0
+    idle_until = time.monotonic() + 10.0  # past trailing transaction markers nothing arrives
+    while todo and time.monotonic() < idle_until:
+        msgs = c.consume(5_000, 0.2)
+        if msgs:
+            idle_until = time.monotonic() + 10.0
+        by_role: dict[str, list[KafkaMessage]] = {}
+        for m in msgs:
+            tp, off = (m.topic(), m.partition()), m.offset()
+            if tp not in todo or off is None:
+                continue
+            if off < todo[tp][1]:
+                by_role.setdefault(roles[tp[0]], []).append(m)
+            if off >= todo[tp][1] - 1:
+                del todo[tp]
+        for role, batch in by_role.items():
+            for m, e in decode_events(role, batch, _ignore):
+                tab.slots([e["device_id"]], [int(m.partition() or 0)])
+                ctx = tab.context(e["device_id"])
+                if role == "work_orders":
+                    ctx.apply_work_order(e)
+                else:
+                    ctx.apply_alarm(e)
+                n += 1
+    return n  # worker.start() assigns the shadow range in place of these
+
+
+def _ignore(msg: KafkaMessage, reason: str, detail: str) -> None:
+    """Bad records before the range: the live worker dead-lettered them; nothing to count."""
+
+
+# -- models -------------------------------------------------------------------------------------
