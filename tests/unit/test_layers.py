@@ -139,3 +139,14 @@ def test_no_import_cycles():
 def test_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_over_400_lines():
+    """Small modules named for what they hold: a module past 400 lines is split by concern."""
+    big = {
+        str(p.relative_to(ROOT)): n
+        for pkg in PACKAGES
+        for p in _sources(pkg)
+        if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert not big
