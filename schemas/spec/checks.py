@@ -1,0 +1,235 @@
+"""The second validation pass of a fleet spec: what refers to what. Every problem is reported
+with its path in the file (`features[6].by`), not just the first one, so `precast fleet check`
+can list them all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from schemas.spec.context import Last, OpenCount, WindowCount
+from schemas.spec.features import Feature
+from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, Stream, WirePath
+from schemas.spec.model import FleetSpec, numeric_field
+
+# Keys of a normalized event besides its declared fields (schemas.validation).
+RESERVED = frozenset(
+    {"device_id", "event_id", "event_time_ms", "produced_at_ms", "schema_version", "kind", "stream"}
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def problems(spec: FleetSpec) -> list[Problem]:
+    return [
+        *_streams(spec),
+        *_serving(spec),
+        *_contexts(spec),
+        *_features(spec),
+        *_board(spec),
+        *_simulator(spec),
+    ]
+
+
+def _streams(spec: FleetSpec) -> Iterator[Problem]:
+    topics: dict[str, str] = {}
+    for name, s in spec.streams.items():
+        where = f"streams.{name}"
+        if s.topic in topics:
+            yield Problem(f"{where}.topic", f"topic {s.topic!r} is already read by stream {topics[s.topic]!r}")
+        topics.setdefault(s.topic, name)
+        for f in s.fields:
+            if f in RESERVED:
+                yield Problem(f"{where}.fields.{f}", "this name is reserved for the envelope")
+        yield from _paths(where, s)
+        if s.topic == "heartbeats" and s.trigger != "any":
+            yield Problem(f"{where}.trigger", "heartbeats are judged by the speculation policy")
+    if "heartbeats" not in topics:
+        yield Problem("streams", 'no stream reads topic "heartbeats" (the device readings)')
+
+
+def _paths(where: str, s: Stream) -> Iterator[Problem]:
+    owner: dict[WirePath, str] = {}
+    for path, name in _all_paths(s):
+        if path in owner and owner[path] != name:
+            yield Problem(f"{where}.fields.{name}.path", f"{'.'.join(path)} is also {owner[path]}'s")
+        owner.setdefault(path, name)
+    for p, name in owner.items():
+        for q, other in owner.items():
+            if len(q) > len(p) and q[: len(p)] == p:
+                yield Problem(
+                    f"{where}.fields.{other}.path",
+                    f"{'.'.join(q)} lies inside {'.'.join(p)} ({name}'s value)",
+                )
+
+
+def _all_paths(s: Stream) -> Iterator[tuple[WirePath, str]]:
+    env = s.envelope
+    for role, paths in (
+        ("device_id", env.device_id),
+        ("event_id", env.event_id),
+        ("event_time", env.event_time.path),
+        ("produced_at", env.produced_at.path if env.produced_at else None),
+        ("schema_version", env.schema_version.path if env.schema_version else None),
+        ("kind", env.kind.path if env.kind else None),
+    ):
+        for p in paths or ():
+            yield p, role
+    for name, f in s.fields.items():
+        for p in f.path:
+            yield p, name
+
+
+def _serving(spec: FleetSpec) -> Iterator[Problem]:
+    sv = spec.serving
+    if len(set(sv.labels)) != len(sv.labels):
+        yield Problem("serving.labels", "a label is listed twice")
+    if sv.default_label not in sv.labels:
+        yield Problem("serving.default_label", f"{sv.default_label!r} is not one of the labels")
+    if sv.top_k > len(sv.labels):
+        yield Problem("serving.top_k", f"{sv.top_k} is more than the {len(sv.labels)} labels")
+
+
+def _contexts(spec: FleetSpec) -> Iterator[Problem]:
+    for name, c in spec.context.items():
+        where = f"context.{name}"
+        if name in spec.heartbeats.fields:
+            yield Problem(where, "a heartbeat field has the same name")
+        entry = spec.streams.get(c.stream)
+        if entry is None or entry.topic == "heartbeats":
+            yield Problem(f"{where}.stream", f"no event stream {c.stream!r} besides the heartbeats")
+            continue
+        fields = entry.fields
+        for key, allowed in c.where.items():
+            f = fields.get(key)
+            if f is None:
+                yield Problem(f"{where}.where.{key}", f"stream {c.stream!r} has no field {key!r}")
+            elif isinstance(f, Categorical):
+                bad = [v for v in allowed if v not in f.values]
+                if bad:
+                    yield Problem(f"{where}.where.{key}", f"{bad[0]!r} is not one of {list(f.values)}")
+            elif isinstance(f, Boolean) and not all(isinstance(v, bool) for v in allowed):
+                yield Problem(f"{where}.where.{key}", "a boolean field takes true or false")
+        if isinstance(c, OpenCount):
+            for role in ("entity", "status"):
+                if getattr(c, role) not in fields:
+                    yield Problem(f"{where}.{role}", f"stream {c.stream!r} has no field {getattr(c, role)!r}")
+            st = fields.get(c.status)
+            if st is not None and not isinstance(st, Categorical):
+                yield Problem(f"{where}.status", "the lifecycle field must be categorical")
+            elif isinstance(st, Categorical):
+                for role in ("open", "closed"):
+                    bad = [v for v in getattr(c, role) if v not in st.values]
+                    if bad:
+                        yield Problem(f"{where}.{role}", f"{bad[0]!r} is not a value of {c.status!r}")
+        if isinstance(c, WindowCount) and c.distinct is not None and c.distinct not in fields:
+            yield Problem(f"{where}.distinct", f"stream {c.stream!r} has no field {c.distinct!r}")
+        if isinstance(c, Last):
+            f = fields.get(c.field)
+            if f is None or not numeric_field(f):
+                yield Problem(f"{where}.field", f"{c.field!r} is not a numeric field of {c.stream!r}")
+
+
+def _features(spec: FleetSpec) -> Iterator[Problem]:
+    seen: set[str] = set()
+    for i, feat in enumerate(spec.features):
+        where = f"features[{i}]"
+        if feat.name in seen:
+            yield Problem(f"{where}.name", f"feature {feat.name!r} is declared twice")
+        seen.add(feat.name)
+        yield from _source(spec, feat, where)
+    cols = spec.feature_names
+    dup = sorted({c for c in cols if cols.count(c) > 1})
+    if dup:
+        yield Problem("features", f"column {dup[0]!r} comes out of two features")
+
+
+def _source(spec: FleetSpec, feat: Feature, where: str) -> Iterator[Problem]:
+    kind = spec.source_kind(feat.source)
+    f, t = spec.field(feat.source), feat.transform
+    if kind is None:
+        yield Problem(f"{where}.source", f"{feat.source!r} is neither a heartbeat field nor a context value")
+        return
+    if t == "one_hot":
+        if not isinstance(f, Categorical):
+            yield Problem(f"{where}.transform", "one_hot needs a categorical source")
+        elif isinstance(feat.missing, str) and feat.missing not in f.values:
+            yield Problem(f"{where}.missing", f"{feat.missing!r} is not one of {list(f.values)}")
+        return
+    if t == "member_of":
+        if not isinstance(f, Categorical | Attribute) or (isinstance(f, Attribute) and f.type != "string"):
+            yield Problem(f"{where}.source", "member_of needs a categorical or text heartbeat field")
+        if feat.by is not None:
+            by = spec.field(feat.by)
+            if not isinstance(by, Categorical | Attribute):
+                yield Problem(f"{where}.by", f"{feat.by!r} is not a categorical or text heartbeat field")
+            elif isinstance(by, Categorical) and isinstance(feat.values, dict):
+                bad = [k for k in feat.values if k not in by.values]
+                if bad:
+                    yield Problem(f"{where}.values", f"{bad[0]!r} is not a value of {feat.by!r}")
+        return
+    if f is not None and not numeric_field(f):
+        yield Problem(f"{where}.transform", f"{t} needs a numeric source; {feat.source!r} is {f.kind}")
+    if t == "log1p" and isinstance(f, Metric) and (f.min is None or f.min < 0):
+        yield Problem(f"{where}.transform", f"log1p needs a source that cannot be negative (min >= 0 on {feat.source!r})")
+
+
+def _board(spec: FleetSpec) -> Iterator[Problem]:
+    b = spec.board
+    for role in ("columns", "detail", "filters"):
+        for j, name in enumerate(getattr(b, role)):
+            kind = spec.source_kind(name)
+            if kind is None:
+                yield Problem(f"board.{role}[{j}]", f"{name!r} is neither a heartbeat field nor a context value")
+            elif role == "filters" and kind not in ("categorical", "attribute"):
+                yield Problem(f"board.{role}[{j}]", f"only categorical and attribute fields filter, not {kind}")
+    for j, rule in enumerate(b.alert):
+        if rule.context not in spec.context:
+            yield Problem(f"board.alert[{j}].context", f"no context value {rule.context!r}")
+
+
+def _simulator(spec: FleetSpec) -> Iterator[Problem]:
+    sim = spec.simulator
+    if sim is None:
+        return
+    hb = spec.heartbeats.fields
+    for name, d in sim.devices.items():
+        if name not in hb:
+            yield Problem(f"simulator.devices.{name}", "not a heartbeat field")
+        if d.by is not None and d.by not in hb:
+            yield Problem(f"simulator.devices.{name}.by", f"{d.by!r} is not a heartbeat field")
+    for j, w in enumerate(sim.wire):
+        for key in w.when:
+            if key not in sim.devices:
+                yield Problem(f"simulator.wire[{j}].when.{key}", "not a field the simulator draws per device")
+    for name, st in sim.streams.items():
+        s = spec.streams.get(name)
+        if s is None:
+            yield Problem(f"simulator.streams.{name}", "no such stream")
+            continue
+        for role in ("entity", "status", "clear"):
+            v = getattr(st, role)
+            if v is not None and v not in s.fields:
+                yield Problem(f"simulator.streams.{name}.{role}", f"stream {name!r} has no field {v!r}")
+    for j, c in enumerate(sim.conditions):
+        where = f"simulator.conditions[{j}]"
+        if c.label not in spec.serving.labels:
+            yield Problem(f"{where}.label", f"{c.label!r} is not one of the labels")
+        for name in c.heartbeat:
+            if not isinstance(hb.get(name), Metric):
+                yield Problem(f"{where}.heartbeat.{name}", "not a metric of the heartbeats")
+        for k, ev in enumerate(c.events):
+            s = spec.streams.get(ev.stream)
+            if s is None or ev.stream not in sim.streams:
+                yield Problem(f"{where}.events[{k}].stream", f"{ev.stream!r} is not a simulated stream")
+                continue
+            for key in ev.fields:
+                if key not in s.fields:
+                    yield Problem(f"{where}.events[{k}].fields.{key}", f"stream {ev.stream!r} has no field {key!r}")
