@@ -23,9 +23,8 @@ MAX_EVENT_BYTES = 32 * 1024
 # ASCII only: device IDs end up in Kafka keys, Redis keys, URLs and log lines.
 DEVICE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 DeviceId = Annotated[str, StringConstraints(pattern=DEVICE_ID_PATTERN)]
-EventId = Annotated[
-    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")
-]
+EVENT_ID_PATTERN = r"^[A-Za-z0-9._:\-]{1,64}$"
+EventId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=EVENT_ID_PATTERN)]
 
 # 2015-01-01 .. 2100-01-01: anything outside is a clock or encoding bug, not an event.
 MIN_TIME_MS = 1_420_070_400_000

@@ -49,11 +49,14 @@ class Rejection(Exception):
 class Variant:
     """How a record differed from the canonical wire form (all empty = canonical)."""
 
-    layout: str = "none"  # metadata: none | nested | flat | versioned
-    version_key: str | None = None  # e.g. "v2" when layout == "versioned"
+    # which declared paths: "canonical" (every field at its first path), "path:N" (an N-th
+    # alternative was used), "none" (a contract without alternatives: predictions, requests)
+    layout: str = "none"
+    version_key: str | None = None  # unused since the fleet spec (kept for a stable shape)
     coerced: tuple[str, ...] = ()  # paths of numbers that arrived as strings
-    extra: tuple[str, ...] = ()  # paths of unknown fields that were ignored
+    extra: tuple[str, ...] = ()  # paths of undeclared fields that were ignored
     upgraded_from: int | None = None  # schema_version the record was upgraded from
+    unknown: tuple[str, ...] = ()  # categorical fields whose value is outside the vocabulary
 
     @property
     def label(self) -> str:

@@ -1,17 +1,20 @@
 """The one validation entry point for records read from precast's topics.
 
-    validate_event(role, key, value, headers=None) -> Accepted(event, variant) | Rejected(reason, detail)
+    Validator(spec).validate(role, key, value, headers=None) -> Accepted(event, variant) | Rejected(reason, detail)
+    validate_event(role, key, value, headers=None)    # the same, for the built-in fleet
 
-Every consumer (workers, read API materializer, SRE tools) calls this, so a record is judged the
-same way everywhere and a rejection carries the same `Reason` into the dead-letter topic. It is
-pure and deterministic, and it never raises: anything unexpected becomes `Reason.UNKNOWN`.
-Consumers with a hot path may try a cheaper decode first and fall back to this for anything the
-fast path does not recognise as canonical.
+Every consumer (workers, context aggregator, read API, SRE tools) calls this, so a record is
+judged the same way everywhere and a rejection carries the same `Reason` into the dead-letter
+topic. The event topics' contracts come from the fleet spec (`schemas.wire`: declared paths,
+kinds, ranges; the event is a flat dict of the envelope and the declared fields); predictions
+and precompute requests have fixed pydantic contracts. It is pure and deterministic, and it
+never raises: anything unexpected becomes `Reason.UNKNOWN`. Consumers with a hot path may try a
+cheaper decode first and fall back to this for anything the fast path does not accept.
 
 Checks, in order (the first failing one is the reason):
 tombstone -> missing/empty key -> oversized -> not JSON / NaN-Infinity -> not an object ->
-schema_version -> contract (types, ranges, required fields; tolerant of the wire variants in
-`schemas.normalize`) -> key equals the payload's device_id.
+schema_version -> contract (types, ranges, required fields; tolerant of alternative paths,
+numbers as text and undeclared fields) -> key equals the payload's device_id.
 """
 
 from __future__ import annotations
@@ -20,29 +23,33 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from schemas.deadletters import MAX_DETAIL, Reason
-from schemas.events import EVENT_MODELS, MAX_EVENT_BYTES, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
-from schemas.normalize import META_FIELD, META_INFO, Rejection, Variant, normalize
+from schemas.events import MAX_EVENT_BYTES, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
+from schemas.normalize import Rejection, Variant, normalize
 from schemas.predictions import PrecomputeRequest, PredictionSet
+from schemas.spec import FleetSpec, load_spec
+from schemas.wire import StreamReader
 
 __all__ = [
     "CONTRACTS",
     "Accepted",
     "Rejected",
+    "Validator",
     "Variant",
-    "canonical_dict",
+    "default_validator",
     "encode",
     "validate_event",
 ]
 
-# Topic role (schemas.topics) -> the model its records must satisfy.
+# Topic role (schemas.topics) -> the model its records must satisfy, for the topics whose
+# contract does not depend on the fleet; the event topics' come from the fleet spec.
 CONTRACTS: dict[str, type[BaseModel]] = {
-    **EVENT_MODELS,
     "precompute_requests": PrecomputeRequest,
     "predictions": PredictionSet,
 }
@@ -69,50 +76,85 @@ class Rejected:
     ok: ClassVar[Literal[False]] = False
 
 
+class Validator:
+    """Judges records of every topic role for one fleet spec."""
+
+    def __init__(self, spec: FleetSpec) -> None:
+        self.spec = spec
+        skew = round(spec.time.max_skew_s * 1000)
+        self.readers: dict[str, StreamReader] = {
+            s.topic: StreamReader(name, s, skew) for name, s in spec.streams.items()
+        }
+
+    def validate(
+        self,
+        role: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> Accepted | Rejected:
+        """Judge one record from the topic with this role. Never raises. `headers` are accepted
+        for a stable signature; no check depends on them yet."""
+        try:
+            return self._validate(role, key, value)
+        except Rejection as r:
+            return Rejected(r.reason, r.detail[:MAX_DETAIL])
+        except Exception as exc:  # noqa: BLE001 -- the contract is "never raises"
+            return Rejected(
+                Reason.UNKNOWN, f"validator error: {type(exc).__name__}: {exc}"[:MAX_DETAIL]
+            )
+
+    def _validate(self, role: str, key: bytes | None, value: bytes | None) -> Accepted | Rejected:
+        reader = self.readers.get(role)
+        model = CONTRACTS.get(role)
+        if reader is None and model is None:
+            return Rejected(Reason.UNKNOWN, f"no contract for topic role {role!r}")
+        if value is None:
+            return Rejected(Reason.TOMBSTONE, f"null value (tombstone) on the {role} topic")
+        if not key:
+            return Rejected(
+                Reason.MISSING_KEY, "record has no key" if key is None else "record key is empty"
+            )
+        if len(value) > MAX_EVENT_BYTES:
+            return Rejected(Reason.OVERSIZED, f"{len(value)} bytes, limit {MAX_EVENT_BYTES}")
+        data = _parse(value)
+        if not isinstance(data, dict):
+            return Rejected(Reason.INVALID, f"expected a JSON object, got {_json_type(data)}")
+        event: Any
+        if reader is not None:
+            event, variant = reader.read(data)
+            device = event["device_id"]
+        else:
+            assert model is not None
+            data, upgraded_from = _schema_version(data)
+            normalized, variant = normalize(data, model, upgraded_from)
+            try:
+                event = model.model_validate(normalized, strict=True)
+            except ValidationError as exc:
+                return Rejected(Reason.INVALID, _first_error(exc))
+            device = str(getattr(event, "device_id", ""))
+        if key != device.encode():
+            return Rejected(
+                Reason.KEY_MISMATCH, f"key {key[:80]!r} differs from device_id {device!r}"
+            )
+        return Accepted(event, variant)
+
+
+@lru_cache(maxsize=1)
+def default_validator() -> Validator:
+    """The validator of the built-in fleet (schemas/fleets/devices.toml)."""
+    return Validator(load_spec())
+
+
 def validate_event(
     role: str,
     key: bytes | None,
     value: bytes | None,
     headers: list[tuple[str, bytes]] | None = None,
 ) -> Accepted | Rejected:
-    """Judge one record from the topic with this role. Never raises. `headers` are accepted
-    for a stable signature; no check depends on them yet."""
-    try:
-        return _validate(role, key, value)
-    except Rejection as r:
-        return Rejected(r.reason, r.detail[:MAX_DETAIL])
-    except Exception as exc:  # noqa: BLE001 -- the contract is "never raises"
-        return Rejected(
-            Reason.UNKNOWN, f"validator error: {type(exc).__name__}: {exc}"[:MAX_DETAIL]
-        )
-
-
-def _validate(role: str, key: bytes | None, value: bytes | None) -> Accepted | Rejected:
-    model = CONTRACTS.get(role)
-    if model is None:
-        return Rejected(Reason.UNKNOWN, f"no contract for topic role {role!r}")
-    if value is None:
-        return Rejected(Reason.TOMBSTONE, f"null value (tombstone) on the {role} topic")
-    if not key:
-        return Rejected(
-            Reason.MISSING_KEY, "record has no key" if key is None else "record key is empty"
-        )
-    if len(value) > MAX_EVENT_BYTES:
-        return Rejected(Reason.OVERSIZED, f"{len(value)} bytes, limit {MAX_EVENT_BYTES}")
-    data = _parse(value)
-    if not isinstance(data, dict):
-        return Rejected(Reason.INVALID, f"expected a JSON object, got {_json_type(data)}")
-    data, upgraded_from = _schema_version(data)
-    normalized, variant = normalize(data, model, upgraded_from)
-    try:
-        event: Any = model.model_validate(normalized, strict=True)  # every contract has device_id
-    except ValidationError as exc:
-        return Rejected(Reason.INVALID, _first_error(exc))
-    if key != event.device_id.encode():
-        return Rejected(
-            Reason.KEY_MISMATCH, f"key {key[:80]!r} differs from device_id {event.device_id!r}"
-        )
-    return Accepted(event, variant)
+    """`Validator.validate` for the built-in fleet. Applications build their own `Validator`
+    from the spec their settings name; this is for tests, tools and the fixed contracts."""
+    return default_validator().validate(role, key, value, headers)
 
 
 def _parse(value: bytes) -> Any:
@@ -192,18 +234,7 @@ def _json_type(v: Any) -> str:
 
 
 # -- the canonical wire form (what producers send) ------------------------------------------------
-def canonical_dict(event: BaseModel) -> dict[str, Any]:
-    """The canonical wire dict of a model: metadata under `meta.info`, unset fields left out.
-    For per-event hot paths build this dict directly (see producers.simulator) and `encode` it."""
-    d = event.model_dump()
-    meta = d.get(META_FIELD)
-    if isinstance(meta, dict):
-        info = {k: v for k, v in meta.items() if v is not None}
-        d[META_FIELD] = {META_INFO: info} if info else {}
-    return d
-
-
 def encode(event: dict[str, Any]) -> bytes:
     """Wire bytes of an event dict. orjson refuses NaN (it writes null), so callers building
-    dicts by hand must keep numbers finite; `validate_event` is the judge."""
+    dicts by hand must keep numbers finite; the validator is the judge."""
     return orjson.dumps(event)

@@ -6,11 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from schemas.spec.context import Last, OpenCount, WindowCount
+from schemas.spec.context import ContextSpec, Last, OpenCount, WindowCount
 from schemas.spec.features import Feature
-from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, Stream, WirePath
+from schemas.spec.fields import (
+    Attribute,
+    Boolean,
+    Categorical,
+    FieldSpec,
+    Metric,
+    Stream,
+    WirePath,
+)
 from schemas.spec.model import FleetSpec, numeric_field
+from schemas.spec.simulation import Condition
 
 # Keys of a normalized event besides its declared fields (schemas.validation).
 RESERVED = frozenset(
@@ -43,7 +53,9 @@ def _streams(spec: FleetSpec) -> Iterator[Problem]:
     for name, s in spec.streams.items():
         where = f"streams.{name}"
         if s.topic in topics:
-            yield Problem(f"{where}.topic", f"topic {s.topic!r} is already read by stream {topics[s.topic]!r}")
+            yield Problem(
+                f"{where}.topic", f"topic {s.topic!r} is already read by stream {topics[s.topic]!r}"
+            )
         topics.setdefault(s.topic, name)
         for f in s.fields:
             if f in RESERVED:
@@ -59,7 +71,9 @@ def _paths(where: str, s: Stream) -> Iterator[Problem]:
     owner: dict[WirePath, str] = {}
     for path, name in _all_paths(s):
         if path in owner and owner[path] != name:
-            yield Problem(f"{where}.fields.{name}.path", f"{'.'.join(path)} is also {owner[path]}'s")
+            yield Problem(
+                f"{where}.fields.{name}.path", f"{'.'.join(path)} is also {owner[path]}'s"
+            )
         owner.setdefault(path, name)
     for p, name in owner.items():
         for q, other in owner.items():
@@ -106,35 +120,46 @@ def _contexts(spec: FleetSpec) -> Iterator[Problem]:
         if entry is None or entry.topic == "heartbeats":
             yield Problem(f"{where}.stream", f"no event stream {c.stream!r} besides the heartbeats")
             continue
-        fields = entry.fields
-        for key, allowed in c.where.items():
-            f = fields.get(key)
-            if f is None:
-                yield Problem(f"{where}.where.{key}", f"stream {c.stream!r} has no field {key!r}")
-            elif isinstance(f, Categorical):
-                bad = [v for v in allowed if v not in f.values]
+        yield from _where_clause(where, c.stream, c.where, entry.fields)
+        yield from _context_kind(where, c, entry.fields)
+
+
+def _where_clause(
+    where: str, stream: str, clause: dict[str, tuple[Any, ...]], fields: dict[str, FieldSpec]
+) -> Iterator[Problem]:
+    for key, allowed in clause.items():
+        f = fields.get(key)
+        if f is None:
+            yield Problem(f"{where}.where.{key}", f"stream {stream!r} has no field {key!r}")
+        elif isinstance(f, Categorical):
+            bad = [v for v in allowed if v not in f.values]
+            if bad:
+                yield Problem(f"{where}.where.{key}", f"{bad[0]!r} is not one of {list(f.values)}")
+        elif isinstance(f, Boolean) and not all(isinstance(v, bool) for v in allowed):
+            yield Problem(f"{where}.where.{key}", "a boolean field takes true or false")
+
+
+def _context_kind(where: str, c: ContextSpec, fields: dict[str, FieldSpec]) -> Iterator[Problem]:
+    if isinstance(c, OpenCount):
+        for role in ("entity", "status"):
+            if getattr(c, role) not in fields:
+                yield Problem(
+                    f"{where}.{role}", f"stream {c.stream!r} has no field {getattr(c, role)!r}"
+                )
+        st = fields.get(c.status)
+        if st is not None and not isinstance(st, Categorical):
+            yield Problem(f"{where}.status", "the lifecycle field must be categorical")
+        elif isinstance(st, Categorical):
+            for role in ("open", "closed"):
+                bad = [v for v in getattr(c, role) if v not in st.values]
                 if bad:
-                    yield Problem(f"{where}.where.{key}", f"{bad[0]!r} is not one of {list(f.values)}")
-            elif isinstance(f, Boolean) and not all(isinstance(v, bool) for v in allowed):
-                yield Problem(f"{where}.where.{key}", "a boolean field takes true or false")
-        if isinstance(c, OpenCount):
-            for role in ("entity", "status"):
-                if getattr(c, role) not in fields:
-                    yield Problem(f"{where}.{role}", f"stream {c.stream!r} has no field {getattr(c, role)!r}")
-            st = fields.get(c.status)
-            if st is not None and not isinstance(st, Categorical):
-                yield Problem(f"{where}.status", "the lifecycle field must be categorical")
-            elif isinstance(st, Categorical):
-                for role in ("open", "closed"):
-                    bad = [v for v in getattr(c, role) if v not in st.values]
-                    if bad:
-                        yield Problem(f"{where}.{role}", f"{bad[0]!r} is not a value of {c.status!r}")
-        if isinstance(c, WindowCount) and c.distinct is not None and c.distinct not in fields:
-            yield Problem(f"{where}.distinct", f"stream {c.stream!r} has no field {c.distinct!r}")
-        if isinstance(c, Last):
-            f = fields.get(c.field)
-            if f is None or not numeric_field(f):
-                yield Problem(f"{where}.field", f"{c.field!r} is not a numeric field of {c.stream!r}")
+                    yield Problem(f"{where}.{role}", f"{bad[0]!r} is not a value of {c.status!r}")
+    elif isinstance(c, WindowCount) and c.distinct is not None and c.distinct not in fields:
+        yield Problem(f"{where}.distinct", f"stream {c.stream!r} has no field {c.distinct!r}")
+    elif isinstance(c, Last):
+        f = fields.get(c.field)
+        if f is None or not numeric_field(f):
+            yield Problem(f"{where}.field", f"{c.field!r} is not a numeric field of {c.stream!r}")
 
 
 def _features(spec: FleetSpec) -> Iterator[Problem]:
@@ -155,30 +180,43 @@ def _source(spec: FleetSpec, feat: Feature, where: str) -> Iterator[Problem]:
     kind = spec.source_kind(feat.source)
     f, t = spec.field(feat.source), feat.transform
     if kind is None:
-        yield Problem(f"{where}.source", f"{feat.source!r} is neither a heartbeat field nor a context value")
-        return
-    if t == "one_hot":
+        yield Problem(
+            f"{where}.source", f"{feat.source!r} is neither a heartbeat field nor a context value"
+        )
+    elif t == "one_hot":
         if not isinstance(f, Categorical):
             yield Problem(f"{where}.transform", "one_hot needs a categorical source")
         elif isinstance(feat.missing, str) and feat.missing not in f.values:
             yield Problem(f"{where}.missing", f"{feat.missing!r} is not one of {list(f.values)}")
-        return
-    if t == "member_of":
-        if not isinstance(f, Categorical | Attribute) or (isinstance(f, Attribute) and f.type != "string"):
-            yield Problem(f"{where}.source", "member_of needs a categorical or text heartbeat field")
-        if feat.by is not None:
-            by = spec.field(feat.by)
-            if not isinstance(by, Categorical | Attribute):
-                yield Problem(f"{where}.by", f"{feat.by!r} is not a categorical or text heartbeat field")
-            elif isinstance(by, Categorical) and isinstance(feat.values, dict):
-                bad = [k for k in feat.values if k not in by.values]
-                if bad:
-                    yield Problem(f"{where}.values", f"{bad[0]!r} is not a value of {feat.by!r}")
-        return
-    if f is not None and not numeric_field(f):
-        yield Problem(f"{where}.transform", f"{t} needs a numeric source; {feat.source!r} is {f.kind}")
-    if t == "log1p" and isinstance(f, Metric) and (f.min is None or f.min < 0):
-        yield Problem(f"{where}.transform", f"log1p needs a source that cannot be negative (min >= 0 on {feat.source!r})")
+    elif t == "member_of":
+        yield from _member_of(spec, feat, where)
+    elif f is not None and not numeric_field(f):
+        yield Problem(
+            f"{where}.transform", f"{t} needs a numeric source; {feat.source!r} is {f.kind}"
+        )
+    elif t == "log1p" and isinstance(f, Metric) and (f.min is None or f.min < 0):
+        yield Problem(
+            f"{where}.transform",
+            f"log1p needs a source that cannot be negative (min >= 0 on {feat.source!r})",
+        )
+
+
+def _member_of(spec: FleetSpec, feat: Feature, where: str) -> Iterator[Problem]:
+    f = spec.field(feat.source)
+    if not isinstance(f, Categorical | Attribute) or (
+        isinstance(f, Attribute) and f.type != "string"
+    ):
+        yield Problem(f"{where}.source", "member_of needs a categorical or text heartbeat field")
+    if feat.by is not None:
+        by = spec.field(feat.by)
+        if not isinstance(by, Categorical | Attribute):
+            yield Problem(
+                f"{where}.by", f"{feat.by!r} is not a categorical or text heartbeat field"
+            )
+        elif isinstance(by, Categorical) and isinstance(feat.values, dict):
+            bad = [k for k in feat.values if k not in by.values]
+            if bad:
+                yield Problem(f"{where}.values", f"{bad[0]!r} is not a value of {feat.by!r}")
 
 
 def _board(spec: FleetSpec) -> Iterator[Problem]:
@@ -187,9 +225,15 @@ def _board(spec: FleetSpec) -> Iterator[Problem]:
         for j, name in enumerate(getattr(b, role)):
             kind = spec.source_kind(name)
             if kind is None:
-                yield Problem(f"board.{role}[{j}]", f"{name!r} is neither a heartbeat field nor a context value")
+                yield Problem(
+                    f"board.{role}[{j}]",
+                    f"{name!r} is neither a heartbeat field nor a context value",
+                )
             elif role == "filters" and kind not in ("categorical", "attribute"):
-                yield Problem(f"board.{role}[{j}]", f"only categorical and attribute fields filter, not {kind}")
+                yield Problem(
+                    f"board.{role}[{j}]",
+                    f"only categorical and attribute fields filter, not {kind}",
+                )
     for j, rule in enumerate(b.alert):
         if rule.context not in spec.context:
             yield Problem(f"board.alert[{j}].context", f"no context value {rule.context!r}")
@@ -208,8 +252,17 @@ def _simulator(spec: FleetSpec) -> Iterator[Problem]:
     for j, w in enumerate(sim.wire):
         for key in w.when:
             if key not in sim.devices:
-                yield Problem(f"simulator.wire[{j}].when.{key}", "not a field the simulator draws per device")
-    for name, st in sim.streams.items():
+                yield Problem(
+                    f"simulator.wire[{j}].when.{key}", "not a field the simulator draws per device"
+                )
+    yield from _simulated_streams(spec)
+    for j, c in enumerate(sim.conditions):
+        yield from _condition(spec, f"simulator.conditions[{j}]", c)
+
+
+def _simulated_streams(spec: FleetSpec) -> Iterator[Problem]:
+    assert spec.simulator is not None
+    for name, st in spec.simulator.streams.items():
         s = spec.streams.get(name)
         if s is None:
             yield Problem(f"simulator.streams.{name}", "no such stream")
@@ -217,19 +270,27 @@ def _simulator(spec: FleetSpec) -> Iterator[Problem]:
         for role in ("entity", "status", "clear"):
             v = getattr(st, role)
             if v is not None and v not in s.fields:
-                yield Problem(f"simulator.streams.{name}.{role}", f"stream {name!r} has no field {v!r}")
-    for j, c in enumerate(sim.conditions):
-        where = f"simulator.conditions[{j}]"
-        if c.label not in spec.serving.labels:
-            yield Problem(f"{where}.label", f"{c.label!r} is not one of the labels")
-        for name in c.heartbeat:
-            if not isinstance(hb.get(name), Metric):
-                yield Problem(f"{where}.heartbeat.{name}", "not a metric of the heartbeats")
-        for k, ev in enumerate(c.events):
-            s = spec.streams.get(ev.stream)
-            if s is None or ev.stream not in sim.streams:
-                yield Problem(f"{where}.events[{k}].stream", f"{ev.stream!r} is not a simulated stream")
-                continue
-            for key in ev.fields:
-                if key not in s.fields:
-                    yield Problem(f"{where}.events[{k}].fields.{key}", f"stream {ev.stream!r} has no field {key!r}")
+                yield Problem(
+                    f"simulator.streams.{name}.{role}", f"stream {name!r} has no field {v!r}"
+                )
+
+
+def _condition(spec: FleetSpec, where: str, c: Condition) -> Iterator[Problem]:
+    sim = spec.simulator
+    assert sim is not None
+    if c.label not in spec.serving.labels:
+        yield Problem(f"{where}.label", f"{c.label!r} is not one of the labels")
+    for name in c.heartbeat:
+        if not isinstance(spec.heartbeats.fields.get(name), Metric):
+            yield Problem(f"{where}.heartbeat.{name}", "not a metric of the heartbeats")
+    for k, ev in enumerate(c.events):
+        s = spec.streams.get(ev.stream)
+        if s is None or ev.stream not in sim.streams:
+            yield Problem(f"{where}.events[{k}].stream", f"{ev.stream!r} is not a simulated stream")
+            continue
+        for key in ev.fields:
+            if key not in s.fields:
+                yield Problem(
+                    f"{where}.events[{k}].fields.{key}",
+                    f"stream {ev.stream!r} has no field {key!r}",
+                )

@@ -65,6 +65,4 @@ class Last(_Context):
     default: float = 0.0
 
 
-ContextSpec = Annotated[
-    OpenCount | WindowCount | TimeSinceLast | Last, Field(discriminator="kind")
-]
+ContextSpec = Annotated[OpenCount | WindowCount | TimeSinceLast | Last, Field(discriminator="kind")]

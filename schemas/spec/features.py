@@ -54,7 +54,9 @@ class Feature(Strict):
             if self.values is None:
                 raise ValueError('transform "member_of" needs values')
             if (self.by is None) != (not isinstance(self.values, dict)):
-                raise ValueError("member_of: values is a table by the `by` field's value, or a list without `by`")
+                raise ValueError(
+                    "member_of: values is a table by the `by` field's value, or a list without `by`"
+                )
         elif self.by is not None or self.values is not None:
             raise ValueError(f'by and values are only for transform "member_of", not {t!r}')
         if t == "one_hot" and isinstance(self.missing, float | int):

@@ -147,7 +147,9 @@ class Stream(Strict):
 
     topic: TopicRole
     envelope: Envelope
-    fields: dict[Annotated[str, Field(pattern=NAME_PATTERN)], FieldSpec] = Field(default_factory=dict)
+    fields: dict[Annotated[str, Field(pattern=NAME_PATTERN)], FieldSpec] = Field(
+        default_factory=dict
+    )
     # Fields on the wire that the spec does not declare: ignored (and counted), or dead-lettered.
     undeclared: Literal["ignore", "dead_letter"] = "ignore"
     # When an event of this stream asks for a prediction: always, only when a context value

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from schemas.spec.checks import Problem, problems
 from schemas.spec.model import FleetSpec
@@ -48,7 +49,7 @@ def _where(loc: tuple[Any, ...], data: Any) -> str:
     return "".join(out) or "spec"
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: ErrorDetails) -> str:
     msg = str(err["msg"])
     if err["type"] == "extra_forbidden":
         return "unknown key (a misspelling? see `precast fleet schema`)"

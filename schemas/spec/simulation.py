@@ -50,7 +50,12 @@ class DeviceDraw(Strict):
 
     @model_validator(mode="after")
     def _one(self) -> DeviceDraw:
-        kinds = [self.uniform, self.weights is not None, self.releases is not None, self.format is not None]
+        kinds = [
+            self.uniform,
+            self.weights is not None,
+            self.releases is not None,
+            self.format is not None,
+        ]
         if sum(kinds) != 1:
             raise ValueError("give exactly one of uniform, weights, releases (with by), format")
         if (self.releases is None) != (self.by is None):
@@ -120,7 +125,11 @@ class EventRate(Strict):
 
     @property
     def per_s(self) -> float:
-        return (self.per_hour / 3600.0) if self.per_hour is not None else (self.per_day or 0) / 86_400.0
+        return (
+            (self.per_hour / 3600.0)
+            if self.per_hour is not None
+            else (self.per_day or 0) / 86_400.0
+        )
 
 
 class Condition(Strict):
