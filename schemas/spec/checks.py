@@ -190,6 +190,10 @@ def _source(spec: FleetSpec, feat: Feature, where: str) -> Iterator[Problem]:
             yield Problem(f"{where}.missing", f"{feat.missing!r} is not one of {list(f.values)}")
     elif t == "member_of":
         yield from _member_of(spec, feat, where)
+    elif isinstance(f, Attribute):
+        yield Problem(
+            f"{where}.source", "an attribute is never a feature (a member_of test of it can be)"
+        )
     elif f is not None and not numeric_field(f):
         yield Problem(
             f"{where}.transform", f"{t} needs a numeric source; {feat.source!r} is {f.kind}"
