@@ -7,6 +7,7 @@ it down; nothing reads the environment anywhere else. Environment variables use 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -103,6 +104,14 @@ class TopicSettings(Section):
     replication_factor: int = Field(default=1, ge=1, le=15)
 
 
+class FleetSettings(Section):
+    spec: Path | None = Field(
+        default=None,
+        description="the fleet spec (TOML, docs/fleets.md) this process runs; unset: the "
+        "built-in fleet (schemas/fleets/devices.toml)",
+    )
+
+
 class MetricsSettings(Section):
     # Port of the /metrics, /healthz and /readyz endpoints of non-HTTP services; 0 disables.
     host: str = "127.0.0.1"
@@ -122,6 +131,7 @@ class CommonSettings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     redis: RedisSettings = RedisSettings()
     topics: TopicSettings = TopicSettings()
+    fleet: FleetSettings = FleetSettings()
     metrics: MetricsSettings = MetricsSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -15,7 +15,9 @@ import numpy as np
 import orjson
 
 from schemas.deadletters import Reason
-from schemas.events import EVENT_MODELS, MAX_EVENT_BYTES, SUPPORTED_SCHEMA_VERSIONS
+from schemas.events import MAX_EVENT_BYTES
+from schemas.spec import FleetSpec, load_spec
+from schemas.spec.fields import Metric
 
 H_BAD_KIND = "x-sim-bad-kind"
 
@@ -33,7 +35,6 @@ BAD_KINDS: dict[str, Reason] = {
     "key_mismatch": Reason.KEY_MISMATCH,
 }
 KIND_NAMES = tuple(BAD_KINDS)
-_REQUIRED = ("event_id", "device_id", "event_time_ms", "produced_at_ms", "schema_version")
 # A value of another JSON type than the field's (a string is fine where a string is due).
 _WRONG_FOR_TEXT: tuple[Any, ...] = (42, [], {"v": 1}, True, None)
 _WRONG_FOR_OTHER: tuple[Any, ...] = ("high", [], True, None)
@@ -56,9 +57,29 @@ class BadRecord:
         return BAD_KINDS[self.kind]
 
 
-def corrupt(event: dict[str, Any], role: str, kind: str, rng: np.random.Generator) -> BadRecord:
-    """`event` (a valid wire dict) injured in the way `kind` names."""
-    key = event["device_id"].encode()
+def kinds_for(spec: FleetSpec) -> tuple[str, ...]:
+    """The bad kinds a fleet's records can be injured with (no schema version: not that one)."""
+    has_version = all(s.envelope.schema_version is not None for s in spec.streams.values())
+    return tuple(k for k in KIND_NAMES if has_version or k != "unknown_schema_version")
+
+
+def _stream(spec: FleetSpec, role: str) -> Any:
+    return next(s for s in spec.streams.values() if s.topic == role)
+
+
+def corrupt(
+    event: dict[str, Any],
+    role: str,
+    kind: str,
+    rng: np.random.Generator,
+    spec: FleetSpec | None = None,
+) -> BadRecord:
+    """`event` (a valid wire dict of the `role` topic) injured in the way `kind` names."""
+    spec = spec or load_spec()
+    s = _stream(spec, role)
+    env = s.envelope
+    device = getattr(event, "device_id", None) or event["device_id"]
+    key = device.encode()
     e = dict(event)
     if kind == "not_json":
         raw = orjson.dumps(e)
@@ -72,22 +93,17 @@ def corrupt(event: dict[str, Any], role: str, kind: str, rng: np.random.Generato
         )  # JS-ish quotes
         return BadRecord(role, key, value, kind)
     if kind == "wrong_type":
-        # a field the contract knows (extras are ignored), not `kind`/`meta` (tolerated shapes),
-        # not a boolean (True is a valid `cleared`)
-        known = EVENT_MODELS[role].model_fields
+        # a declared top-level value (extras are ignored), not an object (those hold optional
+        # fields and tolerated shapes), not a boolean (True is a valid flag)
+        known = {p[0] for p in s.declared_paths() if len(p) == 1}
         field = _pick(
-            rng,
-            [
-                k
-                for k, v in e.items()
-                if k in known and k not in ("kind", "meta") and not isinstance(v, bool)
-            ],
+            rng, sorted(k for k, v in e.items() if k in known and not isinstance(v, dict | bool))
         )
         wrong = _WRONG_FOR_TEXT if isinstance(e[field], str) else _WRONG_FOR_OTHER
         e[field] = wrong[int(rng.integers(len(wrong)))]
         return BadRecord(role, key, orjson.dumps(e), kind)
     if kind == "missing_field":
-        del e[_pick(rng, [k for k in _REQUIRED if k != "device_id"])]
+        _delete(e, _pick_path(rng, [p for p in _required(s) if _has(e, p)]))
         return BadRecord(role, key, orjson.dumps(e), kind)
     if kind in ("missing_key", "empty_key"):
         return BadRecord(role, None if kind == "missing_key" else b"", orjson.dumps(e), kind)
@@ -95,9 +111,12 @@ def corrupt(event: dict[str, Any], role: str, kind: str, rng: np.random.Generato
         e["padding"] = "x" * (MAX_EVENT_BYTES + int(rng.integers(1, 4096)))
         return BadRecord(role, key, orjson.dumps(e), kind)
     if kind == "non_finite":
-        return BadRecord(role, key, _with_non_finite(e, rng), kind)
+        metrics = [f.path[0] for f in s.fields.values() if isinstance(f, Metric)]
+        return BadRecord(role, key, _with_non_finite(e, metrics, rng), kind)
     if kind == "unknown_schema_version":
-        e["schema_version"] = max(SUPPORTED_SCHEMA_VERSIONS) + 1 + int(rng.integers(100))
+        assert env.schema_version is not None
+        path = env.schema_version.path[0]
+        _set(e, path, max(env.schema_version.supported) + 1 + int(rng.integers(100)))
         return BadRecord(role, key, orjson.dumps(e), kind)
     if kind == "tombstone":
         return BadRecord(role, key, None, kind)
@@ -106,19 +125,59 @@ def corrupt(event: dict[str, Any], role: str, kind: str, rng: np.random.Generato
     raise ValueError(f"unknown bad-record kind {kind!r}")
 
 
+def _required(s: Any) -> list[tuple[str, ...]]:
+    """First paths of the envelope parts every record must carry (the device ID aside)."""
+    env = s.envelope
+    out = [env.event_time.path[0]]
+    if env.event_id is not None:
+        out.append(env.event_id[0])
+    if env.produced_at is not None:
+        out.append(env.produced_at.path[0])
+    if env.schema_version is not None and env.schema_version.required:
+        out.append(env.schema_version.path[0])
+    return out
+
+
+def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = doc
+    for k in path[:-1]:
+        node = node.setdefault(k, {})
+    node[path[-1]] = value
+
+
 def _pick(rng: np.random.Generator, options: list[str]) -> str:
     return options[int(rng.integers(len(options)))]
 
 
-def _with_non_finite(e: dict[str, Any], rng: np.random.Generator) -> bytes:
+def _with_non_finite(
+    e: dict[str, Any], metrics: list[tuple[str, ...]], rng: np.random.Generator
+) -> bytes:
     token = _NON_FINITE[int(rng.integers(len(_NON_FINITE)))]
-    numeric = [k for k, v in e.items() if isinstance(v, float)]
-    target = e.get("metrics") if isinstance(e.get("metrics"), dict) else None
-    if target:  # heartbeats: a metric; other events: a new numeric field
-        name = _pick(rng, sorted(target))
-        doc = {**e, "metrics": {**target, name: float("nan")}}
-    else:
-        name = _pick(rng, numeric) if numeric else "score"
-        doc = {**e, name: float("nan")}
+    doc = json.loads(json.dumps(e))  # a deep copy
+    present = [p for p in metrics if _has(doc, p)]
+    if present:  # a metric of the record
+        _set(doc, _pick_path(rng, present), float("nan"))
+    else:  # other events: a new numeric field
+        numeric = [k for k, v in e.items() if isinstance(v, float)]
+        doc[_pick(rng, numeric) if numeric else "score"] = float("nan")
     # orjson refuses NaN, the stdlib writes it as the bare token devices send
     return json.dumps(doc, separators=(",", ":")).encode().replace(b"NaN", token)
+
+
+def _has(doc: Any, path: tuple[str, ...]) -> bool:
+    for k in path:
+        if not isinstance(doc, dict) or k not in doc:
+            return False
+        doc = doc[k]
+    return True
+
+
+def _delete(doc: dict[str, Any], path: tuple[str, ...]) -> None:
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    del node[path[-1]]
+
+
+def _pick_path(rng: np.random.Generator, options: list[tuple[str, ...]]) -> tuple[str, ...]:
+    return options[int(rng.integers(len(options)))]

@@ -12,9 +12,11 @@ import signal
 import sys
 import time
 from collections import Counter as Tally
+from pathlib import Path
 
 from prometheus_client import Counter
 
+from precast.fleet import load_fleet
 from precast.kafka import Admin, Producer
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
@@ -26,6 +28,8 @@ from producers.settings import SimulatorOptions, SimulatorSettings
 from producers.simulator import Fleet
 from schemas.topics import catalog
 
+# the event kinds the simulator has always counted, by topic role
+_KIND = {"heartbeats": "heartbeat", "work_orders": "work_order", "alarms": "alarm"}
 EVENTS = Counter(
     "precast_simulator_events_total",
     "records published by the simulator (bad = injected malformed)",
@@ -33,10 +37,11 @@ EVENTS = Counter(
 )
 
 
-def make_fleet(opts: SimulatorOptions) -> Fleet:
+def make_fleet(opts: SimulatorOptions, spec: Path | None = None) -> Fleet:
     return Fleet(
         opts.devices,
         opts.seed,
+        fleet=load_fleet(spec),
         hb_interval_s=opts.hb_interval_s,
         speedup=opts.speedup,
         drift_share=opts.drift_share,
@@ -50,7 +55,10 @@ def make_fleet(opts: SimulatorOptions) -> Fleet:
 
 def _describe(t: Tally[str]) -> str:
     bad = sum(v for k, v in t.items() if k.startswith("bad:"))
-    return f"{t['heartbeat']:,} heartbeats, {t['work_order']:,} work orders, {t['alarm']:,} alarms, {bad:,} bad"
+    return (
+        f"{t['heartbeat']:,} heartbeats, {t['work_order']:,} work orders, {t['alarm']:,} alarms, "
+        f"{bad:,} bad"
+    )
 
 
 def run(settings: SimulatorSettings) -> int:
@@ -61,7 +69,7 @@ def run(settings: SimulatorSettings) -> int:
     )
     producer = Producer(settings.kafka)
     publisher = EventPublisher(producer, topics)
-    fleet = make_fleet(opts)
+    fleet = make_fleet(opts, settings.fleet.spec)
     probe = (
         ProbeServer(settings.metrics.host, settings.metrics.port).start()
         if settings.metrics.port
@@ -77,7 +85,7 @@ def run(settings: SimulatorSettings) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     # Heartbeat demand is devices / interval; the global limit caps everything sent.
-    demand = opts.devices / opts.hb_interval_s
+    demand = opts.devices / fleet.sim.hb_interval_s
     limit = min(opts.rate, demand) if opts.rate else demand
     pacer = RateLimiter(limit)
     chunk = max(1, min(2000, int(limit / 20)))  # ~50 ms of records per step
@@ -103,7 +111,7 @@ def run(settings: SimulatorSettings) -> int:
                     chunk_kinds[f"bad:{r.kind}"] += 1
                 else:
                     publisher.publish(r)
-                    chunk_kinds[r["kind"]] += 1
+                    chunk_kinds[_KIND.get(r.role, r.role)] += 1
             for k, v in chunk_kinds.items():
                 EVENTS.labels(k.split(":")[0]).inc(v)
             sent.update(chunk_kinds)

@@ -36,7 +36,7 @@ class TraceIds:
 
 
 class EventPublisher:
-    """Publishes event dicts that follow `schemas.events` (canonical or a tolerated wire
+    """Publishes event documents of the fleet spec's streams (canonical or a tolerated wire
     variant). Use as a context manager, or call `close()`: both flush before returning."""
 
     def __init__(
@@ -49,16 +49,17 @@ class EventPublisher:
         self.published = 0
 
     def publish(self, event: dict[str, Any], *, traceparent: bytes | None = None) -> None:
-        """Encode and enqueue one event; `traceparent` continues a caller's trace."""
-        self.producer.produce(
-            self._topic_of[event["kind"]],
-            event["device_id"].encode(),
-            orjson.dumps(event),
-            [
-                (H_EVENT_ID, event["event_id"].encode()),
-                (H_TRACEPARENT, traceparent or self._trace()),
-            ],
-        )
+        """Encode and enqueue one event; `traceparent` continues a caller's trace. A simulator
+        `WireEvent` names its topic role and key; a plain dict of the built-in fleet's
+        canonical form is routed by its `kind`."""
+        role = getattr(event, "role", None)
+        topic = self._roles[role] if role is not None else self._topic_of[event["kind"]]
+        device = getattr(event, "device_id", None) or event["device_id"]
+        event_id = getattr(event, "event_id", None) or event.get("event_id")
+        headers = [(H_TRACEPARENT, traceparent or self._trace())]
+        if event_id is not None:
+            headers.insert(0, (H_EVENT_ID, str(event_id).encode()))
+        self.producer.produce(topic, device.encode(), orjson.dumps(event), headers)
         self.published += 1
         self.producer.poll(0)
 

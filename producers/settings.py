@@ -18,11 +18,12 @@ class SimulatorOptions(Section):
         ge=0,
         description="global rate limit, records/s over all topics; 0 = unlimited",
     )
-    hb_interval_s: float = Field(
-        default=1.0,
+    hb_interval_s: float | None = Field(
+        default=None,
         gt=0,
         le=86_400,
-        description="simulated seconds between two heartbeats of one device",
+        description="simulated seconds between two heartbeats of one device (unset: the fleet "
+        "spec's simulator.heartbeat_every_s)",
     )
     speedup: float = Field(
         default=1.0,
@@ -30,11 +31,16 @@ class SimulatorOptions(Section):
         le=100_000,
         description="simulated time per heartbeat slot x this: alarms, work orders, drift come sooner",
     )
-    drift_share: float = Field(
-        default=0.05, ge=0, le=1, description="share of devices drifting into a faulty condition"
+    drift_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="share of devices drifting into a faulty condition (unset: the spec's)",
     )
-    drift_s: float = Field(
-        default=1800.0, gt=0, description="simulated seconds a drifting device takes to drift"
+    drift_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="simulated seconds a drifting device takes to drift (unset: the spec's)",
     )
     profile: Literal["iid", "noisy", "steady"] = Field(
         default="noisy",

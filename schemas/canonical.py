@@ -42,7 +42,8 @@ class StreamWriter:
         self, event: dict[str, Any], alternative: int = 0, numbers_as_text: bool = False
     ) -> dict[str, Any]:
         """The wire dict of `event` (a normalized event: envelope keys and field names)."""
-        env, doc = self.stream.envelope, {}
+        env = self.stream.envelope
+        doc: dict[str, Any] = {}
         if env.schema_version is not None and self._version is not None:
             _put(doc, env.schema_version.path[0], self._version)
         if env.event_id is not None:

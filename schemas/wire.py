@@ -197,6 +197,27 @@ class StreamReader:
             tuple(notes.unknown),
         )
 
+    def check_fields(
+        self, data: dict[str, Any], names: tuple[str, ...], keys: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """Read only these fields (with their alternatives) of `data`, which holds only the
+        top-level `keys` of a record; raises `Rejection` where `read` would. The worker's fast
+        path checks metadata it keeps raw with this."""
+        notes = _Notes()
+        out: dict[str, Any] = {}
+        for name in names:
+            f = self.stream.fields[name]
+            v, where = _find(data, f.path, notes)
+            if v is not _ABSENT:
+                out[name] = read_field(name, f, v, where, notes)
+            elif f.required:
+                raise Rejection(Reason.INVALID, f"{where}: field required")
+        if self.stream.undeclared == "dead_letter":
+            _undeclared({k: data[k] for k in keys if k in data}, self._trie, "", notes)
+            if notes.extra:
+                raise Rejection(Reason.INVALID, f"{notes.extra[0]}: not declared by the fleet spec")
+        return out
+
     def _version_and_kind(self, data: dict[str, Any], notes: _Notes) -> None:
         env = self.stream.envelope
         if env.schema_version is not None:

@@ -6,7 +6,7 @@ import pytest
 
 from workers.features import N_FEATURES
 from workers.precompute.policy import PolicyConfig, Reason, decide_heartbeats
-from workers.precompute.sensitivity import Sensitivity, estimate, ranking
+from workers.model.sensitivity import Sensitivity, estimate, ranking
 
 
 class Softmax:

@@ -245,10 +245,10 @@ def test_trace_ids_are_parsed_for_a_batch_like_one_by_one():
         r.headers_ = headers
     expected = [None if want is None else want for _, want in cases]
     as_json = [b"null" if t is None else b'"%s"' % t.encode() for t in expected]
-    assert [wire.trace_id(r) for r in records] == expected
-    assert wire.trace_ids_json(records) == as_json
+    assert [trace.trace_id(r) for r in records] == expected
+    assert trace.trace_ids_json(records) == as_json
     many = records * 10  # past the small-batch path: numpy checks, same answers
-    assert len(many) > wire._SMALL and wire.trace_ids_json(many) == as_json * 10
+    assert len(many) > trace._SMALL and trace.trace_ids_json(many) == as_json * 10
 
 
 def test_unchanged_metadata_of_a_known_device_is_not_parsed_again(monkeypatch):

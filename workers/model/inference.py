@@ -1,11 +1,10 @@
-"""ONNX Runtime session for a model folder (model.onnx + manifest.json), validated at load."""
+"""ONNX Runtime session for a model folder (model.onnx + manifest.json), validated at load:
+bound to the fleet spec (workers.model.manifest), inputs and outputs as the manifest says."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,46 +12,13 @@ import numpy as np
 import onnxruntime as ort
 
 from precast.errors import ConfigError
-from workers.features import FEATURE_NAMES
-from workers.precompute.sensitivity import Sensitivity, estimate
+from precast.fleet import Fleet, load_fleet
+from workers.model.manifest import Manifest
+from workers.model.sensitivity import Sensitivity, estimate
 
 log = logging.getLogger("precast.workers.model.inference")
 
 _GPU_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
-
-
-@dataclass(frozen=True)
-class Manifest:
-    name: str
-    version: str
-    input: str
-    output: str
-    features: tuple[str, ...]
-    labels: tuple[str, ...]
-    sha256: str | None
-    raw: dict[str, Any]
-
-    @classmethod
-    def load(cls, path: Path) -> Manifest:
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read model manifest {path}: {exc}") from None
-        missing = [
-            k for k in ("name", "version", "input", "output", "features", "labels") if k not in raw
-        ]
-        if missing:
-            raise ConfigError(f"model manifest {path} lacks {', '.join(missing)}")
-        return cls(
-            raw["name"],
-            str(raw["version"]),
-            raw["input"],
-            raw["output"],
-            tuple(raw["features"]),
-            tuple(raw["labels"]),
-            raw.get("sha256"),
-            raw,
-        )
 
 
 def nvidia_gpu_present() -> bool:
@@ -84,13 +50,21 @@ def choose_providers(
     return out
 
 
+PROBE_FILE = "probe.npy"  # realistic feature rows shipped with a model (sensitivities)
+PROBE_ROWS = 4_096
+
+
 class ModelSession:
-    """One loaded model version. `predict` takes the (n, F) feature matrix of `build_features`."""
+    """One loaded model version, bound to a fleet spec. `predict` takes the (n, F) feature
+    matrix of the spec's `FeatureModel.build` and returns class probabilities in `labels`
+    order, whatever the converter made of the output (a probability tensor, logits, or
+    skl2onnx's ZipMap sequence of maps)."""
 
     def __init__(
         self,
         model_dir: Path,
         *,
+        fleet: Fleet | None = None,
         provider: str = "auto",
         device_id: int = 0,
         intra_op_threads: int = 1,
@@ -98,7 +72,10 @@ class ModelSession:
         warmup_rows: int = 64,
     ) -> None:
         model_dir = Path(model_dir)
+        self.folder = model_dir
+        self.fleet = fleet or load_fleet()
         self.manifest = Manifest.load(model_dir / "manifest.json")
+        self.manifest.check_binding(self.fleet)
         model_path = model_dir / "model.onnx"
         try:
             model_bytes = model_path.read_bytes()
@@ -106,11 +83,6 @@ class ModelSession:
             raise ConfigError(f"cannot read model {model_path}: {exc.strerror}") from None
         if self.manifest.sha256 and hashlib.sha256(model_bytes).hexdigest() != self.manifest.sha256:
             raise ConfigError(f"{model_path} does not match the sha256 in its manifest")
-        if self.manifest.features != FEATURE_NAMES:
-            raise ConfigError(
-                f"model {self.version} expects features {list(self.manifest.features)}, "
-                f"this worker builds {list(FEATURE_NAMES)}"
-            )
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = 1
@@ -123,11 +95,13 @@ class ModelSession:
             self._sess = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors on bad models
             raise ConfigError(f"ONNX Runtime cannot load {model_path}: {exc}") from None
+        self.manifest.check_metadata(dict(self._sess.get_modelmeta().custom_metadata_map))
         self._validate_io()
         self._sensitivity: dict[int, Sensitivity] = {}
         self.providers = self._sess.get_providers()
+        self.standardization = self.manifest.standardization or None
         if warmup_rows:
-            self.predict(np.zeros((warmup_rows, len(FEATURE_NAMES)), dtype=np.float32))
+            self.predict(np.zeros((warmup_rows, len(self.manifest.features)), dtype=np.float32))
         log.info("model %s %s loaded on %s", self.manifest.name, self.version, self.providers[0])
 
     def _validate_io(self) -> None:
@@ -139,12 +113,23 @@ class ModelSession:
                 f"model {m.version}: manifest names input {m.input!r} / output {m.output!r}, "
                 f"the graph has {list(inputs)} / {list(outputs)}"
             )
-        n_in = inputs[m.input].shape[-1]
-        n_out = outputs[m.output].shape[-1]
+        self._input_type = np.float64 if inputs[m.input].type == "tensor(double)" else np.float32
+        out = outputs[m.output]
+        self._zipmap = out.type.startswith("seq(map(")
+        n_in = inputs[m.input].shape[-1] if inputs[m.input].shape else None
         if isinstance(n_in, int) and n_in != len(m.features):
             raise ConfigError(
                 f"model {m.version}: graph takes {n_in} features, manifest lists {len(m.features)}"
             )
+        if self._zipmap:
+            if m.output_kind != "probabilities":
+                raise ConfigError(
+                    f"model {m.version}: a ZipMap output is probabilities, not {m.output_kind}"
+                )
+            return
+        if not out.type.startswith("tensor("):
+            raise ConfigError(f"model {m.version}: output {m.output!r} is {out.type}, not a tensor")
+        n_out = out.shape[-1] if out.shape else None
         if isinstance(n_out, int) and n_out != len(m.labels):
             raise ConfigError(
                 f"model {m.version}: graph gives {n_out} scores, manifest lists {len(m.labels)} labels"
@@ -159,13 +144,56 @@ class ModelSession:
         return self.manifest.labels
 
     def predict(self, features: np.ndarray) -> np.ndarray:
-        return self._sess.run([self.manifest.output], {self.manifest.input: features})[0]
+        m = self.manifest
+        x = features if features.dtype == self._input_type else features.astype(self._input_type)
+        out = self._sess.run([m.output], {m.input: x})[0]
+        if self._zipmap:
+            return zipmap_to_array(out, m.labels)
+        scores = np.asarray(out, dtype=np.float32)
+        if m.output_kind == "logits":
+            z = scores - scores.max(axis=1, keepdims=True)
+            e = np.exp(z)
+            scores = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        return scores
+
+    def probe_sample(self) -> np.ndarray:
+        """Realistic feature rows for measuring sensitivities: the model's own (`probe.npy`,
+        rows of its training set), else rows simulated from the spec."""
+        path = self.folder / PROBE_FILE
+        if path.exists():
+            sample = np.load(path, allow_pickle=False)
+            if sample.ndim == 2 and sample.shape[1] == len(self.manifest.features):
+                return np.asarray(sample, dtype=np.float32)
+            log.warning(
+                "%s has shape %s, not (n, %d): simulating instead",
+                path,
+                sample.shape,
+                len(self.manifest.features),
+            )
+        from precast.fleet.simulate import training_rows
+
+        x, _ = training_rows(self.fleet, PROBE_ROWS, seed=20261130)
+        return x
 
     def sensitivity_for(self, k: int) -> Sensitivity:
-        """This version's decision-boundary sensitivities (workers.precompute.sensitivity), measured once
-        on realistic inputs (the fleet's ground truth, fixed seed) and kept."""
+        """This version's decision-boundary sensitivities (workers.model.sensitivity),
+        measured once on realistic inputs (`probe_sample`) and kept."""
         if k not in self._sensitivity:
-            from workers.training.train import synthetic_dataset
-
-            self._sensitivity[k] = estimate(self, synthetic_dataset(4_096, seed=20261130)[0], k)
+            self._sensitivity[k] = estimate(
+                self, self.probe_sample(), self.fleet.features.change_scale, k
+            )
         return self._sensitivity[k]
+
+
+def zipmap_to_array(rows: list[dict[Any, float]], labels: tuple[str, ...]) -> np.ndarray:
+    """skl2onnx's ZipMap output (a list of {class: probability}) as an (n, C) array in label
+    order; classes are label names, or indexes into the labels."""
+    if not rows:
+        return np.zeros((0, len(labels)), dtype=np.float32)
+    keys = list(rows[0])
+    order = keys if isinstance(keys[0], str) else [labels[int(k)] for k in keys]
+    col = {lab: i for i, lab in enumerate(labels)}
+    idx = [col[lab] for lab in order]
+    out = np.zeros((len(rows), len(labels)), dtype=np.float32)
+    out[:, idx] = np.array([list(r.values()) for r in rows], dtype=np.float32)
+    return out

@@ -12,8 +12,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from workers.context.reducer import context_columns
-from workers.features import HEARTBEAT_COLUMNS, build_features
+from precast.fleet import Fleet
+from precast.fleet.features import Standardization
 from workers.model.predictor import Predictor
 from workers.model.topk import top_k
 from workers.precompute import changelog
@@ -21,7 +21,7 @@ from workers.precompute import metrics as M
 from workers.precompute import policy as P
 from workers.precompute.config import PipelineConfig
 from workers.precompute.encode import Encoded, Pending, encode
-from workers.precompute.sensitivity import Sensitivity, ranking
+from workers.model.sensitivity import Sensitivity, ranking
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.compute")
@@ -46,8 +46,12 @@ class Scoring:
     """The batch half of `Pipeline`: needs its `cfg` and device `table`."""
 
     cfg: PipelineConfig
+    fleet: Fleet
+    layout: changelog.Layout
     table: DeviceTable
-    # The current model's score sensitivities (workers.precompute.sensitivity), estimated once
+    # the serving model's fitted statistics of standardized features (from its manifest)
+    stats: Standardization | None = None
+    # The current model's score sensitivities (workers.model.sensitivity), estimated once
     # per version on first use; None until a model has been used (the policy then falls back to
     # the material-change rule).
     sensitivity: Sensitivity | None = None
@@ -140,6 +144,7 @@ class Scoring:
         if model.version != self._sensitivity_of:
             self.sensitivity = _sensitivity_of(model, self.cfg.top_k)
             self._sensitivity_of = model.version
+            self.stats = getattr(model, "standardization", None)
 
     def features_of(
         self, devices: Sequence[str], slots: np.ndarray, no_data_ms: int = -1
@@ -157,9 +162,8 @@ class Scoring:
                 if c is not None and c.as_of_ms > computed[j]:
                     computed[j] = c.as_of_ms
         computed[computed < 0] = no_data_ms
-        cols = {k: hb[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
-        cols.update(context_columns(ctxs, computed))
-        return build_features(cols), computed
+        fleet = self.fleet
+        return fleet.features.build(hb, fleet.context.columns(ctxs, computed), self.stats), computed
 
     def _encode(
         self,
@@ -211,7 +215,7 @@ class Scoring:
     def state_records(self, r: BatchResult) -> list[bytes]:
         """Worker-state changelog values for a batch marked predicted (keys: `r.out.keys`)."""
         tab, s = self.table, r.slots
-        return changelog.encode(
+        return self.layout.encode(
             tab.hb_time[s],
             tab.computed_at[s],
             tab.predicted_at[s],

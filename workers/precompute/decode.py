@@ -1,8 +1,8 @@
-"""Records -> columns. Heartbeats take a typed fast path (`workers.precompute.wire`: msgspec structs for
-the heartbeat contract, column-wise checks at C speed) for every wire style the contract
-tolerates; anything the fast path does not accept goes through the full contract validator,
-which names the reason for a rejection (and judges anything odd the same way). Work orders,
-alarms and precompute requests are low-rate and always take the validator."""
+"""Records -> columns, for one fleet spec. Heartbeats take a typed fast path (`workers.
+precompute.wire`: msgspec structs generated from the spec, column-wise checks at C speed) for
+every wire style the contract tolerates; anything the fast path does not accept goes through the
+contract validator, which names the reason for a rejection (and judges anything odd the same
+way). Work orders, alarms and precompute requests are low-rate and always take the validator."""
 
 from __future__ import annotations
 
@@ -12,207 +12,317 @@ from dataclasses import dataclass, field
 from operator import methodcaller
 from typing import Any
 
+import msgspec
 import numpy as np
 from pydantic import ValidationError
 
+from precast.fleet import Fleet
+from precast.fleet.features import StateColumn
 from precast.kafka import KafkaMessage
 from schemas import events as ev
 from schemas.deadletters import Reason
 from schemas.events import MAX_EVENT_BYTES
-from schemas.fleet import LATEST_FIRMWARE
 from schemas.hints import ReadHint
-from schemas.normalize import NUMBER_TEXT  # the contract's own number grammar
+from schemas.normalize import INT_TEXT, NUMBER_TEXT  # the contract's own number grammar
 from schemas.predictions import PrecomputeRequest
+from schemas.spec.fields import Categorical, Metric
 from schemas.validation import Rejected, validate_event
-from workers.features import device_type_index
+from workers.precompute import metrics as M
 from workers.precompute import wire
+from workers.precompute.trace import trace_id
 
 # (msg, reason, detail) for the dead-letter topic
 Reject = Callable[[KafkaMessage, Reason, str], None]
 
-# Column order of Heartbeats.cols (== workers.features.HEARTBEAT_COLUMNS)
-_LO = np.array([0, 0, -80, 0, 0, 0], dtype=np.float64)
-_HI = np.array([100, 100, 250, 1, 1, np.inf], dtype=np.float64)
 _VALUE, _KEY, _PARTITION = methodcaller("value"), methodcaller("key"), methodcaller("partition")
+# Many numbers as text, checked in one regex pass: joined by newlines, which none may contain.
+_NUMBERS_TEXT = re.compile(rf"(?:(?:{NUMBER_TEXT.pattern})\n)*(?:{NUMBER_TEXT.pattern})")
+
+__all__ = ["Decoder", "Heartbeats", "Reject", "trace_id"]
 
 
 @dataclass
 class Heartbeats:
-    """Accepted heartbeats of one batch, in consumption order (the slow path's at the end)."""
+    """Accepted heartbeats of one batch, in consumption order (the slow path's at the end);
+    `cols` holds the spec's state columns (`FeatureModel.state`)."""
 
     msgs: list[KafkaMessage] = field(default_factory=list)
     device_ids: list[str] = field(default_factory=list)
-    event_ids: list[str] = field(default_factory=list)
+    event_ids: list[str | None] = field(default_factory=list)
     partitions: list[int] = field(default_factory=list)
     event_time_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    cols: np.ndarray = field(default_factory=lambda: np.zeros((0, 8)))  # HEARTBEAT_COLUMNS
+    cols: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     def __len__(self) -> int:
         return len(self.device_ids)
 
 
-trace_id = wire.trace_id
+class Decoder:
+    """The decoders of one compiled fleet."""
 
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.validator = fleet.validator
+        self.wire = wire.HeartbeatWire(fleet.spec, fleet.features)
+        self.state: tuple[StateColumn, ...] = fleet.features.state
+        hb = fleet.spec.heartbeats
+        self._metrics = {n: f for n, f in hb.fields.items() if isinstance(f, Metric)}
+        self._codes = {n: f for n, f in hb.fields.items() if isinstance(f, Categorical)}
+        self._index = {n: {v: i for i, v in enumerate(f.values)} for n, f in self._codes.items()}
+        self._members: dict[str, frozenset[Any]] = {}
+        for c in self.state:
+            if c.kind == "member":
+                vals = c.values
+                self._members[c.name] = (
+                    frozenset((b, s) for b, ss in vals.items() for s in ss)
+                    if isinstance(vals, dict)
+                    else frozenset(vals)
+                )
+        leaves = self.wire.typed
+        self._numeric = [x.name for x in leaves if x.numeric]
+        self._ints = [x.name for x in leaves if x.role == "int"]
+        self._ids = [x.name for x in leaves if x.role == "id"]
+        self._seconds = [x.name for x in leaves if x.role == "time_s"]
+        self._has_produced = any(x.name == "produced_at_ms" for x in leaves)
+        self._has_event_id = any(x.name == "event_id" for x in leaves)
+        self._skew = round(fleet.spec.time.max_skew_s * 1000)
+        # device -> raw metadata objects last found valid: a device's metadata rarely changes,
+        # so after its first heartbeat the check is one comparison of raw bytes. Bounded.
+        self._raw_good: dict[str, tuple[msgspec.Raw, ...]] = {}
 
-# -- the slow path: the full contract --------------------------------------------------------------
-def validate(role: str, msg: KafkaMessage) -> dict[str, Any] | Rejected:
-    """The event as a dict, or why it is rejected, by the one contract validator every consumer
-    uses (`schemas.validation`)."""
-    result = validate_event(role, msg.key(), msg.value(), msg.headers())
-    if result.ok:
-        event: dict[str, Any] = result.event.model_dump()
-        return event
-    return result
+    # -- the slow path: the full contract --------------------------------------------------------
+    def validate(self, role: str, msg: KafkaMessage) -> dict[str, Any] | Rejected:
+        """The event as a normalized dict, or why it is rejected, by the one contract validator
+        every consumer uses (`schemas.validation`)."""
+        result = self.validator.validate(role, msg.key(), msg.value(), msg.headers())
+        if result.ok:
+            event: dict[str, Any] = result.event
+            return event
+        return result
 
-
-# -- heartbeats: the fast path ------------------------------------------------------------------------
-def _parse(
-    msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]
-) -> tuple[list[KafkaMessage], list, list[int]]:
-    """Typed decode of each record: (records, rows, indexes of the rows that may hold metrics as
-    text). What the typed decoders refuse goes to `slow`."""
-    values = list(map(_VALUE, msgs))
-    try:
-        oversized = max(map(len, values)) > MAX_EVENT_BYTES
-    except (TypeError, ValueError):  # a null value (tombstone), or no records
-        oversized = bool(values)
-    strict = wire.decode_canonical
-    ok_msgs, rows, odd = [], [], []
-    for m, v in zip(msgs, values, strict=True):
+    # -- heartbeats: the fast path ------------------------------------------------------------------
+    def _parse(
+        self, msgs: Sequence[KafkaMessage], slow: list[KafkaMessage]
+    ) -> tuple[list[KafkaMessage], list[Any], list[int]]:
+        values = list(map(_VALUE, msgs))
         try:
-            if oversized and (v is None or len(v) > MAX_EVENT_BYTES):
-                raise TypeError
-            rows.append(strict(v))
-            ok_msgs.append(m)
-        except (wire.DecodeError, TypeError) as exc:
-            row = (
-                wire.decode_variant(v, exc) if v is not None and len(v) <= MAX_EVENT_BYTES else None
-            )
-            if row is None:
-                slow.append(m)
-            else:
-                odd.append(len(rows))
-                rows.append(row)
+            oversized = max(map(len, values)) > MAX_EVENT_BYTES
+        except (TypeError, ValueError):  # a null value (tombstone), or no records
+            oversized = bool(values)
+        strict, variant = self.wire.canonical, self.wire.decode_variant
+        ok_msgs, rows, odd = [], [], []
+        for m, v in zip(msgs, values, strict=True):
+            try:
+                if oversized and (v is None or len(v) > MAX_EVENT_BYTES):
+                    raise TypeError
+                rows.append(strict(v))
                 ok_msgs.append(m)
-    return ok_msgs, rows, odd
+            except (wire.DecodeError, TypeError) as exc:
+                row = variant(v, exc) if v is not None and len(v) <= MAX_EVENT_BYTES else None
+                if row is None:
+                    slow.append(m)
+                else:
+                    odd.append(len(rows))
+                    rows.append(row)
+                    ok_msgs.append(m)
+        return ok_msgs, rows, odd
 
+    def _text_numbers(self, cols: dict[str, list[Any]], odd: list[int], bad: set[int]) -> None:
+        """Numbers sent as text (only the variant rows can hold any) must be in the contract's
+        grammar; valid text stays as it is (numpy parses it like float() below)."""
+        texts = [v for name in self._numeric for i in odd if type(v := cols[name][i]) is str]
+        joined = "\n".join(texts)
+        if not texts or (joined.count("\n") == len(texts) - 1 and _NUMBERS_TEXT.fullmatch(joined)):
+            ints = [v for name in self._ints for i in odd if type(v := cols[name][i]) is str]
+            if all(INT_TEXT.fullmatch(v) for v in ints):
+                return
+        for i in odd:
+            for name in self._numeric:
+                v = cols[name][i]
+                grammar = INT_TEXT if name in self._ints else NUMBER_TEXT
+                if type(v) is str and not grammar.fullmatch(v):
+                    bad.add(i)
 
-# Many numbers as text, checked in one regex pass: joined by newlines, which none may contain.
-_NUMBERS_TEXT = re.compile(rf"(?:(?:{NUMBER_TEXT.pattern})\n)*(?:{NUMBER_TEXT.pattern})")
+    def _check_rows(self, msgs: list[KafkaMessage], cols: dict[str, list[Any]]) -> set[int]:
+        """Column-wise checks the typed decoders cannot express; returns the failing rows."""
+        bad: set[int] = set()
+        did = cols["device_id"]
+        keys = list(map(_KEY, msgs))
+        encoded = list(map(str.encode, did))
+        if keys != encoded:
+            bad.update(i for i, (k, d) in enumerate(zip(keys, encoded, strict=True)) if k != d)
+        for name in ("event_id", *self._ids):
+            col = cols.get(name)
+            if col is not None and not wire.event_ids_ok([x for x in col if x is not None]):
+                bad.update(
+                    i for i, e in enumerate(col) if e is not None and not wire.event_ids_ok((e,))
+                )
+        bad.update(wire.device_ids_bad(did))
+        if self.wire.raw_keys:
+            bad.update(self._bad_raw(did, cols))
+        return bad
 
+    def _bad_raw(self, devices: list[str], cols: dict[str, list[Any]]) -> list[int]:
+        keys = self.wire.raw_keys
+        raws = [cols[f"raw:{k}"] for k in keys]
+        seen = list(map(self._raw_good.get, devices))
+        if len(keys) == 1 and [s[0] if s else None for s in seen] == raws[0]:
+            return []  # element-wise Raw == Raw, in C
+        if len(self._raw_good) >= wire._CACHE_MAX:
+            self._raw_good.clear()
+        bad = []
+        for i, d in enumerate(devices):
+            mine = tuple(r[i] for r in raws)
+            known = seen[i]
+            if known is not None and all(a == b for a, b in zip(mine, known, strict=True)):
+                continue
+            if self.wire.raw_ok(dict(zip(keys, mine, strict=True))):
+                self._raw_good[d] = tuple(r.copy() for r in mine)  # not the whole record
+            else:
+                bad.append(i)
+        return bad
 
-def _coerce(metrics: list[tuple], odd: list[int], bad: set[int]) -> None:
-    """Metrics sent as JSON-number text (only the variant rows can hold any) must be in the
-    contract's number grammar; a row with other text is bad. Valid text stays as it is: numpy
-    parses it like float() when the columns are built, and a non-finite result (`"1e999"`)
-    fails the range check there."""
-    texts = [v for i in odd for v in metrics[i] if type(v) is str]
-    joined = "\n".join(texts)
-    if not texts or (joined.count("\n") == len(texts) - 1 and _NUMBERS_TEXT.fullmatch(joined)):
-        return
-    for i in odd:
-        if any(type(v) is str and not NUMBER_TEXT.fullmatch(v) for v in metrics[i]):
-            bad.add(i)
-            metrics[i] = (0.0,) * len(metrics[i])
+    def heartbeats(self, msgs: Sequence[KafkaMessage], reject: Reject) -> Heartbeats:
+        """State columns for `FeatureModel.build` from heartbeat records; rejections go to
+        `reject`."""
+        out = Heartbeats(cols=np.zeros((0, len(self.state))))
+        slow: list[KafkaMessage] = []
+        ok_msgs, rows, odd = self._parse(msgs, slow)
+        if rows:
+            cols = self.wire.columns(rows)
+            bad = self._check_rows(ok_msgs, cols)
+            if odd:
+                self._text_numbers(cols, odd, bad)
+            values, times, ok = self._state(cols, len(rows), bad)
+            did = cols["device_id"]
+            eid = cols["event_id"] if self._has_event_id else [None] * len(rows)
+            if ok.all():
+                out.msgs, out.device_ids, out.event_ids = ok_msgs, list(did), list(eid)
+            else:
+                keep = np.flatnonzero(ok).tolist()
+                slow.extend(ok_msgs[i] for i in np.flatnonzero(~ok).tolist())
+                out.msgs = [ok_msgs[i] for i in keep]
+                out.device_ids, out.event_ids = [did[i] for i in keep], [eid[i] for i in keep]
+                values, times = values[keep], times[keep]
+            out.cols, out.event_time_ms = values, times
+            out.partitions = list(map(_PARTITION, out.msgs))
+        if slow:
+            self._slow_heartbeats(out, slow, reject)
+        return out
 
-
-def _check_rows(msgs: list[KafkaMessage], cols: list[tuple]) -> set[int]:
-    """Column-wise checks of what the typed decoders cannot express; returns the rows that fail
-    (they leave the fast path)."""
-    did, eid, _t, _pt, _dt, _fw, meta, _metrics = cols
-    bad: set[int] = set()
-    keys = list(map(_KEY, msgs))
-    encoded = list(map(str.encode, did))
-    if keys != encoded:
-        bad.update(i for i, (k, d) in enumerate(zip(keys, encoded, strict=True)) if k != d)
-    if not wire.event_ids_ok(eid):
-        bad.update(i for i, e in enumerate(eid) if not wire.event_ids_ok((e,)))
-    bad.update(wire.device_ids_bad(did))
-    bad.update(wire.bad_metadata(did, meta))
-    return bad
-
-
-def decode_heartbeats(msgs: Sequence[KafkaMessage], reject: Reject) -> Heartbeats:
-    """Columns for `build_features` from heartbeat records; rejections go to `reject`."""
-    out = Heartbeats()
-    slow: list[KafkaMessage] = []
-    ok_msgs, rows, odd = _parse(msgs, slow)
-    if rows:
-        cols = list(zip(*map(wire.FIELDS, rows), strict=True))
-        bad = _check_rows(ok_msgs, cols)
-        metrics = list(map(wire.METRICS, cols[7]))
-        if odd:
-            _coerce(metrics, odd, bad)
-        did, eid, t, pt, dt, fw, _meta, _m = cols
-        values = np.empty((len(rows), 8), dtype=np.float64)
-        values[:, :6] = np.array(metrics, dtype=np.float64)  # (parses number text, see _coerce)
-        values[:, 6] = list(map(wire.LATEST.__contains__, zip(dt, fw, strict=True)))
-        get = wire.TYPE_INDEX.get
-        values[:, 7] = [get(x, -1) for x in dt]
-        times = np.array([t, pt], dtype=np.int64).T
-        ok = ((values[:, :6] >= _LO) & (values[:, :6] <= _HI)).all(axis=1) & np.isfinite(
-            values
-        ).all(axis=1)
-        ok &= times[:, 0] <= times[:, 1] + ev.MAX_CLOCK_SKEW_MS
+    def _state(
+        self, cols: dict[str, list[Any]], n: int, bad: set[int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(state columns, event times, ok) of the typed rows, column by column."""
+        ok = np.ones(n, dtype=bool)
         if bad:
             ok[list(bad)] = False
-        if ok.all():
-            out.msgs, out.device_ids, out.event_ids = ok_msgs, list(did), list(eid)
+        times = self._times(cols, n, ok)
+        values = np.empty((n, len(self.state)), dtype=np.float64)
+        for j, c in enumerate(self.state):
+            if c.kind == "numeric":
+                values[:, j] = self._numeric_column(c.name, cols[c.name], ok)
+            elif c.kind == "code":
+                get = self._index[c.name].get
+                col = cols[c.name]
+                codes = [get(x, -1) for x in col]
+                values[:, j] = codes
+                unknown = [i for i, k in enumerate(codes) if k < 0 and col[i] is not None]
+                if unknown:
+                    if self._codes[c.name].unknown == "reject":
+                        ok[unknown] = False
+                    else:
+                        M.UNKNOWN_CATEGORY.labels(c.name).inc(len(unknown))
+                if None in col:
+                    values[[i for i, x in enumerate(col) if x is None], j] = c.fill
+            else:
+                values[:, j] = self._member_column(c, cols)
+        return values, times, ok
+
+    def _times(self, cols: dict[str, list[Any]], n: int, ok: np.ndarray) -> np.ndarray:
+        t = np.asarray(cols["event_time_ms"], dtype=np.float64 if self._seconds else np.int64)
+        if "event_time_ms" in self._seconds:
+            t = np.rint(t * 1000.0)
+        if self._has_produced:
+            p = np.asarray(cols["produced_at_ms"], dtype=np.float64 if self._seconds else np.int64)
+            if "produced_at_ms" in self._seconds:
+                p = np.rint(p * 1000.0)
+            ok &= t <= p + self._skew
+            if self._seconds:
+                ok &= (p >= ev.MIN_TIME_MS) & (p <= ev.MAX_TIME_MS)
+        if self._seconds:
+            ok &= (t >= ev.MIN_TIME_MS) & (t <= ev.MAX_TIME_MS)
+            t = np.where(ok, t, 0)
+        return np.asarray(t, dtype=np.int64)
+
+    def _numeric_column(self, name: str, col: list[Any], ok: np.ndarray) -> np.ndarray:
+        v = np.array(col, dtype=np.float64)  # (parses number text, see _text_numbers; None: NaN)
+        absent = np.array([x is None for x in col]) if None in col else None
+        finite = np.isfinite(v)
+        if absent is not None:
+            ok &= finite | absent
+        elif not finite.all():
+            ok &= finite
+        f = self._metrics.get(name)
+        if f is None or (f.min is None and f.max is None):
+            return v
+        lo = -np.inf if f.min is None else f.min
+        hi = np.inf if f.max is None else f.max
+        inside = (v >= lo) & (v <= hi)
+        if absent is not None:
+            inside |= absent
+        if inside.all():
+            return v
+        if f.out_of_range == "reject":
+            ok &= inside
+        elif f.out_of_range == "clip":
+            v = np.where(inside | ~finite, v, np.clip(v, lo, hi))
+        else:  # null: the feature's missing rule applies
+            v = np.where(inside, v, np.nan)
+        return v
+
+    def _member_column(self, c: StateColumn, cols: dict[str, list[Any]]) -> list[Any]:
+        members = self._members[c.name]
+        src = cols[c.source]
+        flags: list[Any]
+        if c.by is None:
+            flags = list(map(members.__contains__, src))
         else:
-            keep = np.flatnonzero(ok).tolist()
-            slow.extend(ok_msgs[i] for i in np.flatnonzero(~ok).tolist())
-            out.msgs = [ok_msgs[i] for i in keep]
-            out.device_ids, out.event_ids = [did[i] for i in keep], [eid[i] for i in keep]
-            values, times = values[keep], times[keep]
-        out.cols, out.event_time_ms = values, times[:, 0].copy()
-        out.partitions = list(map(_PARTITION, out.msgs))
-    if slow:
-        _slow_heartbeats(out, slow, reject)
-    return out
+            flags = list(map(members.__contains__, zip(cols[c.by], src, strict=True)))
+        if None in src:
+            return [c.fill if s is None else float(f) for s, f in zip(src, flags, strict=True)]
+        return flags
 
+    def _slow_heartbeats(self, out: Heartbeats, slow: list[KafkaMessage], reject: Reject) -> None:
+        rows, times = [], []
+        state_row = self.fleet.features.state_row
+        for m in slow:
+            e = self.validate("heartbeats", m)
+            if isinstance(e, Rejected):
+                reject(m, e.reason, e.detail)
+                continue
+            out.msgs.append(m)
+            out.device_ids.append(e["device_id"])
+            out.event_ids.append(e["event_id"])
+            out.partitions.append(m.partition())
+            rows.append(state_row(e))
+            times.append(e["event_time_ms"])
+        if rows:
+            out.cols = np.vstack([out.cols, np.array(rows, dtype=np.float64)])
+            out.event_time_ms = np.concatenate([out.event_time_ms, np.array(times, dtype=np.int64)])
 
-def _slow_heartbeats(out: Heartbeats, slow: list[KafkaMessage], reject: Reject) -> None:
-    rows, times = [], []
-    for m in slow:
-        e = validate("heartbeats", m)
-        if isinstance(e, Rejected):
-            reject(m, e.reason, e.detail)
-            continue
-        mt, dt = e["metrics"], e["device_type"]
-        out.msgs.append(m)
-        out.device_ids.append(e["device_id"])
-        out.event_ids.append(e["event_id"])
-        out.partitions.append(m.partition())
-        rows.append(
-            [
-                mt["cpu_pct"],
-                mt["mem_pct"],
-                mt["temperature_c"],
-                mt["error_rate"],
-                mt["signal_quality"],
-                mt["uptime_s"],
-                1.0 if LATEST_FIRMWARE.get(dt) == e["firmware"] else 0.0,
-                device_type_index(dt),
-            ]
-        )
-        times.append(e["event_time_ms"])
-    if rows:
-        out.cols = np.vstack([out.cols, np.array(rows, dtype=np.float64)])
-        out.event_time_ms = np.concatenate([out.event_time_ms, np.array(times, dtype=np.int64)])
-
-
-# -- low-rate topics ----------------------------------------------------------------------------------
-def decode_events(
-    role: str, msgs: Sequence[KafkaMessage], reject: Reject
-) -> list[tuple[KafkaMessage, dict]]:
-    out = []
-    for m in msgs:
-        e = validate(role, m)
-        if isinstance(e, Rejected):
-            reject(m, e.reason, e.detail)
-        else:
-            out.append((m, e))
-    return out
+    # -- low-rate topics ------------------------------------------------------------------------------
+    def events(
+        self, role: str, msgs: Sequence[KafkaMessage], reject: Reject
+    ) -> list[tuple[KafkaMessage, dict[str, Any]]]:
+        out = []
+        for m in msgs:
+            e = self.validate(role, m)
+            if isinstance(e, Rejected):
+                reject(m, e.reason, e.detail)
+            else:
+                out.append((m, e))
+        return out
 
 
 def decode_requests(

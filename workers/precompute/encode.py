@@ -14,7 +14,7 @@ import orjson
 
 from precast.kafka import KafkaMessage
 from workers.precompute.policy import TRIGGER, Reason
-from workers.precompute.wire import trace_ids_json
+from workers.precompute.trace import trace_ids_json
 
 # Longest lineage list kept per prediction; a device that sent more triggers than this while
 # waiting is counted in precast_worker_lineage_truncated_total. The oldest heartbeats go first:

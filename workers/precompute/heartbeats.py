@@ -10,16 +10,16 @@ from collections.abc import Callable
 
 import numpy as np
 
+from precast.fleet import Fleet
+from precast.fleet.features import Standardization
 from precast.kafka import KafkaMessage
-from workers.context.reducer import context_columns
-from workers.features import HEARTBEAT_COLUMNS, build_features
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.config import PipelineConfig
-from workers.precompute.decode import Heartbeats, Reject, decode_heartbeats
+from workers.precompute.decode import Decoder, Heartbeats, Reject
 from workers.precompute.encode import Pending
-from workers.precompute.sensitivity import Sensitivity
+from workers.model.sensitivity import Sensitivity
 from workers.precompute.state import DeviceTable
 
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
@@ -31,6 +31,9 @@ class HeartbeatIngest:
     """The heartbeat half of `Pipeline`'s ingest."""
 
     cfg: PipelineConfig
+    fleet: Fleet
+    decoder: Decoder
+    stats: Standardization | None
     table: DeviceTable
     batcher: MicroBatcher[Pending]
     deferred: dict[str, Pending]
@@ -46,7 +49,7 @@ class HeartbeatIngest:
 
     def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         t0 = time.perf_counter()
-        hb = decode_heartbeats(msgs, self.reject)
+        hb = self.decoder.heartbeats(msgs, self.reject)
         limit = now_ms + self.cfg.max_ahead_ms
         if len(hb) and int(hb.event_time_ms.max()) > limit:
             hb = self._drop_future(hb, limit, now_ms)
@@ -87,10 +90,9 @@ class HeartbeatIngest:
             new_t, hb_cols = t[ui], hb.cols[ui]
         tab = self.table
         slots = tab.slots(devices, parts)
-        cols = {k: hb_cols[:, j] for j, k in enumerate(HEARTBEAT_COLUMNS)}
         ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
-        cols.update(context_columns(ctxs, new_t))
-        new_x = build_features(cols)
+        fleet = self.fleet
+        new_x = fleet.features.build(hb_cols, fleet.context.columns(ctxs, new_t), self.stats)
         decisions = P.decide_heartbeats(
             self.cfg.policy,
             has_prediction=tab.valid_until[slots] >= 0,
@@ -101,6 +103,7 @@ class HeartbeatIngest:
             valid_until_ms=tab.valid_until[slots],
             horizon_ms=self.cfg.horizon_ms,
             sensitivity=self.sensitivity,
+            change_scale=fleet.features.change_scale,
             rank=tab.rank_idx[slots],
             margin_top1=tab.margin_top1[slots],
             margin_topk=tab.margin_topk[slots],

@@ -18,6 +18,24 @@ RENEWALS = Counter(
     "precast_worker_renewals_total",
     "stored answers republished with new validity, certified unchanged without an inference",
 )
+UNKNOWN_CATEGORY = Counter(
+    "precast_worker_unknown_categories_total",
+    "heartbeat values outside a categorical field's vocabulary (read as unknown)",
+    ["field"],
+)
+STATE_FOREIGN = Counter(
+    "precast_worker_state_foreign_total",
+    "worker-state records written under another fleet spec (skipped; the device starts over)",
+)
+CONTEXT_FOREIGN = Counter(
+    "precast_worker_context_foreign_total",
+    "device-context snapshots written under another fleet spec's context (skipped; rebuilt)",
+)
+LATE = Counter(
+    "precast_worker_late_events_total",
+    "events older than their device's newest by more than the spec's max_lateness_s",
+    ["stream"],
+)
 PREDICTIONS = Counter("precast_worker_predictions_total", "predictions produced", ["model_version"])
 BATCH_SIZE = Histogram(
     "precast_worker_batch_size",

@@ -10,24 +10,21 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from operator import methodcaller
 
+from precast.fleet import Fleet, load_fleet, snapshot
+from precast.fleet.features import Standardization
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas import deadletters as dl
 from schemas.topics import Topics
-from workers.context.reducer import SEVERITY_BUCKET, DeviceContext
+from workers.precompute import changelog
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.compute import BatchResult, Scoring
 from workers.precompute.config import PipelineConfig
-from workers.precompute.decode import (
-    Reject,
-    decode_events,
-    decode_hints,
-    decode_requests,
-)
+from workers.precompute.decode import Decoder, Reject, decode_hints, decode_requests
 from workers.precompute.encode import Pending, merge
 from workers.precompute.heartbeats import HeartbeatIngest
-from workers.precompute.sensitivity import Sensitivity
+from workers.model.sensitivity import Sensitivity
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.pipeline")
@@ -36,8 +33,21 @@ __all__ = ["BatchResult", "Pipeline", "PipelineConfig"]
 
 
 class Pipeline(HeartbeatIngest, Scoring):
-    def __init__(self, topics: Topics, cfg: PipelineConfig, reject: Reject) -> None:
+    def __init__(
+        self, topics: Topics, cfg: PipelineConfig, reject: Reject, fleet: Fleet | None = None
+    ) -> None:
         self.cfg, self.reject = cfg, reject
+        # The fleet spec, compiled: decoders, context reducer, features (the built-in fleet
+        # unless the worker's settings name another).
+        self.fleet = fleet or load_fleet()
+        self.decoder = Decoder(self.fleet)
+        self.layout = changelog.Layout(self.fleet.features)
+        self.stats: Standardization | None = None
+        spec = self.fleet.spec
+        # what an event of each context stream asks for: "any", "counted" or "none"
+        self.trigger_rule: dict[str, str] = {s.topic: s.trigger for s in spec.streams.values()}
+        self.stream_of: dict[str, str] = {s.topic: name for name, s in spec.streams.items()}
+        self.lateness_ms = round(spec.time.max_lateness_s * 1000)
         self.roles = {
             topics.heartbeats.name: "heartbeats",
             topics.work_orders.name: "work_orders",
@@ -47,8 +57,8 @@ class Pipeline(HeartbeatIngest, Scoring):
             topics.read_hints.name: "hints",
         }
         self.context_topic = topics.device_context.name
-        self.table = DeviceTable(top_k=cfg.top_k)
-        # The current model's score sensitivities (workers.precompute.sensitivity), estimated once per
+        self.table = DeviceTable(top_k=cfg.top_k, fleet=self.fleet)
+        # The current model's score sensitivities (workers.model.sensitivity), estimated once per
         # version on first use; None until a model has been used (the policy then falls back to
         # the material-change rule).
         self.sensitivity: Sensitivity | None = None
@@ -110,6 +120,7 @@ class Pipeline(HeartbeatIngest, Scoring):
             self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
 
     def _ingest_context(self, msgs: list[KafkaMessage], now_ms: int) -> None:
+        model = self.fleet.context
         for m in msgs:
             key, value = m.key(), m.value()
             if not key:
@@ -120,7 +131,11 @@ class Pipeline(HeartbeatIngest, Scoring):
                 self.table.contexts.pop(device, None)
                 continue
             try:
-                snap = DeviceContext.from_json(value)
+                snap = snapshot.from_json(model, value)
+            except snapshot.ForeignSnapshot:
+                # written under another spec: the aggregator of this one rebuilds it
+                M.CONTEXT_FOREIGN.inc()
+                continue
             except (ValueError, KeyError, TypeError) as exc:
                 self.reject(m, dl.Reason.INVALID, f"device-context snapshot: {exc}")
                 continue
@@ -128,27 +143,28 @@ class Pipeline(HeartbeatIngest, Scoring):
                 self._future(m, snap.as_of_ms, now_ms)
                 continue
             self.table.slots([device], [m.partition()])
-            self.table.context(device).merge_snapshot(snap)
+            model.merge_snapshot(self.table.context(device), snap)
 
     def _ingest_context_events(
         self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float
     ) -> None:
-        for m, e in decode_events(role, msgs, self.reject):
-            if e["event_time_ms"] > now_ms + self.cfg.max_ahead_ms:
-                self._future(m, e["event_time_ms"], now_ms)
+        model, stream, rule = self.fleet.context, self.stream_of[role], self.trigger_rule[role]
+        event_reason = P.Reason.WORK_ORDER if role == "work_orders" else P.Reason.ALARM
+        for m, e in self.decoder.events(role, msgs, self.reject):
+            t = e["event_time_ms"]
+            if t > now_ms + self.cfg.max_ahead_ms:
+                self._future(m, t, now_ms)
                 continue
             device = e["device_id"]
             self.table.slots([device], [m.partition()])
             ctx = self.table.context(device)
-            if role == "work_orders":
-                ctx.apply_work_order(e)
-                reason = P.Reason.WORK_ORDER
-            else:
-                ctx.apply_alarm(e)
-                # A redelivered alarm (already folded in) still triggers: its prediction may never
-                # have been made by the worker that saw it first.
-                fired = not e.get("cleared") and e["severity"] in SEVERITY_BUCKET
-                reason = P.Reason.ALARM if fired else P.Reason.CONTEXT_ONLY
+            if ctx.as_of_ms - t > self.lateness_ms:
+                M.LATE.labels(stream).inc()  # folded in all the same; windows ignore it
+            model.apply(ctx, stream, e)
+            # A redelivered event (already folded in) still triggers: its prediction may never
+            # have been made by the worker that saw it first.
+            fires = rule == "any" or (rule == "counted" and model.counts(stream, e))
+            reason = event_reason if fires else P.Reason.CONTEXT_ONLY
             self._trigger(
                 Pending(device, m.partition(), reason, [(m, e["event_id"])]), now_ms, mono
             )

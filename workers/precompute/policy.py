@@ -6,13 +6,14 @@ Rules, in priority order:
   next: predict;
 - a heartbeat from a device never predicted here (`first_seen`), or one whose features could
   change the served answer (`heartbeat_changed`). With the model's sensitivities known
-  (`workers.precompute.sensitivity`), "could change" means the estimated new gap between the last
+  (`workers.model.sensitivity`), "could change" means the estimated new gap between the last
   inference's top-1 and runner-up, from the feature move since that inference, falls within
   `safety` times its uncertainty; for a device somebody reads or watches (hot: recent reads,
   prefetch hints, open event streams, fed back by the read API through the read-hints topic) the
   stricter `hot_safety` applies (and with `hot_top_k`, to its top-K set too). A move of
   `max_change` or more predicts outright (beyond the estimate's linear regime). Without them it is
-  the older material-change rule: max_f |x_new - x_last| / CHANGE_SCALE_f >= min_change;
+  the older material-change rule: max_f |x_new - x_last| / change_scale_f >= min_change (each
+  feature's `change_scale` in the fleet spec);
 - a heartbeat that cannot change the answer, but after which the device's *next* heartbeat would
   come too late (`event_time + expected_gap >= valid_until - refresh_lead_ms`, `expected_gap`
   being the device's last heartbeat interval, 0 when unknown, clipped to the horizon): the
@@ -32,10 +33,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from workers.features import CHANGE_SCALE
-from workers.precompute.sensitivity import Sensitivity
-
-_SCALE = np.asarray(CHANGE_SCALE, dtype=np.float32)
+from workers.model.sensitivity import Sensitivity
 
 
 class Reason(IntEnum):
@@ -113,14 +111,14 @@ class PolicyConfig:
     min_change: float = 0.05  # material change, when the model's sensitivities are unknown
     refresh_lead_ms: int = 1_000
     throttle_ms: int = 250
-    # Answer-aware skip (workers.precompute.sensitivity): a device predicts when the estimated new top-1
+    # Answer-aware skip (workers.model.sensitivity): a device predicts when the estimated new top-1
     # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
     # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
     # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
     safety: float = 0.5
     hot_safety: float = 2.0
     hot_top_k: bool = False
-    # A move this large (in CHANGE_SCALE units) predicts whatever the bound says.
+    # A move this large (in change-scale units) predicts whatever the bound says.
     max_change: float = 1.0
     # Backfill/replay: every device with input gets a prediction (no skip, no throttle).
     always: bool = False
@@ -128,11 +126,11 @@ class PolicyConfig:
     every_event: bool = False
 
 
-def material_change(last_x: np.ndarray, new_x: np.ndarray) -> np.ndarray:
-    """Per row: the largest feature move in units of CHANGE_SCALE."""
+def material_change(last_x: np.ndarray, new_x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Per row: the largest feature move in units of each feature's change scale."""
     if len(new_x) == 0:
         return np.zeros(0, dtype=np.float32)
-    return (np.abs(new_x - last_x) / _SCALE).max(axis=1)
+    return (np.abs(new_x - last_x) / scale).max(axis=1)
 
 
 def decide_heartbeats(
@@ -145,6 +143,7 @@ def decide_heartbeats(
     newest_seen_ms: np.ndarray,
     valid_until_ms: np.ndarray,
     horizon_ms: int,
+    change_scale: np.ndarray,
     sensitivity: Sensitivity | None = None,
     rank: np.ndarray | None = None,
     margin_top1: np.ndarray | None = None,
@@ -156,7 +155,7 @@ def decide_heartbeats(
     `newest_seen_ms` is the event time of the newest heartbeat applied before this batch
     (-1 when none), so duplicates and out-of-order deliveries are `stale`; the gap to it is the
     interval expected until the device's next heartbeat (see `expected_gap`). `sensitivity` is
-    the model's (workers.precompute.sensitivity.estimate); `rank` the top-(K+1) classes of each device's
+    the model's (workers.model.sensitivity.estimate); `rank` the top-(K+1) classes of each device's
     last inference and `margin_top1`/`margin_topk` its log margins (negative when unknown: then
     it predicts); `hot` whether somebody reads or watches the device."""
     n = len(new_x)
@@ -166,7 +165,7 @@ def decide_heartbeats(
     if cfg.always:
         out[:] = Reason.BACKFILL
         return out
-    change = material_change(last_x, new_x)
+    change = material_change(last_x, new_x, change_scale)
     if cfg.every_event:
         out[:] = Reason.HEARTBEAT_CHANGED
     else:

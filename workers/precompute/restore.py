@@ -108,7 +108,8 @@ class StateRestorer:
             vs.append(v)
         n = bad = 0
         for p, (ks, vs) in by_part.items():
-            devices, rec, b = changelog.decode(ks, vs)
+            devices, rec, b, foreign = changelog.Layout(table.fleet.features).decode(ks, vs)
+            M.STATE_FOREIGN.inc(foreign)
             table.restore(devices, [p] * len(devices), rec)
             n += len(devices)
             bad += b

@@ -11,15 +11,13 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from workers.context.reducer import DeviceContext
-from workers.features import DEFAULT_HEARTBEAT, N_FEATURES
-
-_DEFAULT_HB = np.array(list(DEFAULT_HEARTBEAT.values()), dtype=np.float64)
+from precast.fleet import Fleet, load_fleet
+from precast.fleet.context import DeviceContext
 
 
 class DeviceTable:
     # Columns, one row per slot, grown together by `_alloc`.
-    hb: np.ndarray  # newest heartbeat's metrics
+    hb: np.ndarray  # newest heartbeat's state columns (FeatureModel.state)
     hb_time: np.ndarray  # its event time, ms; -1: none seen
     last_x: np.ndarray  # features of the last prediction
     valid_until: np.ndarray  # the last prediction's valid_until, ms
@@ -33,8 +31,11 @@ class DeviceTable:
     margin_topk: np.ndarray  # its top-K log margin; -1: unknown
     hot_until: np.ndarray  # read or watched until (wall ms); -1: never
 
-    def __init__(self, capacity: int = 1024, top_k: int = 3) -> None:
+    def __init__(self, capacity: int = 1024, top_k: int = 3, fleet: Fleet | None = None) -> None:
         self.top_k = top_k
+        self.fleet = fleet or load_fleet()
+        # the state columns of a device that sent no heartbeat (each column's `missing` rule)
+        self._default_hb = self.fleet.features.fill
         self.slot: dict[str, int] = {}
         self._free: list[int] = []
         self.contexts: dict[str, DeviceContext] = {}
@@ -44,9 +45,9 @@ class DeviceTable:
         old = getattr(self, "hb", None)
         n = 0 if old is None else len(old)
         grow: dict[str, np.ndarray] = {
-            "hb": np.zeros((cap, len(_DEFAULT_HB))),
+            "hb": np.zeros((cap, len(self._default_hb))),
             "hb_time": np.full(cap, -1, dtype=np.int64),
-            "last_x": np.zeros((cap, N_FEATURES), dtype=np.float32),
+            "last_x": np.zeros((cap, self.fleet.features.width), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
             "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
             "computed_at": np.full(cap, -1, dtype=np.int64),  # last prediction's order key
@@ -132,13 +133,13 @@ class DeviceTable:
         cols = self.hb[slots]
         none = self.hb_time[slots] < 0
         if none.any():
-            cols[none] = _DEFAULT_HB
+            cols[none] = self._default_hb
         return cols
 
     def context(self, device: str) -> DeviceContext:
         c = self.contexts.get(device)
         if c is None:
-            c = self.contexts[device] = DeviceContext(device)
+            c = self.contexts[device] = self.fleet.context.new(device)
         return c
 
     def forget_partitions(self, partitions: Iterable[int]) -> int:
@@ -151,4 +152,4 @@ class DeviceTable:
         return len(gone)
 
     def clear(self) -> None:
-        self.__init__(len(self.hb), self.top_k)  # type: ignore[misc]
+        self.__init__(len(self.hb), self.top_k, self.fleet)  # type: ignore[misc]

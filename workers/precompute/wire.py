@@ -1,111 +1,309 @@
-"""The heartbeat contract (`schemas.events.Heartbeat`) as typed msgspec structs: the worker's
-fast decoder, plus the column-wise checks the structs cannot express and the bulk trace-id
-parser for lineage.
+"""The heartbeat stream's contract (from the fleet spec) as generated msgspec structs: the
+worker's fast decoder, plus the column-wise checks the structs cannot express.
 
-A record is accepted here only if the contract validator would accept it with the same
-values; anything else is left to `schemas.validation.validate_event` (tests/unit/
-test_worker_decode.py holds both paths to that). What makes that hold:
-- strict types (msgspec refuses `true` for a number, `1.5` or `1.0` for an integer, and
-  numbers that overflow), the envelope's ranges and lengths as struct constraints;
-- the strict struct forbids unknown fields, so every byte of a record it accepts was parsed
-  by it; a record with unknown fields (tolerated by the contract) is decoded by the lenient
-  struct only if orjson, the validator's JSON judge, also parses the whole record (msgspec
-  skips unknown values without checking them, e.g. `1e999` or bad UTF-8);
-- metrics may arrive as JSON-number text (a tolerated variant): the variant structs take
-  `float | str` and the caller checks text against the contract's own number grammar;
-- metadata (`meta`, in any layout) is kept raw and checked by `meta_ok` the first time a
-  device sends it; afterwards identical bytes from that device need no parse.
+A record is accepted here only if the contract validator (`schemas.validation`) would accept it
+with the same values; anything else is left to the validator (tests/unit/test_worker_wire.py
+holds both paths to that on every simulator wire style and thousands of mutations). What makes
+that hold:
+- structs are generated from the *first* declared path of every field, with strict types
+  (msgspec refuses `true` for a number, `1.5` for an integer, numbers that overflow) and the
+  envelope's lengths as constraints; a record that uses an alternative path fails them and
+  takes the validator;
+- three structs are tried in order: canonical (numbers, no undeclared fields), numeric leaves as
+  JSON-number text, undeclared fields allowed (only if the stream ignores them; then orjson, the
+  validator's JSON judge, must also parse the record, since msgspec skips unknown values without
+  checking them, and the record must not hold any alternative path);
+- a top-level object that holds only fields no feature reads (device metadata) is kept raw and
+  checked by the validator's own code the first time a device sends it; identical bytes from
+  that device later need no parse.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from operator import attrgetter, methodcaller
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
-import numpy as np
 import orjson
 
-from precast.kafka import KafkaMessage
+from precast.fleet.features import FeatureModel
 from schemas import events as ev
-from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE
-from schemas.normalize import INT_TEXT
+from schemas.normalize import Rejection
+from schemas.spec import FleetSpec
+from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, WirePath
+from schemas.wire import StreamReader
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 
-_Text = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]  # ShortText / EventId length
-_Ms = Annotated[int, msgspec.Meta(ge=ev.MIN_TIME_MS, le=ev.MAX_TIME_MS)]  # EpochMs
-_Num = float | str  # text is checked against the contract's number grammar by the caller
-_METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
+_Ms = Annotated[int, msgspec.Meta(ge=ev.MIN_TIME_MS, le=ev.MAX_TIME_MS)]
+_EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 
-def _struct(name: str, number: Any, forbid: bool) -> type[msgspec.Struct]:
-    metrics = msgspec.defstruct(
-        f"{name}Metrics", [(k, number) for k in _METRICS], forbid_unknown_fields=forbid, gc=False
-    )
-    return msgspec.defstruct(
-        name,
-        [
-            ("schema_version", Literal[1]),
-            ("event_id", _Text),
-            ("kind", Literal["heartbeat"]),
-            ("device_id", str),
-            ("event_time_ms", _Ms),
-            ("produced_at_ms", _Ms),
-            ("device_type", _Text),
-            ("firmware", _Text),
-            ("metrics", metrics),
-            ("meta", msgspec.Raw, msgspec.Raw()),
-        ],
-        forbid_unknown_fields=forbid,
-        gc=False,
-    )
+@dataclass(frozen=True)
+class Leaf:
+    """One value the structs decode: a field or an envelope part, at its first path."""
+
+    name: str
+    path: WirePath
+    role: str  # device_id event_id time_ms time_s version kind metric code boolean text id int num
+    required: bool = True
+    default: Any = None
+    max_length: int = 64
+    alternatives: tuple[WirePath, ...] = ()
+
+    @property
+    def numeric(self) -> bool:
+        return self.role in ("metric", "int", "num")
 
 
-# Tried in this order: canonical (numbers, no unknown fields), numbers as text, unknown fields.
-decode_canonical = msgspec.json.Decoder(_struct("Canonical", float, True)).decode
-_as_text = msgspec.json.Decoder(_struct("AsText", _Num, True)).decode
-_extra = msgspec.json.Decoder(_struct("Extra", _Num, False)).decode
+def _leaves(spec: FleetSpec) -> list[Leaf]:
+    s = spec.heartbeats
+    env = s.envelope
+    out = [Leaf("device_id", env.device_id[0], "device_id")]
+    if env.event_id is not None:
+        out.append(Leaf("event_id", env.event_id[0], "event_id"))
+    t = env.event_time
+    out.append(Leaf("event_time_ms", t.path[0], "time_ms" if t.unit == "ms" else "time_s"))
+    if env.produced_at is not None:
+        p = env.produced_at
+        out.append(Leaf("produced_at_ms", p.path[0], "time_ms" if p.unit == "ms" else "time_s"))
+    if env.schema_version is not None:
+        v = env.schema_version
+        out.append(Leaf("schema_version", v.path[0], "version", v.required, v.supported[-1]))
+    if env.kind is not None:
+        out.append(Leaf("kind", env.kind.path[0], "kind", False, env.kind.value))
+    for name, f in s.fields.items():
+        if isinstance(f, Metric):
+            role = "metric"
+        elif isinstance(f, Categorical):
+            role = "code"
+        elif isinstance(f, Boolean):
+            role = "boolean"
+        else:
+            assert isinstance(f, Attribute)
+            role = {"integer": "int", "number": "num"}.get(
+                f.type, "id" if f.format == "id" else "text"
+            )
+        default = f.default if isinstance(f, Boolean) else None
+        length = f.max_length if isinstance(f, Categorical | Attribute) else 64
+        out.append(Leaf(name, f.path[0], role, f.required, default, length, f.path[1:]))
+    return out
 
 
-def decode_variant(value: bytes, error: Exception | None = None) -> Any:
-    """A record in a tolerated variant (metrics as text, unknown fields), or None when the
-    structs refuse it or, with unknown fields, orjson (the validator's JSON judge) does.
-    `error` is the canonical decoder's: when it names an unknown field, skip to that struct
-    (an optimisation only: any other error tries both)."""
-    if error is None or "unknown field" not in str(error):
+def _type(leaf: Leaf, spec: FleetSpec, text_numbers: bool) -> Any:
+    r = leaf.role
+    if r == "version":
+        return Literal[tuple(spec.heartbeats.envelope.schema_version.supported)]  # type: ignore[union-attr]
+    if r == "kind":
+        return Literal[leaf.default]
+    if r == "time_ms":
+        return _Ms
+    if r == "time_s":
+        return float
+    if r == "event_id":
+        return _EventId
+    if r in ("metric", "num"):
+        return float | str if text_numbers else float
+    if r == "int":
+        return int | str if text_numbers else int
+    if r == "boolean":
+        return bool
+    if r == "device_id":
+        return str
+    return Annotated[str, msgspec.Meta(min_length=1, max_length=leaf.max_length)]
+
+
+class HeartbeatWire:
+    """Typed decoders and column extractors for one spec's heartbeat stream."""
+
+    def __init__(self, spec: FleetSpec, features: FeatureModel) -> None:
+        self.spec, self.features = spec, features
+        self.reader = StreamReader(
+            spec.heartbeat_stream, spec.heartbeats, round(spec.time.max_skew_s * 1000)
+        )
+        self.leaves = _leaves(spec)
+        needed = {
+            "device_id",
+            "event_id",
+            "event_time_ms",
+            "produced_at_ms",
+            "schema_version",
+            "kind",
+        }
+        for c in features.state:
+            needed.add(c.source if c.kind == "member" else c.name)
+            if c.by:
+                needed.add(c.by)
+        # top-level objects of fields nobody reads on the hot path: kept raw, checked per device
+        tops: dict[str, list[Leaf]] = {}
+        for leaf in self.leaves:
+            tops.setdefault(leaf.path[0], []).append(leaf)
+        self.raw_keys = tuple(
+            k for k, ls in tops.items() if all(len(x.path) > 1 and x.name not in needed for x in ls)
+        )
+        self.raw_fields = tuple(x.name for k in self.raw_keys for x in tops[k])
+        self.typed = [x for x in self.leaves if x.path[0] not in self.raw_keys]
+        self.alternatives = tuple(p for x in self.typed for p in x.alternatives)
+        self.lenient_ok = spec.heartbeats.undeclared == "ignore"
+        self.canonical = msgspec.json.Decoder(self._struct("Canonical", False, True)).decode
+        self._as_text = msgspec.json.Decoder(self._struct("AsText", True, True)).decode
+        self._lenient = msgspec.json.Decoder(self._struct("Lenient", True, False)).decode
+        self.names = [x.name for x in self.typed] + [f"raw:{k}" for k in self.raw_keys]
+        self._extract = self._extractor()
+
+    # -- structs -------------------------------------------------------------------------------
+    def _struct(self, name: str, text_numbers: bool, forbid: bool) -> type[msgspec.Struct]:
+        tree: dict[str, Any] = {}
+        for leaf in self.typed:
+            node = tree
+            for key in leaf.path[:-1]:
+                node = node.setdefault(key, {})
+            node[leaf.path[-1]] = leaf
+        for k in self.raw_keys:
+            tree[k] = "raw"
+        return self._level(name, tree, text_numbers, forbid)
+
+    def _level(
+        self, name: str, tree: dict[str, Any], text_numbers: bool, forbid: bool
+    ) -> type[msgspec.Struct]:
+        fields: list[Any] = []
+        rename: dict[str, str] = {}
+        for i, (key, node) in enumerate(tree.items()):
+            attr = f"f{i}"
+            rename[attr] = key
+            if node == "raw":
+                fields.append((attr, msgspec.Raw, msgspec.Raw()))
+            elif isinstance(node, dict):
+                sub = self._level(f"{name}_{i}", node, text_numbers, forbid)
+                optional = all(not x.required for x in _leaves_of(node))
+                fields.append((attr, sub | None, None) if optional else (attr, sub))
+            else:
+                t = _type(node, self.spec, text_numbers)
+                if node.required:
+                    fields.append((attr, t))
+                elif node.role in ("kind", "version", "boolean") and node.default is not None:
+                    fields.append((attr, t, node.default))
+                else:
+                    fields.append((attr, t | None, None))
+        # required fields first: msgspec wants no required field after an optional one
+        fields.sort(key=lambda f: len(f) != 2)
+        return msgspec.defstruct(
+            name, fields, rename=rename, forbid_unknown_fields=forbid, gc=False
+        )
+
+    def decode_variant(self, value: bytes, error: Exception | None = None) -> Any:
+        """A record in a tolerated variant (numbers as text, undeclared fields), or None when the
+        structs refuse it (or, with undeclared fields, orjson does, or it uses an alternative
+        path). `error` is the canonical decoder's: when it names an unknown field, skip ahead."""
+        if error is None or "unknown field" not in str(error):
+            try:
+                return self._as_text(value)
+            except DecodeError:
+                pass
+        if not self.lenient_ok:
+            return None
         try:
-            return _as_text(value)
-        except DecodeError:
-            pass
-    try:
-        row = _extra(value)
-        orjson.loads(value)
-    except (DecodeError, orjson.JSONDecodeError):
-        return None
-    return row
+            row = self._lenient(value)
+            doc = orjson.loads(value)
+        except (DecodeError, orjson.JSONDecodeError):
+            return None
+        if self.alternatives and any(_has(doc, p) for p in self.alternatives):
+            return None
+        return row
+
+    # -- columns -------------------------------------------------------------------------------
+    def _extractor(self) -> Any:
+        """rows -> {leaf name: column list} (C-level attribute access, level by level)."""
+        tree: dict[str, Any] = {}
+        for leaf in self.typed:
+            node = tree
+            for key in leaf.path[:-1]:
+                node = node.setdefault(key, {})
+            node[leaf.path[-1]] = leaf.name
+        for k in self.raw_keys:
+            tree[k] = f"raw:{k}"
+
+        def level(node: dict[str, Any]) -> tuple[Any, list[tuple[int, Any]]]:
+            attrs = [f"f{i}" for i in range(len(node))]
+            get = attrgetter(*attrs) if len(attrs) > 1 else (lambda o, a=attrs[0]: (getattr(o, a),))
+            subs = [
+                (i, level(v)) if isinstance(v, dict) else (i, v)
+                for i, v in enumerate(node.values())
+            ]
+            return get, subs
+
+        spec = level(tree)
+
+        def run(
+            objs: Sequence[Any], lv: tuple[Any, list[tuple[int, Any]]], out: dict[str, list[Any]]
+        ) -> None:
+            get, subs = lv
+            cols: list[Any] = (
+                list(zip(*map(get, objs), strict=True)) if objs else [() for _ in subs]
+            )
+            for i, sub in subs:
+                if isinstance(sub, str):
+                    out[sub] = list(cols[i])
+                else:
+                    col = cols[i]
+                    if None in col:  # an optional object absent: its leaves absent
+                        inner: dict[str, list[Any]] = {}
+                        present = [o for o in col if o is not None]
+                        run(present, sub, inner)
+                        it = {k: iter(v) for k, v in inner.items()}
+                        for k in inner:
+                            out[k] = [next(it[k]) if o is not None else None for o in col]
+                    else:
+                        run(col, sub, out)
+
+        def extract(rows: Sequence[Any]) -> dict[str, list[Any]]:
+            out: dict[str, list[Any]] = {}
+            run(rows, spec, out)
+            return out
+
+        return extract
+
+    def columns(self, rows: Sequence[Any]) -> dict[str, list[Any]]:
+        cols: dict[str, list[Any]] = self._extract(rows)
+        return cols
+
+    # -- metadata kept raw -------------------------------------------------------------------------
+    def raw_ok(self, raws: dict[str, Any]) -> bool:
+        """Whether the raw top-level objects of one record hold valid fields (the validator's
+        own reading of them, alternatives included)."""
+        doc: dict[str, Any] = {}
+        try:
+            for k, raw in raws.items():
+                if len(raw):
+                    doc[k] = orjson.loads(bytes(raw))
+        except orjson.JSONDecodeError:
+            return False
+        try:
+            self.reader.check_fields(doc, self.raw_fields, self.raw_keys)
+        except Rejection:
+            return False
+        return True
 
 
-# Column extraction (C-level attribute access): the first 7 fields, then the metrics struct.
-FIELDS = attrgetter(
-    "device_id",
-    "event_id",
-    "event_time_ms",
-    "produced_at_ms",
-    "device_type",
-    "firmware",
-    "meta",
-    "metrics",
-)
-METRICS = attrgetter(*_METRICS)
-LATEST = frozenset(LATEST_FIRMWARE.items())
-TYPE_INDEX = {
-    t: i for i, t in enumerate(DEVICE_TYPES)
-}  # unknown types: -1 (features.device_type_index)
+def _leaves_of(node: dict[str, Any]) -> list[Leaf]:
+    out: list[Leaf] = []
+    for v in node.values():
+        out += _leaves_of(v) if isinstance(v, dict) else [v] if isinstance(v, Leaf) else []
+    return out
 
-# -- identifiers ------------------------------------------------------------------------------------
+
+def _has(doc: Any, path: WirePath) -> bool:
+    for key in path:
+        if not isinstance(doc, dict) or key not in doc:
+            return False
+        doc = doc[key]
+    return doc is not None
+
+
+# -- identifiers (checked column-wise) --------------------------------------------------------------
 # EventId is [A-Za-z0-9._:-]{1,64}: drop the punctuation, the rest must be ASCII alphanumerics.
 _ID_PUNCT = str.maketrans("", "", "._:-")
 # fullmatch: `$` in the contract's pattern would let Python's re accept a trailing newline.
@@ -133,144 +331,3 @@ def device_ids_bad(ids: Sequence[str]) -> list[int]:
             else:
                 bad.append(i)
     return bad
-
-
-# -- metadata -------------------------------------------------------------------------------------------
-_VERSION_KEY = re.compile(r"v([1-9][0-9]{0,3})")
-_ABSENT = object()
-
-
-def _info_ok(info: dict) -> bool:
-    for k in ("site", "hw_model", "serial"):
-        v = info.get(k)
-        if v is not None and not (type(v) is str and 0 < len(v) <= 64):
-            return False
-    r = info.get("hw_rev")
-    if type(r) is str and INT_TEXT.fullmatch(r):  # an integer sent as text: tolerated
-        r = int(r)
-    return r is None or type(r) is int and 0 <= r <= 10_000
-
-
-def meta_ok(meta: Any) -> bool:
-    """Device metadata in any layout `schemas.normalize` tolerates (nested `meta.info`, flat,
-    versioned `meta.info.vN`, unknown keys ignored) with well-typed fields. The worker does not
-    use metadata, but must not accept what the contract rejects."""
-    if meta is None or meta == {}:
-        return True
-    if type(meta) is not dict:
-        return False
-    info = meta.get("info", _ABSENT)
-    if info is _ABSENT:
-        return _info_ok(meta)  # flat
-    if type(info) is not dict:
-        return False
-    versions = [
-        (int(m.group(1)), k)
-        for k, v in info.items()
-        if type(v) is dict and (m := _VERSION_KEY.fullmatch(k))
-    ]
-    return _info_ok(info[max(versions)[1]] if versions else info)
-
-
-# device -> raw metadata last found valid: a device's metadata rarely changes, so after its
-# first heartbeat the check is one comparison of raw bytes. Bounded: cleared when it gets big.
-_META_GOOD: dict[str, msgspec.Raw] = {}
-
-
-def bad_metadata(devices: Sequence[str], metas: Sequence[msgspec.Raw]) -> list[int]:
-    """Rows whose raw `meta` the contract would reject."""
-    known = list(map(_META_GOOD.get, devices))
-    if known == metas:  # element-wise Raw == Raw, in C
-        return []
-    if len(_META_GOOD) >= _CACHE_MAX:
-        _META_GOOD.clear()
-    bad = []
-    for i, (d, raw, seen) in enumerate(zip(devices, metas, known, strict=True)):
-        if raw == seen:
-            continue
-        if len(raw):
-            try:
-                ok = meta_ok(orjson.loads(bytes(raw)))
-            except orjson.JSONDecodeError:
-                ok = False
-        else:
-            ok = True  # absent: the contract's default
-        if ok:
-            _META_GOOD[d] = raw.copy()  # copy: do not keep the whole record alive
-        else:
-            bad.append(i)
-    return bad
-
-
-# -- trace ids (W3C traceparent) ------------------------------------------------------------------------
-_HEADERS = methodcaller("headers")
-_HEX = np.zeros(256, dtype=bool)
-_HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = True
-
-
-_SMALL = 32
-_HEX_CHARS = b"0123456789abcdef"
-
-
-def _trace_id_json(v: bytes | None) -> bytes:
-    """One traceparent value checked like the batch path of `trace_ids_json`."""
-    if v is None or len(v) != 55 or not v[2] == v[35] == v[52] == 45:
-        return b"null"
-    tid = v[3:35]
-    return b"null" if tid.translate(None, _HEX_CHARS) or tid == b"0" * 32 else b'"' + tid + b'"'
-
-
-def trace_ids_json(msgs: Sequence[KafkaMessage]) -> list[bytes]:
-    """The trace id of each record's first `traceparent` header as JSON (`b'"<32 hex>"'`), or
-    `b"null"` where it has none or an invalid one: version(2) - trace id(32 hex, not all zero) -
-    parent id(16) - flags(2). Checked for the whole batch at once with numpy."""
-    values: list[bytes | None] = [None] * len(msgs)
-    for i, h in enumerate(map(_HEADERS, msgs)):
-        if h:
-            for k, v in h:
-                if k == "traceparent":
-                    values[i] = v
-                    break
-    if len(values) < _SMALL:  # numpy's fixed cost per call is more than a few records' checks
-        return list(map(_trace_id_json, values))
-    rows: list[int] = []
-    found: list[bytes] = []
-    for i, v in enumerate(values):
-        if v is not None and len(v) == 55:
-            rows.append(i)
-            found.append(v)
-    if not rows:
-        return [b"null"] * len(values)
-    a = np.frombuffer(b"".join(found), dtype=np.uint8).reshape(len(rows), 55)
-    tid = a[:, 3:35]
-    ok = (
-        (a[:, 2] == 45)
-        & (a[:, 35] == 45)
-        & (a[:, 52] == 45)
-        & _HEX[tid].all(axis=1)
-        & (tid != 48).any(axis=1)
-    )
-    quoted = np.full((len(rows), 34), 34, dtype=np.uint8)  # '"' + trace id + '"'
-    quoted[:, 1:33] = tid
-    found = quoted.view("S34").ravel().tolist()
-    if len(rows) == len(values) and ok.all():
-        return found  # every record has a valid one (the common case)
-    out = [b"null"] * len(values)
-    for j in np.flatnonzero(ok).tolist():
-        out[rows[j]] = found[j]
-    return out
-
-
-def traceparent(msg: KafkaMessage) -> bytes | None:
-    """A record's first `traceparent` header value, unchecked (`trace_ids_json` inlines this
-    lookup for whole batches)."""
-    for k, v in msg.headers() or ():
-        if k == "traceparent":
-            return v if isinstance(v, bytes) else None
-    return None
-
-
-def trace_id(msg: KafkaMessage) -> str | None:
-    """The trace id from one record's `traceparent` header, if it has a valid one."""
-    q = trace_ids_json([msg])[0]
-    return None if q == b"null" else q[1:-1].decode()

@@ -16,7 +16,7 @@ import orjson
 from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from workers.precompute.encode import Pending
-from workers.precompute.wire import traceparent
+from workers.precompute.trace import traceparent
 
 CHECKPOINT_FORMAT = 1
 

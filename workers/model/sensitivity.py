@@ -29,14 +29,12 @@ from typing import Protocol
 
 import numpy as np
 
-from workers.features import CHANGE_SCALE, N_FEATURES
-
 
 class ScoresModel(Protocol):
     def predict(self, features: np.ndarray) -> np.ndarray: ...
 
 
-# Finite-difference step per feature, as a share of its change scale (features.CHANGE_SCALE):
+# Finite-difference step per feature, as a share of its change scale (the fleet spec's):
 # small enough to stay local, large enough to be far above float32 rounding.
 _STEP_SHARE = 0.02
 # Probabilities below this count as this (log 1e-12 ~ -27.6): a class the model rules out.
@@ -66,15 +64,17 @@ def log_scores(probs: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(probs, _FLOOR))
 
 
-def estimate(model: ScoresModel, sample: np.ndarray, k: int = 3) -> Sensitivity:
+def estimate(
+    model: ScoresModel, sample: np.ndarray, change_scale: np.ndarray, k: int = 3
+) -> Sensitivity:
     """The decision-boundary sensitivities of `model` around the rows of `sample` (one
-    inference call of 2 * N_FEATURES * len(sample) rows: a 4,096-row sample is ~131k rows,
+    inference call of 2 * F * len(sample) rows: a 4,096-row sample of 16 features is ~131k rows,
     tens of milliseconds on one core), for rankings cut at top-1 and top-`k`."""
     x = np.asarray(sample, dtype=np.float32)
     n, f = x.shape
-    if f != N_FEATURES:
-        raise ValueError(f"sample has {f} features, the model takes {N_FEATURES}")
-    h = (np.asarray(CHANGE_SCALE, dtype=np.float32) * _STEP_SHARE).astype(np.float32)
+    if f != len(change_scale):
+        raise ValueError(f"sample has {f} features, the spec declares {len(change_scale)}")
+    h = (np.asarray(change_scale, dtype=np.float32) * _STEP_SHARE).astype(np.float32)
     eye = np.eye(f, dtype=np.float32) * h[:, None]
     up = (x[None, :, :] + eye[:, None, :]).reshape(f * n, f)
     down = (x[None, :, :] - eye[:, None, :]).reshape(f * n, f)
