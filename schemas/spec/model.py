@@ -38,6 +38,8 @@ class Serving(Strict):
     default_label: str
     top_k: int = Field(default=3, ge=1)
     horizon_s: float = Field(default=5.0, gt=0, le=86_400)
+    # the folder name models of this fleet get (workers/models/<model_name>/<version>)
+    model_name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")] = "fleet-model"
 
 
 class TimeBounds(Strict):

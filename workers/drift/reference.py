@@ -2,7 +2,9 @@
 next to model.onnx as `drift-reference.npz` (written by `workers.training.train`).
 
 Frozen per model version, so "drift" always means "the live features no longer look like what
-this model was trained on", and a retrained model brings its own reference.
+this model was trained on", and a retrained model brings its own reference. Only the features
+computed from the heartbeat alone are monitored (the fleet spec says which): the context values
+need the device-context topic and a join.
 """
 
 from __future__ import annotations
@@ -14,24 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from precast.errors import ConfigError
-from workers.features import DEVICE_TYPES, FEATURE_NAMES
+from precast.fleet.features import FeatureModel
 
 FILE_NAME = "drift-reference.npz"
 # Enough that the reference's own sampling error (~1/sqrt(m)) is far below the effect floor.
 DEFAULT_ROWS = 20_000
-# Features the monitor can compute from heartbeats alone. The context features (open work
-# orders, alarms) need the device-context topic and a join; they are not monitored (yet).
-MONITORED: tuple[str, ...] = (
-    "cpu_pct",
-    "mem_pct",
-    "temperature_c",
-    "error_rate",
-    "signal_quality",
-    "log_uptime_h",
-    "firmware_is_latest",
-    *(f"type_{t}" for t in DEVICE_TYPES),
-)
-MONITORED_INDEX = np.array([FEATURE_NAMES.index(f) for f in MONITORED])
+
+
+def monitored(features: FeatureModel) -> tuple[str, ...]:
+    return tuple(features.names[i] for i in features.heartbeat_columns)
 
 
 @dataclass(frozen=True)
@@ -45,10 +38,12 @@ class Reference:
         return int(self.sorted_values.shape[1])
 
 
-def build_reference(x: np.ndarray, model_version: str, rows: int = DEFAULT_ROWS) -> Reference:
+def build_reference(
+    x: np.ndarray, model_version: str, features: FeatureModel, rows: int = DEFAULT_ROWS
+) -> Reference:
     """The monitored columns of the first `rows` training rows (training rows are i.i.d.)."""
-    sample = np.asarray(x[:rows][:, MONITORED_INDEX], dtype=np.float64)
-    return Reference(model_version, MONITORED, np.sort(sample.T, axis=1))
+    sample = np.asarray(x[:rows][:, features.heartbeat_columns], dtype=np.float64)
+    return Reference(model_version, monitored(features), np.sort(sample.T, axis=1))
 
 
 def save_reference(ref: Reference, model_dir: Path) -> Path:
@@ -64,7 +59,7 @@ def save_reference(ref: Reference, model_dir: Path) -> Path:
     return path
 
 
-def load_reference(model_dir: Path) -> Reference:
+def load_reference(model_dir: Path, features: FeatureModel) -> Reference:
     path = model_dir / FILE_NAME
     try:
         with np.load(path) as z:
@@ -73,9 +68,12 @@ def load_reference(model_dir: Path) -> Reference:
     except (OSError, KeyError, ValueError) as exc:
         raise ConfigError(
             f"no usable drift reference at {path} ({exc.__class__.__name__}); "
-            "write one with: python -m workers.training.train --reference-only --out MODEL_DIR"
+            "a model trained by `precast train` ships one"
         ) from None
-    features = tuple(meta["features"])
-    if features != MONITORED:
-        raise ConfigError(f"drift reference {path} has features {features}, expected {MONITORED}")
-    return Reference(meta["model_version"], features, values)
+    names, want = tuple(meta["features"]), monitored(features)
+    if names != want:
+        raise ConfigError(
+            f"drift reference {path} holds features {list(names)}, this fleet spec monitors "
+            f"{list(want)}"
+        )
+    return Reference(meta["model_version"], names, values)

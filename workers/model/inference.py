@@ -170,7 +170,7 @@ class ModelSession:
                 sample.shape,
                 len(self.manifest.features),
             )
-        from precast.fleet.simulate import training_rows
+        from precast.fleet.simulate.training import training_rows
 
         x, _ = training_rows(self.fleet, PROBE_ROWS, seed=20261130)
         return x
