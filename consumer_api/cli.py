@@ -19,6 +19,7 @@ from consumer_api.serve import ServerLimits, check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
+from precast.fleet import load_fleet
 from precast.kafka import Admin, Producer
 from precast.redis_client import connect_async
 from precast.runtime import OneLineParser, run_cli, setup_logging
@@ -44,13 +45,21 @@ def build(settings: ApiSettings) -> Built:
     topics = catalog(
         settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
     )
+    fleet = load_fleet(settings.fleet.spec)
+    default_strategy = opts.default_strategy or fleet.spec.serving.default_label
+    if default_strategy not in fleet.spec.labels:
+        raise ConfigError(
+            f"PRECAST_API__DEFAULT_STRATEGY={default_strategy!r} is not a label of fleet spec "
+            f"{fleet.name!r} ({', '.join(fleet.spec.labels)})"
+        )
+    opts = opts.model_copy(update={"default_strategy": default_strategy})
     grace_ms = int(opts.grace_s * 1000)
     view = MemoryStore(grace_ms) if opts.local_view else None
     shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
     hub = Hub(opts.sse_max_streams)
     index = (
         FleetIndex(
-            default_strategy=opts.default_strategy,
+            default_strategy=default_strategy,
             serve_stale=opts.expired == "stale",
             grace_ms=grace_ms,
             history_depth=opts.board_history_depth,

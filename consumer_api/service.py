@@ -19,6 +19,7 @@ from consumer_api.limits import ClientLimits
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.read_hints import ReadHints
 from consumer_api.settings import ApiOptions
+from precast.fleet import load_fleet
 from precast.serving import AsyncReader, Entry, LocalView
 
 # Reads are counted in a plain dict on the event loop (the only thread that serves) and
@@ -66,7 +67,9 @@ class Service:
     def __post_init__(self) -> None:
         if (self.view is None) == (self.reader is None):
             raise ValueError("exactly one of view / reader")
-        self.renderer = Renderer(self.options.default_strategy, self.options.expired)
+        # unset: the built-in fleet's (the API's entry point sets it from its fleet spec)
+        fallback = self.options.default_strategy or load_fleet().spec.serving.default_label
+        self.renderer = Renderer(fallback, self.options.expired)
         self.hub.max_streams = self.options.sse_max_streams
         self.limits = ClientLimits(self.options)
         tok = self.options.auth_token

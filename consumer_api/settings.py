@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 
 from precast.settings import CommonSettings, Section
-from schemas.fleet import DEFAULT_STRATEGY, STRATEGIES
 
 
 class ApiOptions(Section):
@@ -35,8 +34,9 @@ class ApiOptions(Section):
         default="stale",
         description="past valid_until: serve the entry marked stale, or the fallback",
     )
-    default_strategy: str = Field(
-        default=DEFAULT_STRATEGY, description="the fallback answer's strategy"
+    default_strategy: str | None = Field(
+        default=None,
+        description="the fallback answer's strategy (unset: the fleet spec's default_label)",
     )
     local_view: bool = Field(
         default=True,
@@ -209,13 +209,6 @@ class ApiOptions(Section):
         le=3_600_000,
         description="beacon values above this are clipped to it (implausible for one view)",
     )
-
-    @field_validator("default_strategy")
-    @classmethod
-    def _known_strategy(cls, v: str) -> str:
-        if v not in STRATEGIES:
-            raise ValueError(f"must be one of {', '.join(STRATEGIES)}")
-        return v
 
 
 class ApiSettings(CommonSettings):

@@ -9,9 +9,8 @@ from typing import Any
 
 from precast.progress import table
 
-GROUP_TITLES = {"device_type": "device type", "site": "site", "trigger": "trigger"}
 SHOWN_CHANGES = 20
-SHOWN_SITES = 15  # the sites with the lowest agreement; all of them are in the JSON
+SHOWN_SITES = 15  # a group of many values (sites): those with the lowest agreement; all in the JSON
 
 
 @dataclass(frozen=True)
@@ -166,15 +165,13 @@ def render_text(summary: dict[str, Any], checks: list[Check]) -> str:
         f"devices whose top-1 changed: {c['changed_devices']:,}",
     ]
     cols = ["", "predictions", "top-1 agreement", "top-3 overlap"]
-    for g in ("device_type", "trigger"):
-        out += ["", f"by {GROUP_TITLES[g]}", table(cols, group_rows(c["by"][g]))]
-    sites = c["by"]["site"]
-    if sites:
-        out += [
-            "",
-            f"by site (the {min(SHOWN_SITES, len(sites))} of {len(sites)} with the lowest agreement)",
-            table(cols, group_rows(sites, SHOWN_SITES)),
-        ]
+    for g in _groups(c):
+        values = c["by"][g]
+        if len(values) > SHOWN_SITES:
+            title = f"by {_title(g)} (the {SHOWN_SITES} of {len(values)} with the lowest agreement)"
+            out += ["", title, table(cols, group_rows(values, SHOWN_SITES))]
+        elif values:
+            out += ["", f"by {_title(g)}", table(cols, group_rows(values))]
     tcols, trows = transition_rows(c)
     out += ["", "top-1 transitions (rows: live, columns: candidate)", table(tcols, trows)]
     if c["top_changes"]:
@@ -250,8 +247,8 @@ def render_html(summary: dict[str, Any], checks: list[Check]) -> str:
         )
         parts.append(f"<h2>Gate</h2><ul>{items}</ul>")
     cols = ["", "predictions", "top-1 agreement", "top-3 overlap"]
-    for g in ("device_type", "trigger", "site"):
-        parts.append(f"<h2>By {GROUP_TITLES[g]}</h2>")
+    for g in _groups(c):
+        parts.append(f"<h2>By {e(_title(g))}</h2>")
         parts.append(_table_html(cols, group_rows(c["by"][g])))
     tcols, trows = transition_rows(c)
     parts.append("<h2>Top-1 transitions (rows: live, columns: candidate)</h2>")
@@ -283,3 +280,14 @@ def render_html(summary: dict[str, Any], checks: list[Check]) -> str:
             )
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _groups(c: dict[str, Any]) -> list[str]:
+    """The comparison's groups, few-valued ones first (a summary before the fleet spec named
+    them had device type, site and trigger)."""
+    groups = c.get("groups") or list(c["by"])
+    return sorted(groups, key=lambda g: len(c["by"].get(g, {})) > SHOWN_SITES)
+
+
+def _title(group: str) -> str:
+    return group.replace("_", " ")

@@ -1,16 +1,16 @@
-"""Device event contracts: heartbeats, work orders and alarms, each in a common envelope.
+"""What every device event shares, whatever the fleet: identifiers, times, size limits.
 
-Wire format: one JSON object per Kafka record (orjson), key = device ID (UTF-8). Times are
-integer milliseconds since the Unix epoch (UTC). These models are the *normalized* form; what
-devices may send on the wire (metadata layouts, numbers as strings, unknown fields) and how it
-is normalized lives in `schemas.validation`. Compatibility policy: docs/events.md.
+Wire format: one JSON object per Kafka record (orjson), key = device ID (UTF-8); normalized
+times are integer milliseconds since the Unix epoch (UTC). Each fleet's streams, fields and wire
+paths come from its fleet spec (`schemas.spec`, docs/fleets.md); how a record is read and judged
+lives in `schemas.wire` and `schemas.validation`. Compatibility policy: docs/events.md.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints
 
 SCHEMA_VERSION: Final = 1
 # Consumers accept the current and the previous version (docs/events.md); v1 has no predecessor.
@@ -42,97 +42,3 @@ MAX_AHEAD_MS = 5_000
 
 # NaN and Infinity are never valid numbers in an event (and not JSON either).
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-
-
-class Envelope(BaseModel):
-    """Fields every event carries. `event_id` is unique per event (de-duplication key)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    event_id: EventId
-    device_id: DeviceId
-    event_time_ms: EpochMs
-    produced_at_ms: EpochMs
-
-    @model_validator(mode="after")
-    def _time_is_sane(self) -> Envelope:
-        if self.event_time_ms > self.produced_at_ms + MAX_CLOCK_SKEW_MS:
-            raise ValueError(
-                "event_time_ms is later than produced_at_ms by more than the allowed clock skew"
-            )
-        return self
-
-
-# Finite floats within [lo, hi]: one constraint set each, so JSON Schema shows min/max.
-Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
-Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Celsius = Annotated[float, Field(ge=-80, le=250, allow_inf_nan=False)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class HeartbeatMetrics(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    cpu_pct: Percent
-    mem_pct: Percent
-    temperature_c: Celsius
-    error_rate: Share
-    signal_quality: Share
-    uptime_s: NonNegative
-
-
-ShortText = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-
-
-class DeviceInfo(BaseModel):
-    """Device metadata, normalized. On the wire it arrives as `meta.info` (canonical), flat
-    under `meta`, or under a version key (`meta.info.v2`); see `schemas.validation`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    site: ShortText | None = None
-    hw_model: ShortText | None = None
-    hw_rev: Annotated[int, Field(ge=0, le=10_000)] | None = None
-    serial: ShortText | None = None
-
-
-class Heartbeat(Envelope):
-    kind: Literal["heartbeat"] = "heartbeat"
-    device_type: ShortText
-    firmware: ShortText
-    metrics: HeartbeatMetrics
-    meta: DeviceInfo = DeviceInfo()
-
-
-WorkOrderStatus = Literal["opened", "updated", "closed"]
-Priority = Literal["low", "medium", "high", "critical"]
-
-
-class WorkOrderEvent(Envelope):
-    kind: Literal["work_order"] = "work_order"
-    work_order_id: EventId
-    status: WorkOrderStatus
-    priority: Priority
-    category: ShortText
-
-
-Severity = Literal["info", "warning", "major", "critical"]
-
-
-class Alarm(Envelope):
-    kind: Literal["alarm"] = "alarm"
-    alarm_id: EventId
-    severity: Severity
-    code: ShortText
-    cleared: bool = False
-
-
-DeviceEvent = Heartbeat | WorkOrderEvent | Alarm
-
-# The contract of each event topic, by topic role (schemas.topics).
-EVENT_MODELS: dict[str, type[Heartbeat] | type[WorkOrderEvent] | type[Alarm]] = {
-    "heartbeats": Heartbeat,
-    "work_orders": WorkOrderEvent,
-    "alarms": Alarm,
-}

@@ -34,7 +34,9 @@ class ModelOptions(Section):
     warmup_rows: int = Field(
         default=64, ge=0, le=100_000, description="rows of the warm-up inference at load"
     )
-    top_k: int = Field(default=3, ge=1, le=32)
+    top_k: int | None = Field(
+        default=None, ge=1, le=32, description="candidates per answer (unset: the fleet spec's)"
+    )
 
 
 class WorkerOptions(Section):
@@ -68,7 +70,12 @@ class WorkerOptions(Section):
         ),
     )
     poll_timeout_s: float = Field(default=0.1, gt=0, le=10)
-    horizon_s: float = Field(default=5.0, gt=0, le=86_400)
+    horizon_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="validity of an answer after its data's time (unset: the fleet spec's)",
+    )
     commit_interval_ms: int = Field(
         default=200,
         ge=1,

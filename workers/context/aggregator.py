@@ -2,7 +2,8 @@
 
 A faust table keyed by device holds each device's `DeviceContext` snapshot (changelog-backed,
 so a restarted or rebalanced instance restores it), updated by the same pure reducer the
-worker uses (`workers.context.reducer`); every change is published to the compacted device-context
+worker uses (`precast.fleet.context`, compiled from the fleet spec); every change is published
+to the compacted device-context
 topic, which is what workers restore from. Both streams are low-rate, which is why faust
 (aiokafka, asyncio) is acceptable here and kept off the worker's hot path. Records that break
 the contract go to the dead-letter topic (faust flushes its producer before it commits).
@@ -23,14 +24,13 @@ from typing import Any, cast
 from prometheus_client import Counter, Gauge
 
 from precast.deadletter import DEAD_LETTERS, dead_letter_record
+from precast.fleet import load_fleet, snapshot
 from precast.kafka import Admin, Record
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from schemas.validation import Rejected
-from workers.context.reducer import DeviceContext
-from workers.precompute.decode import validate
 from workers.settings import ContextSettings
 
 log = logging.getLogger("precast.context")
@@ -51,10 +51,16 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     t = settings.topics
     topics = catalog(t.prefix, t.partitions, t.replication_factor)
     c = settings.context
+    fleet = load_fleet(settings.fleet.spec)
+    model = fleet.context
+    # State is named after the context definitions (their hash): a spec that changes them
+    # starts a new consumer group and table, which rebuild every device's context from the
+    # topics, instead of folding new events into snapshots of the old meaning.
+    app_id = f"{c.app_id}-{model.hash[:8]}"
     # faust creates only the last folder of its datadir; a fresh checkout has no .precast/ yet.
     c.data_dir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
-        c.app_id,
+        app_id,
         broker=f"kafka://{settings.kafka.bootstrap_servers}",
         store="memory://",
         topic_partitions=t.partitions,
@@ -76,9 +82,8 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     def raw_topic(name: str) -> Any:
         return app.topic(name, internal=False, key_serializer="raw", value_serializer="raw")
 
-    sources = {topics.work_orders.name: "work_orders", topics.alarms.name: "alarms"}
-    wo_topic = raw_topic(topics.work_orders.name)
-    alarm_topic = raw_topic(topics.alarms.name)
+    streams = {s.topic: name for name, s in fleet.spec.streams.items() if s.topic != "heartbeats"}
+    sources = {getattr(topics, role).name: role for role in streams}
     out = raw_topic(topics.device_context.name)
     dlq = raw_topic(topics.dead_letters.name)
     # JSON text keys/values: the changelog is read back through the table's own serializers.
@@ -99,35 +104,34 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
             int(msg.timestamp * 1000),
         )
         role = sources[msg.topic]
-        e = validate(role, record)
-        if isinstance(e, Rejected):
+        got = fleet.validator.validate(role, record.key(), record.value(), record.headers())
+        if isinstance(got, Rejected):
+            e = got
             key, value, headers = dead_letter_record(record, e.reason, e.detail, COMPONENT)
             await dlq.send(key=key, value=value, headers=headers)
             DEAD_LETTERS.labels(COMPONENT, e.reason.value).inc()
             EVENTS.labels(msg.topic, "dead_letter").inc()
             return
+        e = got.event
         device = e["device_id"]
         current = table.get(device)
-        ctx = DeviceContext.from_json(current.encode()) if current else DeviceContext(device)
-        changed = ctx.apply_work_order(e) if role == "work_orders" else ctx.apply_alarm(e)
+        ctx = snapshot.from_json(model, current.encode()) if current else model.new(device)
+        changed = model.apply(ctx, streams[role], e)
         if not changed and current is not None:
             EVENTS.labels(msg.topic, "unchanged").inc()
             return
-        snapshot = ctx.to_json(int(time.time() * 1000))
-        table[device] = snapshot.decode()
-        await out.send(key=device.encode(), value=snapshot)
+        snap = snapshot.to_json(model, ctx, int(time.time() * 1000))
+        table[device] = snap.decode()
+        await out.send(key=device.encode(), value=snap)
         SNAPSHOTS.inc()
         EVENTS.labels(msg.topic, "applied").inc()
 
-    @app.agent(wo_topic, name="work-orders")
-    async def work_orders(stream: Any) -> None:
+    async def consume(stream: Any) -> None:
         async for event in stream.events():
             await fold(event)
 
-    @app.agent(alarm_topic, name="alarms")
-    async def alarms(stream: Any) -> None:
-        async for event in stream.events():
-            await fold(event)
+    for role in streams:  # one agent per context stream the fleet spec declares
+        app.agent(raw_topic(getattr(topics, role).name), name=role.replace("_", "-"))(consume)
 
     @app.timer(1.0)
     async def tick() -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from precast.fleet import load_fleet
 from precast.kafka import Admin, Consumer
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
@@ -23,8 +24,10 @@ from workers.settings import DriftSettings
 
 def build(settings: DriftSettings) -> DriftMonitor:
     d = settings.drift
+    fleet = load_fleet(settings.fleet.spec)
     return DriftMonitor(
-        load_reference(d.model_path),
+        load_reference(d.model_path, fleet.features),
+        fleet=fleet,
         window_s=d.window_s,
         step_s=d.step_s,
         min_rows=d.min_rows,

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
+from precast.fleet import Fleet, load_fleet
 from precast.kafka import KafkaMessage
-from workers.drift.reference import MONITORED_INDEX, Reference
+from workers.drift.reference import Reference
 from workers.drift.stats import DriftResult, test_window
 from workers.drift.window import SlidingWindow
-from workers.features import EMPTY_CONTEXT, HEARTBEAT_COLUMNS, build_features
-from workers.precompute.decode import decode_heartbeats
+from workers.precompute.decode import Decoder
 
 STATISTIC = Gauge(
     "precast_drift_ks_statistic", "KS distance D of the last tested window, by feature", ["feature"]
@@ -45,13 +45,14 @@ for _r in ("ok", "rejected"):
     HEARTBEATS.labels(_r)
 
 
-def monitored_features(cols: np.ndarray) -> np.ndarray:
-    """(n, k) monitored features from heartbeat columns (`Heartbeats.cols`), through the same
-    `build_features` the worker and training use."""
+def monitored_features(fleet: Fleet, cols: np.ndarray) -> np.ndarray:
+    """(n, k) monitored features from heartbeat state columns (`Heartbeats.cols`), through the
+    same feature matrix the worker and training use (context values: a device without any;
+    the monitored columns do not read them)."""
     n = len(cols)
-    raw: dict[str, np.ndarray] = {name: cols[:, i] for i, name in enumerate(HEARTBEAT_COLUMNS)}
-    raw.update({k: np.full(n, v) for k, v in EMPTY_CONTEXT.items()})
-    return build_features(raw)[:, MONITORED_INDEX].astype(np.float64)
+    context = fleet.context.columns([None] * n, np.zeros(n, dtype=np.int64))
+    x = fleet.features.build(cols, context)
+    return x[:, fleet.features.heartbeat_columns].astype(np.float64)
 
 
 def _ignore(*_: object) -> None:
@@ -70,7 +71,10 @@ class DriftMonitor:
         max_rows: int,
         alpha: float,
         min_effect: float,
+        fleet: Fleet | None = None,
     ) -> None:
+        self.fleet = fleet or load_fleet()
+        self.decoder = Decoder(self.fleet)
         self.ref = reference
         self.window = SlidingWindow(window_s, max_rows)
         self.step_s, self.min_rows = step_s, min_rows
@@ -82,9 +86,9 @@ class DriftMonitor:
     def add_records(self, msgs: Sequence[KafkaMessage], now_s: float) -> None:
         """A consumed batch; `now_s` (arrival time) places it in the window: device clocks do
         not decide which window a record belongs to."""
-        hb = decode_heartbeats(msgs, _ignore)
+        hb = self.decoder.heartbeats(msgs, _ignore)
         HEARTBEATS.labels("ok").inc(len(hb))
-        self.add_rows(np.full(len(hb), now_s), monitored_features(hb.cols))
+        self.add_rows(np.full(len(hb), now_s), monitored_features(self.fleet, hb.cols))
 
     def add_rows(self, times: np.ndarray, rows: np.ndarray) -> None:
         self.window.add(times, rows)

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from precast.fleet import load_fleet
 from precast.kafka import Admin
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
@@ -34,8 +35,11 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
     """The worker a settings object describes (also used by tests, benchmarks, and the shadow
     run, which passes its own `Worker` subclass)."""
     m, w, pol = settings.model, settings.worker, settings.policy
+    fleet = load_fleet(settings.fleet.spec)
+    serving = fleet.spec.serving
     load_model = partial(
         _load_model,
+        fleet=fleet,
         provider=m.provider,
         device_id=m.device_id,
         intra_op_threads=m.intra_op_threads,
@@ -60,8 +64,9 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
         max_batch=w.batch_max,
         max_queue_delay_s=w.max_queue_delay_ms / 1000.0,
         preferred_batch_sizes=w.preferred_batch_sizes,
-        horizon_ms=int(w.horizon_s * 1000),
-        top_k=m.top_k,
+        horizon_ms=int((w.horizon_s or serving.horizon_s) * 1000),
+        top_k=m.top_k or serving.top_k,
+        max_ahead_ms=round(fleet.spec.time.max_ahead_s * 1000),
     )
     loop = LoopConfig(
         group_id=w.group_id,
@@ -73,7 +78,7 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
         transaction_timeout_ms=w.transaction_timeout_ms,
         linger_ms=w.linger_ms,
     )
-    return worker_cls(settings.kafka, topics, registry, pipe, loop)
+    return worker_cls(settings.kafka, topics, registry, pipe, loop, fleet=fleet)
 
 
 def _load_model(path: Path, **kw: Any) -> ModelSession:

@@ -15,13 +15,13 @@ import numpy as np
 from precast.fleet import Fleet
 from precast.fleet.features import Standardization
 from workers.model.predictor import Predictor
+from workers.model.sensitivity import Sensitivity, ranking
 from workers.model.topk import top_k
 from workers.precompute import changelog
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
 from workers.precompute.config import PipelineConfig
 from workers.precompute.encode import Encoded, Pending, encode
-from workers.model.sensitivity import Sensitivity, ranking
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.compute")

@@ -13,13 +13,13 @@ import numpy as np
 from precast.fleet import Fleet
 from precast.fleet.features import Standardization
 from precast.kafka import KafkaMessage
+from workers.model.sensitivity import Sensitivity
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Heartbeats, Reject
 from workers.precompute.encode import Pending
-from workers.model.sensitivity import Sensitivity
 from workers.precompute.state import DeviceTable
 
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device

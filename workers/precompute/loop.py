@@ -17,6 +17,7 @@ from collections.abc import Callable
 from operator import methodcaller
 from typing import Any
 
+from precast.fleet import Fleet
 from precast.kafka import (
     Consumer,
     KafkaMessage,
@@ -75,6 +76,7 @@ class Worker(Rebalancing):
         *,
         assignment: list[TopicPartitionOffset] | None = None,
         stop_at: dict[tuple[str, int], int] | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         cfg = cfg or LoopConfig()
         self.cfg, self.topics, self.registry = cfg, topics, registry
@@ -93,7 +95,7 @@ class Worker(Rebalancing):
         if cfg.exactly_once:
             overrides["isolation.level"] = "read_committed"
         self.consumer = Consumer(kafka, cfg.group_id, **overrides)
-        self.pipeline = Pipeline(topics, pipeline or PipelineConfig(), self._reject)
+        self.pipeline = Pipeline(topics, pipeline or PipelineConfig(), self._reject, fleet)
         self.assignment, self.stop_at = assignment, dict(stop_at or {})
         self._first_end = min(self.stop_at.values(), default=0)
         self.sources = [

@@ -15,6 +15,7 @@ from precast.fleet.features import Standardization
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas import deadletters as dl
 from schemas.topics import Topics
+from workers.model.sensitivity import Sensitivity
 from workers.precompute import changelog
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
@@ -24,7 +25,6 @@ from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Reject, decode_hints, decode_requests
 from workers.precompute.encode import Pending, merge
 from workers.precompute.heartbeats import HeartbeatIngest
-from workers.model.sensitivity import Sensitivity
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.pipeline")

@@ -6,7 +6,7 @@ costs). `to_dict`/`from_dict` carry it through a checkpoint and into the summary
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from workers.model.topk import top_k
 
+# What a comparison is grouped by: the fleet spec's board filters, then the trigger.
 GROUPS = ("device_type", "site", "trigger")
 # Per-batch inference time buckets (seconds, upper bounds) for the median and p99.
 TIME_BUCKETS: tuple[float, ...] = tuple(
@@ -159,11 +160,14 @@ class Comparison:
     """Live vs candidate over a shadow run. `labels` is the live model's label order; candidate
     scores arrive already mapped into it."""
 
-    def __init__(self, labels: Sequence[str], keep_changed: int = 50) -> None:
+    def __init__(
+        self, labels: Sequence[str], keep_changed: int = 50, groups: Sequence[str] = GROUPS
+    ) -> None:
         self.labels = tuple(labels)
         self.keep_changed = keep_changed
         self.overall = Tally()
-        self.by: dict[str, dict[str, Tally]] = {g: {} for g in GROUPS}
+        self.groups: tuple[str, ...] = tuple(groups)
+        self.by: dict[str, dict[str, Tally]] = {g: {} for g in self.groups}
         k = len(self.labels)
         self.transitions = np.zeros((k, k), dtype=np.int64)  # live top-1 -> candidate top-1
         self.changed: dict[str, dict[str, Any]] = {}  # device -> its largest top-1 change
@@ -177,14 +181,14 @@ class Comparison:
     def add(
         self,
         devices: Sequence[str],
-        groups: dict[str, Sequence[str]],
+        groups: Mapping[str, Sequence[str]],
         live: np.ndarray,
         candidate: np.ndarray,
         truth: Sequence[int] | None = None,
     ) -> None:
         """One batch: both models' scores (n, labels) for the same rows; `groups` gives each
-        row's device type, site and trigger; `truth` the right label index per row, -1 where
-        unknown."""
+        row's value of each group (the spec's board filters and the trigger); `truth` the right
+        label index per row, -1 where unknown."""
         n = len(devices)
         if n == 0:
             return
@@ -193,7 +197,7 @@ class Comparison:
         agree = li[:, 0] == ci[:, 0]
         overlap = (li[:, :, None] == ci[:, None, :]).any(axis=2).sum(axis=1) / li.shape[1]
         self.overall.add(n, int(agree.sum()), float(overlap.sum()))
-        for g in GROUPS:
+        for g in self.groups:
             keys, inv = np.unique(np.asarray(groups[g], dtype=object), return_inverse=True)
             a = np.bincount(inv, weights=agree, minlength=len(keys))
             o = np.bincount(inv, weights=overlap, minlength=len(keys))
@@ -260,6 +264,7 @@ class Comparison:
             "labels": list(self.labels),
             "events": self.events,
             "overall": self.overall.as_dict(),
+            "groups": list(self.groups),
             "by": {g: {k: t.as_dict() for k, t in sorted(ts.items())} for g, ts in self.by.items()},
             "transitions": self.transitions.tolist(),
             "changed_devices": len(self.changed_devices),
@@ -273,10 +278,10 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Comparison:
-        c = cls(d["labels"], int(d["keep_changed"]))
+        c = cls(d["labels"], int(d["keep_changed"]), tuple(d.get("groups", GROUPS)))
         c.events = int(d["events"])
         c.overall = Tally.from_dict(d["overall"])
-        c.by = {g: {k: Tally.from_dict(t) for k, t in d["by"][g].items()} for g in GROUPS}
+        c.by = {g: {k: Tally.from_dict(t) for k, t in d["by"][g].items()} for g in c.groups}
         c.transitions = np.asarray(d["transitions"], dtype=np.int64)
         c.changed_devices = set(d["changed_device_ids"])
         c.changed = {x["device"]: x for x in d["top_changes"]}

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, TopicPartitionOffset
@@ -93,40 +91,30 @@ class HeldRecord:
         return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
 
 
-def slim(item: Pending, topics: dict[str, str], sites: dict[str, str], heartbeats: str) -> None:
+def slim(
+    item: Pending,
+    topics: dict[str, str],
+    attrs: dict[str, dict[str, str]],
+    heartbeats: str,
+    read: Callable[[bytes | None], dict[str, str]],
+) -> None:
     """Replace the whole records a deferred item holds by `HeldRecord`s, in place; the
-    device's site is read first from its heartbeat if not known yet (the payload goes).
-    `topics` interns topic names (each consumed message carries its own copy)."""
+    device's attributes (what the comparison groups by) are read first from its heartbeat if
+    not known yet (the payload goes). `topics` interns topic names (each consumed message
+    carries its own copy)."""
     refs = item.refs
     for i, (m, eid) in enumerate(refs):
         if type(m) is HeldRecord:
             continue
         t = m.topic() or ""
-        if item.device not in sites and t == heartbeats:
-            sites[item.device] = site_of(m.value())
+        if item.device not in attrs and t == heartbeats:
+            attrs[item.device] = read(m.value())
         refs[i] = (
             HeldRecord(
                 topics.setdefault(t, t), m.partition() or 0, m.offset() or 0, traceparent(m)
             ),
             eid,
         )
-
-
-def site_of(value: bytes | None) -> str:
-    """The site a heartbeat names, in any tolerated metadata layout (`meta.info`, flat under
-    `meta`, or under a version key such as `meta.info.v2`; see schemas.normalize): read once
-    per device, so a plain JSON parse instead of the full contract validation."""
-    try:
-        meta = orjson.loads(value or b"{}").get("meta")
-    except (orjson.JSONDecodeError, AttributeError):
-        return "unknown"
-    if not isinstance(meta, dict):
-        return "unknown"
-    info = meta.get("info", meta)
-    if isinstance(info, dict) and "site" not in info:
-        info = next((v for k, v in info.items() if k[:1] == "v" and isinstance(v, dict)), info)
-    site = info.get("site") if isinstance(info, dict) else None
-    return site if isinstance(site, str) and site else "unknown"
 
 
 class Checkpointer:

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from precast.errors import ConfigError
+from precast.fleet import Fleet, load_fleet
+from precast.fleet.simulate.truth import true_labels
 from precast.kafka import Admin, TopicPartitionOffset
 from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
-from schemas.fleet import true_strategies
 from workers.model.inference import ModelSession
 from workers.model.registry import wanted_version
 from workers.precompute.backfill import parse_ranges
@@ -74,6 +75,7 @@ def load_model(folder: Path, role: str, settings: WorkerSettings) -> ModelSessio
     try:
         return ModelSession(
             folder,
+            fleet=load_fleet(settings.fleet.spec),
             provider=m.provider,
             device_id=m.device_id,
             intra_op_threads=m.intra_op_threads,
@@ -118,7 +120,8 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
         print("shadow: this run completed before; its summary stands", file=sys.stderr)
         _write_summary(a.summary, state["summary"])
         return 0
-    comparison = Comparison(live.labels)
+    fleet = load_fleet(settings.fleet.spec)
+    comparison = Comparison(live.labels, groups=(*fleet.spec.board.filters, "trigger"))
     if state is None:
         starts, stop_at = a.assignment, a.stop_at
         assignment, resumes = starts, 0
@@ -157,7 +160,7 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
     clock = ReplayClock()
     worker.clock = clock
     worker.consumer = ClockedConsumer(worker.consumer, clock)  # type: ignore[assignment]
-    worker.setup(candidate, comparison, _truth(a.truth, live.labels), cp)
+    worker.setup(candidate, comparison, _truth(fleet, a.truth, live.labels), cp)
     warm = dict(a.warmup)
     if resumes:  # the device table was not saved: fold in what the range held before `next`
         warm.update(
@@ -234,13 +237,15 @@ def _describe(model: ModelSession, folder: Path) -> dict[str, Any]:
     return {"name": model.manifest.name, "version": model.version, "path": str(folder)}
 
 
-def _truth(spec: tuple[int, int, float] | None, labels: Sequence[str]) -> dict[str, int] | None:
+def _truth(
+    fleet: Fleet, spec: tuple[int, int, float] | None, labels: Sequence[str]
+) -> dict[str, int] | None:
     if spec is None:
         return None
     devices, seed, drift = spec
     return {
         d: labels.index(s)
-        for d, s in true_strategies(devices, seed, drift_share=drift).items()
+        for d, s in true_labels(fleet.spec, devices, seed, drift_share=drift).items()
         if s is not None and s in labels
     }
 

@@ -9,16 +9,13 @@ import numpy as np
 
 from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, TopicPartitionOffset
-from schemas.fleet import DEVICE_TYPES
+from schemas.spec.fields import Categorical
 from workers.model.inference import ModelSession
-from workers.precompute.decode import decode_events
 from workers.precompute.encode import Pending
 from workers.precompute.loop import Worker
 from workers.precompute.policy import TRIGGER
 from workers.shadow.compare import Comparison
-from workers.shadow.replay import Checkpointer, site_of, slim
-
-_TYPE_COLUMNS = slice(7, 7 + len(DEVICE_TYPES))  # one-hot device type in the feature row
+from workers.shadow.replay import Checkpointer, slim
 
 
 class Recording:
@@ -57,12 +54,36 @@ class ShadowWorker(Worker):
         # candidate column -> live column, so both score rows speak the live model's order
         self.to_live = np.array([live.labels.index(lab) for lab in candidate.labels])
         self.comparison, self.truth, self.checkpointer = comparison, truth, checkpoint
-        self.sites: dict[str, str] = {}
+        self._facets()
+        self.attrs: dict[str, dict[str, str]] = {}
         self.shadow_topic = self.topics.shadow_predictions.name
         self.failed: str | None = None
         names: dict[str, str] = {}
         hb = self.topics.heartbeats.name
-        self.pipeline.on_defer = lambda item: slim(item, names, self.sites, hb)
+        self.pipeline.on_defer = lambda item: slim(item, names, self.attrs, hb, self._read)
+
+    def _facets(self) -> None:
+        """What the comparison groups by besides the trigger (the spec's board filters): a
+        one-hot feature's category is read back from the feature row, anything else from the
+        device's heartbeat, once per device."""
+        fleet = self.pipeline.fleet
+        spec, names = fleet.spec, fleet.features.names
+        self.onehot: dict[str, tuple[int, tuple[str, ...]]] = {}
+        for f in spec.features:
+            field = spec.field(f.source)
+            if f.transform == "one_hot" and isinstance(field, Categorical):
+                self.onehot.setdefault(
+                    f.source, (names.index(f"{f.name}={field.values[0]}"), field.values)
+                )
+        self.payload = tuple(
+            g for g in self.comparison.groups if g not in self.onehot and g != "trigger"
+        )
+
+    def _read(self, value: bytes | None) -> dict[str, str]:
+        """The payload facets of one heartbeat (unknown where it has none or is bad)."""
+        got = self.pipeline.fleet.validator.validate("heartbeats", b"x", value)
+        e = got.event if got.ok else {}
+        return {g: str(e.get(g) or "unknown") for g in self.payload}
 
     # -- one batch through both models ----------------------------------------------------------
     def _run_batch(self, items: list, delay: float) -> None:
@@ -86,27 +107,30 @@ class ShadowWorker(Worker):
         c.time("live", len(items), live_s)
         c.time("candidate", len(items), self.candidate.seconds)
         devices = [it.device for it in items]
+        groups: dict[str, list[str]] = {"trigger": [TRIGGER[it.reason] for it in items]}
+        for g, (start, values) in self.onehot.items():
+            groups[g] = _categories(result.features[:, start : start + len(values)], values)
+        if self.payload:
+            attrs = [self._attrs(it) for it in items]
+            for g in self.payload:
+                groups[g] = [a[g] for a in attrs]
         c.add(
             devices,
-            {
-                "device_type": _device_types(result.features),
-                "site": [self._site(it) for it in items],
-                "trigger": [TRIGGER[it.reason] for it in items],
-            },
+            groups,
             live_scores,
             cand,
             [self.truth.get(d, -1) for d in devices] if self.truth is not None else None,
         )
 
-    def _site(self, item: Pending) -> str:
-        site = self.sites.get(item.device)
-        if site is None:
+    def _attrs(self, item: Pending) -> dict[str, str]:
+        got = self.attrs.get(item.device)
+        if got is None:
             hb = self.topics.heartbeats.name
             for m, _ in item.refs:  # a slimmed (HeldRecord) reference has no payload left
                 if m.topic() == hb and (value := m.value()) is not None:
-                    site = self.sites[item.device] = site_of(value)
+                    got = self.attrs[item.device] = self._read(value)
                     break
-        return site or "unknown"
+        return got or dict.fromkeys(self.payload, "unknown")
 
     def _reject(self, msg: KafkaMessage, reason: str, detail: str) -> None:
         # The live worker dead-lettered these already; a shadow run only counts them.
@@ -135,10 +159,9 @@ class ShadowWorker(Worker):
         )
 
 
-def _device_types(x: np.ndarray) -> list[str]:
-    onehot = x[:, _TYPE_COLUMNS]
+def _categories(onehot: np.ndarray, values: tuple[str, ...]) -> list[str]:
     idx = np.where(onehot.any(axis=1), onehot.argmax(axis=1), -1).tolist()
-    return [DEVICE_TYPES[i] if i >= 0 else "unknown" for i in idx]
+    return [values[i] if i >= 0 else "unknown" for i in idx]
 
 
 def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, int]]) -> int:
@@ -166,14 +189,11 @@ def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, 
                 by_role.setdefault(roles[tp[0]], []).append(m)
             if off >= todo[tp][1] - 1:
                 del todo[tp]
+        pipe = worker.pipeline
         for role, batch in by_role.items():
-            for m, e in decode_events(role, batch, _ignore):
+            for m, e in pipe.decoder.events(role, batch, _ignore):
                 tab.slots([e["device_id"]], [int(m.partition() or 0)])
-                ctx = tab.context(e["device_id"])
-                if role == "work_orders":
-                    ctx.apply_work_order(e)
-                else:
-                    ctx.apply_alarm(e)
+                pipe.fleet.context.apply(tab.context(e["device_id"]), pipe.stream_of[role], e)
                 n += 1
     return n  # worker.start() assigns the shadow range in place of these
 
