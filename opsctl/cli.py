@@ -4,6 +4,8 @@ precast stack up | down [kafka|redis] | status | running | install
 precast topics ensure | list
 precast demo
 precast schemas export DIR
+precast fleet check FILE | schema | show           (fleet specs, docs/fleets.md)
+precast train --version V --simulate ROWS | --data FILE
 precast observe generate | check   (alert rules and dashboards as code, docs/observability.md)
 precast replay | backfill | shadow | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
 precast audit checkpoint | prove | verify                       (audit log, docs/audit.md)
@@ -104,11 +106,12 @@ def _schemas(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     from precast.errors import ConfigError
     from schemas.export import json_schemas
+    from schemas.spec import load_spec
 
     out = Path(args.dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for name, schema in json_schemas().items():
+        for name, schema in json_schemas(load_spec(settings.fleet.spec)).items():
             (out / name).write_bytes(
                 orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
             )

@@ -6,7 +6,19 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from opsctl import audit, backfill, deadletters, lag, purge, rebuild, replay, shadow
+    from opsctl import (
+        audit,
+        backfill,
+        deadletters,
+        fleet,
+        lag,
+        purge,
+        rebuild,
+        replay,
+        shadow,
+        train,
+    )
 
-    for module in (replay, backfill, shadow, deadletters, purge, rebuild, lag, audit):
+    modules = (fleet, train, replay, backfill, shadow, deadletters, purge, rebuild, lag, audit)
+    for module in modules:
         module.add_parser(sub)

@@ -13,9 +13,26 @@ import orjson
 
 from opsctl.ranges import TimeRange
 from precast.errors import ConfigError
-from schemas.events import DEVICE_ID_PATTERN, Alarm, Heartbeat, WorkOrderEvent
+from schemas.events import DEVICE_ID_PATTERN
+from schemas.spec import FleetSpec, load_spec
+from schemas.spec.fields import WirePath
 
-EVENT_TYPES = tuple(m.model_fields["kind"].default for m in (Heartbeat, WorkOrderEvent, Alarm))
+
+def declared_event_types(spec: FleetSpec) -> dict[str, tuple[WirePath, str]]:
+    """Event type -> (where a record says it, the value): the `kind` each stream declares."""
+    return {
+        s.envelope.kind.value: (s.envelope.kind.path[0], s.envelope.kind.value)
+        for s in spec.streams.values()
+        if s.envelope.kind
+    }
+
+
+def _at(doc: object, path: WirePath) -> object:
+    for k in path:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(k)
+    return doc
 
 
 def split_list(values: Iterable[str] | None) -> list[str]:
@@ -29,6 +46,9 @@ class RecordFilter:
     event_types: frozenset[str] = frozenset()
     schema_versions: frozenset[int] = frozenset()
     time_range: TimeRange | None = None
+    # where records carry their type and schema version (the fleet spec's envelope)
+    kind_path: WirePath = ("kind",)
+    version_path: WirePath = ("schema_version",)
 
     @classmethod
     def from_args(
@@ -37,6 +57,7 @@ class RecordFilter:
         event_types: Iterable[str] | None = None,
         schema_versions: Iterable[str] | None = None,
         time_range: TimeRange | None = None,
+        spec: FleetSpec | None = None,
     ) -> RecordFilter:
         import re
 
@@ -44,12 +65,21 @@ class RecordFilter:
         bad = [d for d in devs if not re.match(DEVICE_ID_PATTERN, d)]
         if bad:
             raise ConfigError(f"malformed device ID {bad[0]!r} (expected {DEVICE_ID_PATTERN})")
+        spec = spec or load_spec()
+        types = declared_event_types(spec)
         kinds = split_list(event_types)
-        unknown = [k for k in kinds if k not in EVENT_TYPES]
+        unknown = [k for k in kinds if k not in types]
         if unknown:
-            raise ConfigError(
-                f"unknown event type {unknown[0]!r}: known are {', '.join(EVENT_TYPES)}"
-            )
+            known = ", ".join(types) or "none: the fleet spec's streams declare no kind"
+            raise ConfigError(f"unknown event type {unknown[0]!r}: known are {known}")
+        paths = {types[k][0] for k in kinds}
+        if len(paths) > 1:
+            raise ConfigError("these event types are told apart at different paths: one at a time")
+        versions_at = {
+            s.envelope.schema_version.path[0]
+            for s in spec.streams.values()
+            if s.envelope.schema_version
+        }
         versions = []
         for v in split_list(schema_versions):
             if not v.isdigit():
@@ -57,8 +87,15 @@ class RecordFilter:
                     f"malformed schema version {v!r}: expected a whole number, e.g. 1"
                 )
             versions.append(int(v))
+        if versions and not versions_at:
+            raise ConfigError("the fleet spec's streams carry no schema version to filter on")
         return cls(
-            frozenset(d.encode() for d in devs), frozenset(kinds), frozenset(versions), time_range
+            frozenset(d.encode() for d in devs),
+            frozenset(kinds),
+            frozenset(versions),
+            time_range,
+            next(iter(paths), ("kind",)),
+            next(iter(versions_at), ("schema_version",)),
         )
 
     @property
@@ -83,9 +120,11 @@ class RecordFilter:
             return False
         if not isinstance(doc, dict):
             return False
-        if self.event_types and doc.get("kind") not in self.event_types:
+        if self.event_types and _at(doc, self.kind_path) not in self.event_types:
             return False
-        return not (self.schema_versions and doc.get("schema_version") not in self.schema_versions)
+        return not (
+            self.schema_versions and _at(doc, self.version_path) not in self.schema_versions
+        )
 
     def describe(self) -> dict[str, object]:
         return {

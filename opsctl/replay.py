@@ -22,6 +22,7 @@ from precast.kafka import Admin, KafkaMessage
 from precast.progress import bar, table
 from precast.settings import KafkaSettings
 from schemas.partitioning import partition_for
+from schemas.spec import load_spec
 
 
 def add_parser(sub: Any) -> None:
@@ -119,7 +120,9 @@ def make_route(
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     tr, spec = range_inputs(args)
-    flt = RecordFilter.from_args(args.device, args.event_type, args.schema_version, tr)
+    flt = RecordFilter.from_args(
+        args.device, args.event_type, args.schema_version, tr, load_spec(settings.fleet.spec)
+    )
     pacer = ReplaySchedule(rate=args.rate, speed=args.speed)
     if not args.dry_run and not args.target:
         raise ConfigError("a target topic is needed (or --dry-run)")
