@@ -93,11 +93,13 @@ def corrupt(
         )  # JS-ish quotes
         return BadRecord(role, key, value, kind)
     if kind == "wrong_type":
-        # a declared top-level value (extras are ignored), not an object (those hold optional
-        # fields and tolerated shapes), not a boolean (True is a valid flag)
-        known = {p[0] for p in s.declared_paths() if len(p) == 1}
+        # a required top-level value (extras are ignored, a null optional one is absent), not
+        # an object (those hold optional fields and tolerated shapes), not a boolean (True is a
+        # valid flag), not the record's kind (absent is tolerated)
+        required = {f.path[0][0] for f in s.fields.values() if f.required and len(f.path[0]) == 1}
+        required |= {p[0] for p in _required(s) if len(p) == 1} | {env.device_id[0][0]}
         field = _pick(
-            rng, sorted(k for k, v in e.items() if k in known and not isinstance(v, dict | bool))
+            rng, sorted(k for k, v in e.items() if k in required and not isinstance(v, dict | bool))
         )
         wrong = _WRONG_FOR_TEXT if isinstance(e[field], str) else _WRONG_FOR_OTHER
         e[field] = wrong[int(rng.integers(len(wrong)))]

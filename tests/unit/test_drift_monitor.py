@@ -9,14 +9,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 from precast.errors import ConfigError
+from precast.fleet import load_fleet
 from precast.kafka import Record
 from producers.simulator import Fleet
 from workers.drift.monitor import DriftMonitor
-from workers.drift.reference import MONITORED, load_reference
+from workers.drift.reference import load_reference, monitored
 from workers.drift.window import SlidingWindow
 from workers.settings import DEFAULT_MODEL_DIR
 
 T0 = 1_800_000_000_000
+FEATURES = load_fleet().features
 
 
 def _feed(mon: DriftMonitor, fleet: Fleet, seconds: int, per_s: int = 500) -> list:
@@ -24,8 +26,7 @@ def _feed(mon: DriftMonitor, fleet: Fleet, seconds: int, per_s: int = 500) -> li
     for _ in range(seconds):
         events = fleet.heartbeats(per_s, T0 + int(fleet.sim_s * 1000))
         msgs = [
-            Record("hb", 0, i, e["device_id"].encode(), orjson.dumps(e))
-            for i, e in enumerate(events)
+            Record("hb", 0, i, e.device_id.encode(), orjson.dumps(e)) for i, e in enumerate(events)
         ]
         mon.add_records(msgs, fleet.sim_s)
         if mon.due(fleet.sim_s):
@@ -35,7 +36,7 @@ def _feed(mon: DriftMonitor, fleet: Fleet, seconds: int, per_s: int = 500) -> li
 
 def _monitor() -> DriftMonitor:
     return DriftMonitor(
-        load_reference(DEFAULT_MODEL_DIR),
+        load_reference(DEFAULT_MODEL_DIR, FEATURES),
         window_s=20,
         step_s=5,
         min_rows=1_000,
@@ -47,15 +48,25 @@ def _monitor() -> DriftMonitor:
 
 def test_every_shipped_model_has_a_reference_of_its_own_version():
     for model_dir in sorted(DEFAULT_MODEL_DIR.parent.iterdir()):
-        ref = load_reference(model_dir)
+        ref = load_reference(model_dir, FEATURES)
         assert ref.model_version == model_dir.name
-        assert ref.features == MONITORED and ref.rows >= 10_000
+        assert ref.features == monitored(FEATURES) and ref.rows >= 10_000
+        # the heartbeat's features, none of the context values
+        assert "device_type=camera" in ref.features and "open_work_orders" not in ref.features
         assert (np.diff(ref.sorted_values, axis=1) >= 0).all()
 
 
 def test_missing_reference_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="drift reference"):
-        load_reference(tmp_path)
+        load_reference(tmp_path, FEATURES)
+
+
+def test_a_reference_of_other_features_is_refused(tmp_path):
+    from workers.drift.reference import Reference, save_reference
+
+    save_reference(Reference("1.0.0", ("x", "y"), np.zeros((2, 5))), tmp_path)
+    with pytest.raises(ConfigError, match="this fleet spec monitors"):
+        load_reference(tmp_path, FEATURES)
 
 
 def test_unshifted_fleet_stays_clean_and_a_drift_event_is_flagged():
@@ -94,20 +105,12 @@ def test_sliding_window_drops_old_rows_and_caps_rows():
     assert len(w2.rows()) == 25 and w2.rows()[-1, 0] == 29
 
 
-def test_shipped_reference_is_the_training_data_of_its_manifest(tmp_path):
-    from workers.training.train import write_reference
-
-    shipped = load_reference(DEFAULT_MODEL_DIR)
-    (tmp_path / "manifest.json").write_bytes((DEFAULT_MODEL_DIR / "manifest.json").read_bytes())
-    rebuilt = load_reference(write_reference(tmp_path).parent)
-    assert rebuilt.model_version == shipped.model_version
-    assert np.array_equal(rebuilt.sorted_values, shipped.sorted_values)
-
-
 def test_training_writes_a_reference_next_to_the_model(tmp_path):
     pytest.importorskip("sklearn")  # the `train` extra
+    from workers.training.data import from_simulator
     from workers.training.train import train
 
-    train("9.9.9", seed=3, n_train=4_000, n_holdout=500, out_dir=tmp_path, hidden=(8,))
-    ref = load_reference(tmp_path)
-    assert ref.model_version == "9.9.9" and ref.rows == 4_000
+    fleet = load_fleet()
+    train(fleet, from_simulator(fleet, 4_000, 3), "9.9.9", tmp_path, name="t", seed=3)
+    ref = load_reference(tmp_path, fleet.features)
+    assert ref.model_version == "9.9.9" and ref.rows == 3_200  # the training part (80 %)

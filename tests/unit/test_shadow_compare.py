@@ -1,5 +1,5 @@
 """The shadow comparison (workers.shadow.compare), its report and gate (opsctl.shadow_report),
-and the fleet ground truth it scores against (schemas.fleet)."""
+and the fleet ground truth it scores against (the spec's simulator)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opsctl.shadow_report import Check, Thresholds, gate, render_html, render_text
+from precast.fleet.simulate.truth import conditions_of, true_labels
 from producers.simulator import Fleet
-from schemas.fleet import STRATEGIES, STRATEGY_OF_CONDITION, true_strategies
+from schemas.spec import load_spec
+from schemas.validation import validate_event
 from workers.shadow.compare import Comparison, Timing
+
+STRATEGIES = load_spec().labels
 
 LABELS = ("a", "b", "c", "d")
 
@@ -134,22 +138,24 @@ def test_reports_render_every_section():
     assert "<script" not in page  # self-contained, nothing fetched
 
 
-def test_true_strategies_follow_the_simulators_own_draws():
+def test_true_labels_follow_the_simulators_own_draws():
     fleet = Fleet(300, seed=9, drift_share=0.1)
-    truth = true_strategies(300, 9, drift_share=0.1)
+    truth = true_labels(load_spec(), 300, 9, drift_share=0.1)
+    conds = conditions_of(load_spec())
     for i, d in enumerate(fleet.ids):
-        want = None if fleet.drifting[i] else STRATEGIES[STRATEGY_OF_CONDITION[fleet.conditions[i]]]
+        want = None if fleet.drifting[i] else conds[fleet.conditions[i]].label
         assert truth[d] == want
     assert sum(v is None for v in truth.values()) == int(fleet.drifting.sum()) > 0
 
 
 def test_site_is_read_from_every_tolerated_metadata_layout():
-    from workers.shadow.replay import site_of
-
+    """What a shadow run groups by comes from the heartbeat through the validator, whatever
+    path the device's firmware puts it at."""
     fleet = Fleet(400, seed=4)
     events = fleet.heartbeats(400, 1_760_000_000_000)
     styles = {fleet.style[i] for i in range(400)}
-    assert {"versioned", "flat", "strings", "extra", "canonical"} <= styles
+    assert {"path:2", "path:3", "numbers_as_text", "undeclared", "canonical"} <= styles
+    sites = fleet.sim.draw.static["site"]
     for i, e in enumerate(events):
-        assert site_of(orjson.dumps(e)) == fleet.info[i]["site"]
-    assert site_of(b"{not json") == "unknown" and site_of(b'{"meta": 3}') == "unknown"
+        got = validate_event("heartbeats", e.device_id.encode(), orjson.dumps(e))
+        assert got.ok and got.event["site"] == sites[i], (fleet.style[i], e)

@@ -12,6 +12,7 @@ import pytest
 
 from schemas.predictions import PredictionSet
 from schemas.topics import catalog
+from schemas.validation import validate_event
 from tests.worker_events import T0, flush, heartbeat, record, work_order
 from workers.model.inference import ModelSession
 from workers.precompute.pipeline import Pipeline, PipelineConfig
@@ -108,13 +109,18 @@ INPUTS = [  # the same records (and event ids) for both runs
 ]
 
 
+def _site(value: bytes | None) -> dict[str, str]:
+    got = validate_event("heartbeats", b"d1", value)
+    return {"site": str(got.event["site"]) if got.ok else "unknown"}
+
+
 def _run(model: ModelSession, slimmed: bool) -> tuple[list[PredictionSet], list[Any], dict]:
     """d1 predicted, then a work order and three changed heartbeats inside its throttle
     window: they wait as one deferred item, then one prediction answers all four."""
     p = Pipeline(TOPICS, PipelineConfig(policy=PolicyConfig(throttle_ms=1_000)), _no_reject)
-    sites: dict[str, str] = {}
+    sites: dict[str, dict[str, str]] = {}
     if slimmed:
-        p.on_defer = lambda item: slim(item, {}, sites, HB)
+        p.on_defer = lambda item: slim(item, {}, sites, HB, _site)
     out = []
     first, *later = INPUTS
     p.ingest([first], T0, 0.0)
@@ -161,5 +167,5 @@ def test_slim_leaves_held_records_as_they_are():
     from workers.precompute.encode import Pending
 
     item = Pending("d1", 0, Reason.THROTTLED, list(item_refs))
-    slim(item, {}, {}, HB)
+    slim(item, {}, {}, HB, _site)
     assert item.refs == item_refs

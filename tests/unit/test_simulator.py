@@ -10,10 +10,13 @@ import orjson
 
 from producers.badrecords import BAD_KINDS, BadRecord
 from producers.pacing import RateLimiter
-from producers.publisher import TraceIds, topic_role
-from producers.simulator import WIRE_STYLES, Fleet
-from schemas import fleet as truth
+from producers.publisher import TraceIds
+from producers.simulator import Fleet
+from schemas.spec import load_spec
 from schemas.validation import Accepted, Rejected, validate_event
+
+CONDITIONS = load_spec().simulator.conditions
+NAMES = [c.name for c in CONDITIONS]
 
 NOW = 1_700_000_000_000
 
@@ -35,8 +38,8 @@ def test_same_seed_same_records_different_seed_different():
 
 def test_run_ids_keep_event_ids_unique_across_runs():
     a, b = Fleet(50, seed=1), Fleet(50, seed=1)
-    ids_a = {e["event_id"] for e in a.heartbeats(500, NOW)}
-    ids_b = {e["event_id"] for e in b.heartbeats(500, NOW)}
+    ids_a = {e.event_id for e in a.heartbeats(500, NOW)}
+    ids_b = {e.event_id for e in b.heartbeats(500, NOW)}
     assert len(ids_a) == 500 and not ids_a & ids_b
 
 
@@ -44,13 +47,22 @@ def test_every_good_record_validates_and_every_variant_appears():
     f = Fleet(2_000, seed=3, speedup=2_000, run_id="v")
     variants, kinds = Counter(), Counter()
     for e in f.step(20_000, NOW):
-        r = validate_event(topic_role(e["kind"]), e["device_id"].encode(), orjson.dumps(e))
+        r = validate_event(e.role, e.device_id.encode(), orjson.dumps(e))
         assert isinstance(r, Accepted), (r, e)
         variants[r.variant.label] += 1
-        kinds[e["kind"]] += 1
-    assert {"nested", "flat", "versioned", "nested+strings", "nested+extra"} <= set(variants)
-    assert kinds["alarm"] > 0 and kinds["work_order"] > 0
-    assert len(set(WIRE_STYLES.values())) == 4
+        kinds[e.role] += 1
+    # every wire style of the spec's [[simulator.wire]]: alternative paths, numbers as text,
+    # undeclared fields
+    assert {"canonical", "path:2", "path:3", "canonical+strings", "canonical+extra"} <= set(
+        variants
+    )
+    assert kinds["alarms"] > 0 and kinds["work_orders"] > 0
+    assert {w.style for w in load_spec().simulator.wire} == {
+        "path:2",
+        "path:3",
+        "numbers_as_text",
+        "undeclared",
+    }
 
 
 def test_every_bad_kind_gets_the_reason_it_was_built_for():
@@ -74,11 +86,11 @@ def test_incidents_follow_device_health():
     f = Fleet(3_000, seed=5, drift_share=0.0, speedup=200, run_id="i")
     alarms = Counter()
     for e in f.step(60_000, NOW):
-        if e["kind"] == "alarm" and not e["cleared"]:
-            alarms[int(e["device_id"][4:])] += 1
+        if e.role == "alarms" and not e["cleared"]:
+            alarms[int(e.device_id[4:])] += 1
     cond = f.conditions
-    healthy = truth.CONDITION_NAMES.index("healthy")
-    fault = truth.CONDITION_NAMES.index("hardware_fault")
+    healthy = NAMES.index("healthy")
+    fault = NAMES.index("hardware_fault")
     per_device = {
         c: sum(alarms[i] for i in np.flatnonzero(cond == c)) / max(1, (cond == c).sum())
         for c in (healthy, fault)
@@ -98,7 +110,9 @@ def test_drifting_devices_change_condition_and_metrics():
     assert (now[drifting] == f.drift_target[drifting]).all()
     assert (now[~f.drifting] == f.conditions[~f.drifting]).all()
     # metrics moved toward the targets' profile: distance to the target mean shrinks
-    target_mem = np.array([truth.CONDITIONS[c].mem[0] for c in f.drift_target[drifting]])
+    target_mem = np.array(
+        [CONDITIONS[c].heartbeat["mem_pct"].normal[0] for c in f.drift_target[drifting]]
+    )
 
     def gap(events):
         return np.abs(

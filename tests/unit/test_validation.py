@@ -1,177 +1,138 @@
-"""The one validation entry point: round trips, wire variants, and every kind of bad record."""
+"""The one validation entry point, driven by the fleet spec: round trips of any valid event,
+every tolerated wire variant (alternative paths, numbers as text, undeclared fields), and every
+kind of bad record with its reason."""
 # Deadlines off: CI is a shared 2-core box; speed is measured by `python -m bench producer`.
 
 from __future__ import annotations
 
 import json
+import tomllib
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schemas.canonical import StreamWriter
 from schemas.deadletters import Reason
-from schemas.events import (
-    MAX_CLOCK_SKEW_MS,
-    MAX_EVENT_BYTES,
-    MAX_TIME_MS,
-    MIN_TIME_MS,
-    Alarm,
-    DeviceInfo,
-    Heartbeat,
-    HeartbeatMetrics,
-    WorkOrderEvent,
-)
-from schemas.validation import Accepted, Rejected, canonical_dict, encode, validate_event
+from schemas.events import MAX_CLOCK_SKEW_MS, MAX_EVENT_BYTES, MAX_TIME_MS, MIN_TIME_MS
+from schemas.spec import load_spec
+from schemas.spec.fields import Boolean, Categorical, Metric, Stream
+from schemas.spec.load import parse
+from schemas.validation import Accepted, Rejected, Validator, validate_event
 
+SPEC = load_spec()
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,40}", fullmatch=True)
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=64)
 times = st.integers(MIN_TIME_MS, MAX_TIME_MS - MAX_CLOCK_SKEW_MS)
 
 
-def pct(lo: float, hi: float):
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
-
-
-metrics = st.builds(
-    HeartbeatMetrics,
-    cpu_pct=pct(0, 100),
-    mem_pct=pct(0, 100),
-    temperature_c=pct(-80, 250),
-    error_rate=pct(0, 1),
-    signal_quality=pct(0, 1),
-    uptime_s=pct(0, 1e12),
-)
-infos = st.builds(
-    DeviceInfo,
-    site=st.none() | texts,
-    hw_model=st.none() | texts,
-    hw_rev=st.none() | st.integers(0, 10_000),
-    serial=st.none() | texts,
-)
+def _value(f):
+    """A valid normalized value of a declared field (None where it may be absent)."""
+    if isinstance(f, Metric):
+        lo = f.min if f.min is not None else -1e9
+        hi = f.max if f.max is not None else 1e12
+        v = st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+    elif isinstance(f, Categorical):
+        v = (
+            st.sampled_from(f.values)
+            if f.unknown == "reject"
+            else st.sampled_from(f.values) | texts
+        )
+    elif isinstance(f, Boolean):
+        v = st.booleans()
+    elif f.type == "string":
+        v = ids if f.format == "id" else texts
+    else:
+        v = st.integers(int(f.min or 0), int(f.max if f.max is not None else 10**9))
+    return v if f.required else st.none() | v
 
 
 @st.composite
-def envelopes(draw):
+def events(draw, stream: Stream):
     t = draw(times)
-    return {
-        "event_id": draw(ids),
+    e = {
         "device_id": draw(ids),
+        "event_id": draw(ids),
         "event_time_ms": t,
         "produced_at_ms": draw(st.integers(t, MAX_TIME_MS)),
     }
+    for name, f in stream.fields.items():
+        v = draw(_value(f))
+        e[name] = f.default if v is None and isinstance(f, Boolean) else v
+    return e
 
 
-heartbeats = st.builds(
-    lambda e, m, i, dt, fw: Heartbeat(**e, metrics=m, meta=i, device_type=dt, firmware=fw),
-    envelopes(),
-    metrics,
-    infos,
-    texts,
-    texts,
-)
-work_orders = st.builds(
-    lambda e, wo, s, p, c: WorkOrderEvent(**e, work_order_id=wo, status=s, priority=p, category=c),
-    envelopes(),
-    ids,
-    st.sampled_from(["opened", "updated", "closed"]),
-    st.sampled_from(["low", "medium", "high", "critical"]),
-    texts,
-)
-alarms = st.builds(
-    lambda e, a, s, c, cl: Alarm(**e, alarm_id=a, severity=s, code=c, cleared=cl),
-    envelopes(),
-    ids,
-    st.sampled_from(["info", "warning", "major", "critical"]),
-    texts,
-    st.booleans(),
-)
-ROLE = {Heartbeat: "heartbeats", WorkOrderEvent: "work_orders", Alarm: "alarms"}
+STREAMS = {s.topic: s for s in SPEC.streams.values()}
+any_event = st.one_of(*(st.tuples(st.just(r), events(s)) for r, s in STREAMS.items()))
 
 
-def check(event, wire: dict) -> Accepted:
-    r = validate_event(ROLE[type(event)], event.device_id.encode(), orjson.dumps(wire))
+def check(role: str, event: dict, wire: dict) -> Accepted:
+    r = validate_event(role, event["device_id"].encode(), orjson.dumps(wire))
     assert isinstance(r, Accepted), r
     assert r.event == event
     return r
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(heartbeats, work_orders, alarms))
-def test_any_valid_event_survives_encode_decode_unchanged(event):
-    r = check(event, canonical_dict(event))
-    assert (
-        r.variant.coerced == () and r.variant.extra == () and r.variant.layout in ("none", "nested")
-    )
+@given(any_event)
+def test_any_valid_event_survives_encode_decode_unchanged(role_event):
+    role, event = role_event
+    writer = StreamWriter(STREAMS[role])
+    r = check(role, event, writer.write(event))
+    assert r.variant.coerced == () and r.variant.extra == () and r.variant.layout == "canonical"
     # canonical form is a fixed point: encoding the decoded event gives the same bytes
-    assert encode(canonical_dict(r.event)) == encode(canonical_dict(event))
-
-
-def _strings(obj, paths: list[str], prefix: str = ""):
-    """Every number in `obj` sent as a JSON string, the way some firmware does."""
-    if isinstance(obj, dict):
-        return {k: _strings(v, paths, f"{prefix}.{k}" if prefix else k) for k, v in obj.items()}
-    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        paths.append(prefix)
-        return json.dumps(obj)
-    return obj
+    assert orjson.dumps(writer.write(r.event)) == orjson.dumps(writer.write(event))
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    heartbeats,
-    st.sampled_from(["flat", "nested", "versioned"]),
-    st.booleans(),
-    st.booleans(),
-    st.integers(2, 9),
-)
-def test_every_metadata_variant_normalizes_to_the_same_model(
-    hb, layout, as_strings, extra, version
-):
-    wire = canonical_dict(hb)
-    info = wire["meta"].get("info", {})
+@given(events(STREAMS["heartbeats"]), st.integers(0, 2), st.booleans(), st.booleans())
+def test_every_wire_variant_normalizes_to_the_same_event(event, alternative, as_text, extra):
+    """Alternative paths (meta.info, meta.info.v2, flat meta), numbers as text, undeclared
+    fields: the same event, and the variant says what differed."""
+    wire = StreamWriter(STREAMS["heartbeats"]).write(event, alternative, numbers_as_text=as_text)
     if extra:
-        info = {**info, "firmware_channel": "beta"}
-        wire["metrics"]["fan_rpm"] = 1200
         wire["vendor"] = {"x": 1}
-    wire["meta"] = {
-        "flat": info,
-        "nested": {"info": info},
-        "versioned": {"info": {f"v{version}": info}},
-    }[layout]
-    paths: list[str] = []
-    if as_strings:
-        wire = _strings(wire, paths)
-    r = check(hb, wire)
-    want_layout = "none" if layout == "flat" and not info else layout  # `meta: {}` is no metadata
-    assert r.variant.layout == want_layout
-    assert r.variant.version_key == (f"v{version}" if layout == "versioned" else None)
-    assert bool(r.variant.coerced) == as_strings
+        wire["metrics"]["fan_rpm"] = 1200
+    r = check("heartbeats", event, wire)
+    has_meta = any(event[k] is not None for k in ("site", "hw_model", "hw_rev", "serial"))
+    assert r.variant.layout == (
+        f"path:{alternative + 1}" if alternative and has_meta else "canonical"
+    )
+    assert bool(r.variant.coerced) == as_text
     assert bool(r.variant.extra) == extra
     if extra:
         assert "vendor" in r.variant.extra and "metrics.fan_rpm" in r.variant.extra
 
 
+def test_a_value_outside_a_categorys_vocabulary_is_accepted_and_reported_unknown():
+    e = _hb()
+    e["device_type"] = "toaster"
+    r = validate_event("heartbeats", KEY, orjson.dumps(e))
+    assert isinstance(r, Accepted) and r.event["device_type"] == "toaster"
+    assert r.variant.unknown == ("device_type",)
+
+
 def _hb() -> dict:
-    return canonical_dict(
-        Heartbeat(
-            event_id="e-1",
-            device_id="dev-000001",
-            event_time_ms=1_700_000_000_000,
-            produced_at_ms=1_700_000_000_000,
-            device_type="camera",
-            firmware="6.0.0",
-            metrics=HeartbeatMetrics(
-                cpu_pct=10,
-                mem_pct=20,
-                temperature_c=30,
-                error_rate=0.01,
-                signal_quality=0.9,
-                uptime_s=100,
-            ),
-            meta=DeviceInfo(site="s1", hw_rev=2),
-        )
-    )
+    return {
+        "schema_version": 1,
+        "event_id": "e-1",
+        "kind": "heartbeat",
+        "device_id": "dev-000001",
+        "event_time_ms": 1_700_000_000_000,
+        "produced_at_ms": 1_700_000_000_000,
+        "device_type": "camera",
+        "firmware": "6.0.0",
+        "metrics": {
+            "cpu_pct": 10.0,
+            "mem_pct": 20.0,
+            "temperature_c": 30.0,
+            "error_rate": 0.01,
+            "signal_quality": 0.9,
+            "uptime_s": 100.0,
+        },
+        "meta": {"info": {"site": "s1", "hw_rev": 2}},
+    }
 
 
 def _with(path: str, value) -> bytes:
@@ -232,6 +193,8 @@ BAD = [
     ("wrong kind", KEY, _with("kind", "alarm"), Reason.INVALID),
     ("float time", KEY, _with("event_time_ms", 1.7e12), Reason.INVALID),
     ("meta not object", KEY, _with("meta", [1]), Reason.INVALID),
+    ("meta.info not object", KEY, _with("meta.info", "x"), Reason.INVALID),
+    ("attribute out of range", KEY, _with("meta.info.hw_rev", 10_001), Reason.INVALID),
     (
         "no schema_version",
         KEY,
@@ -251,6 +214,83 @@ def test_every_bad_kind_has_its_reason(name, key, value, reason):
     assert r.reason == reason, r.detail
     assert r.detail and len(r.detail) <= 500
     assert validate_event("heartbeats", key, value) == r  # deterministic
+
+
+@pytest.mark.parametrize(
+    ("policy", "value", "expect"),
+    [
+        ("reject", 120.0, Reason.INVALID),
+        ("clip", 120.0, 100.0),
+        ("null", 120.0, None),
+        ("clip", -5.0, 0.0),
+    ],
+)
+def test_a_metric_out_of_range_follows_its_declared_policy(policy, value, expect):
+    data = SPEC.model_dump(mode="json", exclude_none=True)
+    data["streams"]["heartbeats"]["fields"]["cpu_pct"]["out_of_range"] = policy
+    spec, problems = parse(data)
+    assert spec is not None and not problems
+    r = Validator(spec).validate("heartbeats", KEY, _with("metrics.cpu_pct", value))
+    if isinstance(expect, Reason):
+        assert isinstance(r, Rejected) and r.reason == expect
+    else:
+        assert isinstance(r, Accepted) and r.event["cpu_pct"] == expect
+
+
+def test_undeclared_fields_are_dead_lettered_when_the_stream_says_so():
+    data = SPEC.model_dump(mode="json", exclude_none=True)
+    data["streams"]["heartbeats"]["undeclared"] = "dead_letter"
+    spec, _ = parse(data)
+    assert spec is not None
+    v = Validator(spec)
+    assert isinstance(v.validate("heartbeats", KEY, orjson.dumps(_hb())), Accepted)
+    r = v.validate("heartbeats", KEY, _with("meta.info.uplink", "lte"))
+    assert isinstance(r, Rejected) and r.reason == Reason.INVALID and "meta.info.uplink" in r.detail
+
+
+TRAILERS_WIRE = """
+[fleet]
+name = "t"
+version = 1
+[serving]
+labels = ["a", "b"]
+default_label = "a"
+top_k = 2
+[streams.hb]
+topic = "heartbeats"
+[streams.hb.envelope]
+device_id = "deviceId"
+event_time = { path = ["ts", "t"], unit = "s" }
+[streams.hb.fields]
+box_c = { kind = "metric", path = ["sensors.box", "box"], min = -40, max = 40 }
+[[features]]
+name = "box_c"
+source = "box_c"
+"""
+
+
+def test_a_fleet_with_its_own_key_time_in_seconds_and_alternative_paths():
+    spec, problems = parse(tomllib.loads(TRAILERS_WIRE))
+    assert spec is not None and not problems, problems
+    v = Validator(spec)
+    doc = {"deviceId": "tr-1", "ts": 1_700_000_000.25, "sensors": {"box": "-18.5"}}
+    r = v.validate("heartbeats", b"tr-1", orjson.dumps(doc))
+    assert isinstance(r, Accepted), r
+    assert r.event == {
+        "device_id": "tr-1",
+        "event_id": None,
+        "event_time_ms": 1_700_000_000_250,
+        "produced_at_ms": None,
+        "box_c": -18.5,
+    }
+    alt = v.validate(
+        "heartbeats", b"tr-1", orjson.dumps({"deviceId": "tr-1", "t": 1_700_000_000, "box": 3})
+    )
+    assert (
+        isinstance(alt, Accepted) and alt.event["box_c"] == 3.0 and alt.variant.layout == "path:2"
+    )
+    wrong = v.validate("heartbeats", b"tr-1", orjson.dumps({**doc, "ts": 5}))
+    assert isinstance(wrong, Rejected) and "ts" in wrong.detail
 
 
 def test_unknown_role_is_a_rejection_not_an_exception():

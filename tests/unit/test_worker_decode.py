@@ -4,15 +4,17 @@ validator, rejections with a reason, and both paths giving the same columns."""
 import orjson
 import pytest
 
+from precast.fleet import load_fleet
 from tests.worker_events import T0, heartbeat, record
-from workers.precompute.decode import decode_heartbeats, trace_id
+from workers.precompute.decode import Decoder, trace_id
 
 TOPIC = "t.heartbeats"
+DEC = Decoder(load_fleet())
 
 
-def run(records):
+def run(records, dec=DEC):
     rejected = []
-    hb = decode_heartbeats(records, lambda m, r, d: rejected.append((m.offset(), str(r))))
+    hb = dec.heartbeats(records, lambda m, r, d: rejected.append((m.offset(), str(r))))
     return hb, rejected
 
 
@@ -26,6 +28,7 @@ def test_canonical_heartbeats_decode_to_columns():
     assert rejected == []
     assert hb.device_ids == ["d1", "d2"]
     assert hb.event_time_ms.tolist() == [T0, T0 + 1]
+    assert DEC.state[-2].name == "firmware_is_latest" and DEC.state[-1].name == "device_type"
     assert hb.cols[0].tolist() == [
         12.5,
         40.0,
@@ -89,38 +92,29 @@ def test_trace_id_comes_from_a_valid_traceparent_only():
 
 def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(monkeypatch):
     from producers.simulator import Fleet
-    from workers.precompute import decode
 
     fleet = Fleet(400, seed=2)
     events = fleet.heartbeats(400, T0)
-    recs = [record(TOPIC, e, i) for i, e in enumerate(events)]
-    fast, rejected = run(recs)
+    recs = [record(TOPIC, e, i, key=e.device_id.encode()) for i, e in enumerate(events)]
+    dec = Decoder(load_fleet())
+    fast, rejected = run(recs, dec)
     assert rejected == [] and len(fast) == 400
     slow_calls = []
-    real = decode.validate
-    monkeypatch.setattr(decode, "validate", lambda role, m: slow_calls.append(m) or real(role, m))
-    run(recs)
-    styles = [fleet.style[int(e["device_id"][4:])] for e in events]
-    # every wire style the simulator sends (metadata layouts, extra fields, numbers as text)
-    # stays on the fast path
+    real = dec.validate
+    monkeypatch.setattr(dec, "validate", lambda role, m: slow_calls.append(m) or real(role, m))
+    run(recs, dec)
+    styles = [fleet.style[int(e.device_id[4:])] for e in events]
+    # every wire style the simulator sends (alternative paths, undeclared fields, numbers as
+    # text) stays on the fast path
     assert slow_calls == []
-    assert {"canonical", "versioned", "flat", "extra", "strings"} <= set(styles)
+    assert {"canonical", "path:2", "path:3", "undeclared", "numbers_as_text"} <= set(styles)
     # both paths give the same columns: decode each record alone through the validator
     by_id = dict(zip(fast.device_ids, fast.cols.tolist(), strict=True))
+    state_row = load_fleet().features.state_row
     for r, e in zip(recs, events, strict=True):
         v = real("heartbeats", r)
         assert isinstance(v, dict), v
-        assert by_id[e["device_id"]][:6] == [
-            float(v["metrics"][k])
-            for k in (
-                "cpu_pct",
-                "mem_pct",
-                "temperature_c",
-                "error_rate",
-                "signal_quality",
-                "uptime_s",
-            )
-        ]
+        assert by_id[e.device_id] == state_row(v)
 
 
 @pytest.mark.parametrize(
@@ -140,12 +134,12 @@ def test_simulator_heartbeats_every_wire_style_decode_the_same_on_both_paths(mon
     ],
 )
 def test_fast_path_metadata_check_agrees_with_the_contract(meta, ok):
-    from workers.precompute.decode import validate
-    from workers.precompute.wire import meta_ok as _meta_ok
-
     e = {**heartbeat("d1"), "meta": meta}
-    assert _meta_ok(meta) is ok
-    assert isinstance(validate("heartbeats", record(TOPIC, e, 0)), dict) is ok
+    assert DEC.wire.raw_keys == ("meta",)  # device metadata: no feature reads it
+    assert DEC.wire.raw_ok({"meta": orjson.dumps(meta)}) is ok
+    assert isinstance(DEC.validate("heartbeats", record(TOPIC, e, 0)), dict) is ok
+    hb, rejected = run([record(TOPIC, e, 0)])
+    assert (len(hb) == 1) is ok and (rejected == []) is ok
 
 
 @pytest.mark.parametrize(

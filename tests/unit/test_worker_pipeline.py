@@ -5,10 +5,10 @@ import numpy as np
 import orjson
 import pytest
 
+from precast.fleet import load_fleet
 from schemas.predictions import PredictionSet
 from schemas.topics import catalog
 from tests.worker_events import T0, flush, heartbeat, record, request, work_order
-from workers.features import FEATURE_NAMES
 from workers.model.inference import ModelSession
 from workers.model.topk import top_k
 from workers.precompute.pipeline import Pipeline, PipelineConfig
@@ -186,7 +186,7 @@ def test_work_order_triggers_with_its_own_context_in_the_features(model):
     p.ingest([record(WO, work_order("d1", T0 + 5, "w1", priority="critical"), 0)], T0, 0.0)
     items, _ = p.next_batch(0.0, force=True)
     r = p.compute(items, model, T0)
-    assert r.features[0, FEATURE_NAMES.index("open_high_priority")] == 1.0
+    assert r.features[0, load_fleet().features.names.index("open_high_priority")] == 1.0
     pred = PredictionSet.model_validate_json(r.out.values[0])
     assert pred.trigger == "work_order" and pred.computed_at_ms == T0 + 5
     assert pred.lineage[0].topic == WO and first.computed_at_ms == T0

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from workers.features import N_FEATURES
+from precast.fleet import load_fleet
 from workers.precompute.policy import (
     PolicyConfig,
     Reason,
@@ -15,6 +15,8 @@ from workers.precompute.policy import (
 )
 
 CFG = PolicyConfig(min_change=0.05, refresh_lead_ms=1_000, throttle_ms=250)
+SCALE = load_fleet().features.change_scale
+N_FEATURES = len(SCALE)
 
 
 def decide(cfg=CFG, *, has=True, dx=0.0, col=0, t=10_000, seen=9_000, until=20_000):
@@ -31,6 +33,7 @@ def decide(cfg=CFG, *, has=True, dx=0.0, col=0, t=10_000, seen=9_000, until=20_0
             newest_seen_ms=np.array([seen]),
             valid_until_ms=np.array([until]),
             horizon_ms=5_000,
+            change_scale=SCALE,
         )[0]
     )
 
@@ -97,6 +100,7 @@ def test_vectorized_over_a_batch():
         newest_seen_ms=np.array([-1, 1, 9, 1]),
         valid_until_ms=np.array([-1, 20_000, 20_000, 20_000]),
         horizon_ms=5_000,
+        change_scale=SCALE,
     )
     assert [Reason(c) for c in out] == [
         Reason.FIRST_SEEN,

@@ -86,9 +86,10 @@ def test_an_empty_registry_is_a_clear_error(tmp_path):
 def test_committed_second_version_differs_from_the_first():
     import numpy as np
 
-    from workers.training.train import synthetic_dataset
+    from precast.fleet import load_fleet
+    from precast.fleet.simulate.training import training_rows
 
-    x, _ = synthetic_dataset(256, seed=3)
+    x, _ = training_rows(load_fleet(), 256, seed=3)
     a, b = load(MODELS / "1.0.0"), load(MODELS / "1.1.0")
     assert (a.version, b.version) == ("1.0.0", "1.1.0")
     assert not np.allclose(a.predict(x), b.predict(x))

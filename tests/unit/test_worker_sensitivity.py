@@ -4,9 +4,12 @@ estimate, and the decisions it drives for hot and cold devices."""
 import numpy as np
 import pytest
 
-from workers.features import N_FEATURES
-from workers.precompute.policy import PolicyConfig, Reason, decide_heartbeats
+from precast.fleet import load_fleet
 from workers.model.sensitivity import Sensitivity, estimate, ranking
+from workers.precompute.policy import PolicyConfig, Reason, decide_heartbeats
+
+SCALE = load_fleet().features.change_scale
+N_FEATURES = len(SCALE)
 
 
 class Softmax:
@@ -27,7 +30,9 @@ def test_a_linear_models_gap_slopes_are_its_weight_differences_with_no_spread():
     w = np.zeros((N_FEATURES, 4))
     w[3] = [0.0, 2.0, -1.0, 0.5]  # only features 3 and 4 matter
     w[4] = [1.0, 0.0, 0.0, -1.0]
-    sens = estimate(Softmax(w), rng.normal(size=(256, N_FEATURES)).astype(np.float32) * 0.3, k=3)
+    sens = estimate(
+        Softmax(w), rng.normal(size=(256, N_FEATURES)).astype(np.float32) * 0.3, SCALE, k=3
+    )
     assert sens.slope.shape == (4, 4, N_FEATURES)
     for i, j in [(1, 0), (0, 3), (2, 1)]:
         assert sens.slope[i, j] == pytest.approx(w[:, i] - w[:, j], abs=2e-3)
@@ -68,6 +73,7 @@ def _decide(cfg, *, m1, mk, hot, move, valid_until=10_000, t=1_000):
         newest_seen_ms=np.full(n, t - 1_000),
         valid_until_ms=np.full(n, valid_until),
         horizon_ms=5_000,
+        change_scale=SCALE,
         sensitivity=_sens(),
         rank=np.tile(np.array([0, 1, 2, 3]), (n, 1)),
         margin_top1=np.asarray(m1, dtype=np.float32),
@@ -153,7 +159,6 @@ def test_a_restored_device_keeps_the_policys_view_of_its_last_inference():
     from schemas.topics import catalog
     from tests.worker_events import T0, heartbeat, record
     from workers.model.inference import ModelSession
-    from workers.precompute import changelog
     from workers.precompute.pipeline import Pipeline, PipelineConfig
     from workers.settings import DEFAULT_MODEL_DIR
 
@@ -165,8 +170,8 @@ def test_a_restored_device_keeps_the_policys_view_of_its_last_inference():
     r = first.compute(items, model, T0)
     first.mark_predicted(r, T0)
     state = first.state_records(r)
-    devices, rec, bad = changelog.decode([b"d1"], state)
-    assert bad == 0
+    devices, rec, bad, foreign = first.layout.decode([b"d1"], state)
+    assert bad == 0 and foreign == 0
 
     second = Pipeline(topics, PipelineConfig(), lambda m, r, d: None)
     decisions = []

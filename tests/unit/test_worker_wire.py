@@ -9,18 +9,20 @@ import numpy as np
 import orjson
 import pytest
 
+from precast.fleet import load_fleet
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
-from workers.precompute import wire
-from workers.precompute.decode import decode_heartbeats
+from workers.precompute import trace
+from workers.precompute.decode import Decoder
 
 TOPIC = "t.heartbeats"
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
+DEC = Decoder(load_fleet())
 
 
-def fast(records):
+def fast(records, dec=DEC):
     rejected = []
-    hb = decode_heartbeats(records, lambda m, r, d: rejected.append((m.offset(), str(r))))
+    hb = dec.heartbeats(records, lambda m, r, d: rejected.append((m.offset(), str(r))))
     return hb, rejected
 
 
@@ -31,10 +33,10 @@ def verdict_of_validator(rec):
     e = v.event
     return (
         "accepted",
-        e.device_id,
-        e.event_id,
-        e.event_time_ms,
-        tuple(float(getattr(e.metrics, k)) for k in METRICS),
+        e["device_id"],
+        e["event_id"],
+        e["event_time_ms"],
+        tuple(float(e[k]) for k in METRICS),
     )
 
 
@@ -199,9 +201,9 @@ def test_worker_and_validator_agree_on_random_mutations_of_every_wire_style():
     records = []
     for i, e in enumerate(events * 4):
         value = orjson.dumps(e) if i < len(events) else _mutations(rng, e)
-        records.append(record(TOPIC, e, i, value=value))
-    styles = {fleet.style[int(e["device_id"][4:])] for e in events}
-    assert {"canonical", "versioned", "flat", "extra", "strings"} <= styles
+        records.append(record(TOPIC, e, i, key=e.device_id.encode(), value=value))
+    styles = {fleet.style[int(e.device_id[4:])] for e in events}
+    assert {"canonical", "path:2", "path:3", "undeclared", "numbers_as_text"} <= styles
     expected = {r.offset(): verdict_of_validator(r) for r in records}
     # one batch with everything mixed, and record by record: the same verdicts
     assert verdicts_of_worker(records) == expected
@@ -214,14 +216,17 @@ def test_worker_and_validator_agree_on_random_mutations_of_every_wire_style():
 
 def test_every_simulator_style_takes_the_fast_path(monkeypatch):
     from producers.simulator import Fleet
-    from workers.precompute import decode
 
     fleet = Fleet(400, seed=2)
-    records = [record(TOPIC, e, i) for i, e in enumerate(fleet.heartbeats(400, T0))]
+    records = [
+        record(TOPIC, e, i, key=e.device_id.encode())
+        for i, e in enumerate(fleet.heartbeats(400, T0))
+    ]
     calls = []
-    real = decode.validate
-    monkeypatch.setattr(decode, "validate", lambda role, m: calls.append(m) or real(role, m))
-    hb, rejected = fast(records)
+    dec = Decoder(load_fleet())
+    real = dec.validate
+    monkeypatch.setattr(dec, "validate", lambda role, m: calls.append(m) or real(role, m))
+    hb, rejected = fast(records, dec)
     assert len(hb) == 400 and rejected == [] and calls == []
 
 
@@ -252,18 +257,20 @@ def test_trace_ids_are_parsed_for_a_batch_like_one_by_one():
 
 
 def test_unchanged_metadata_of_a_known_device_is_not_parsed_again(monkeypatch):
+    dec = Decoder(load_fleet())
     e = {**heartbeat("meta-dev", T0), "meta": {"info": {"site": "s1", "hw_rev": 2}}}
-    assert len(fast([record(TOPIC, e, 0)])[0]) == 1
+    assert len(fast([record(TOPIC, e, 0)], dec)[0]) == 1
     parsed = []
-    monkeypatch.setattr(wire, "meta_ok", lambda m: parsed.append(m) or True)
-    assert len(fast([record(TOPIC, {**e, "event_id": "e2"}, 1)])[0]) == 1
-    assert parsed == []
+    real = dec.wire.raw_ok
+    monkeypatch.setattr(dec.wire, "raw_ok", lambda raws: parsed.append(raws) or real(raws))
+    assert len(fast([record(TOPIC, {**e, "event_id": "e2"}, 1)], dec)[0]) == 1
+    assert parsed == []  # the same bytes from the same device: no parse
     changed = {**e, "event_id": "e3", "meta": {"info": {"site": "s2"}}}
-    assert len(fast([record(TOPIC, changed, 2)])[0]) == 1
-    assert parsed == [{"info": {"site": "s2"}}]
+    assert len(fast([record(TOPIC, changed, 2)], dec)[0]) == 1
+    assert [orjson.loads(bytes(r["meta"])) for r in parsed] == [{"info": {"site": "s2"}}]
 
 
 def test_columns_are_float64_with_latest_firmware_and_type_index():
     hb, _ = fast([record(TOPIC, heartbeat("d1", T0), 0)])
-    assert hb.cols.dtype == np.float64 and hb.cols.shape == (1, 8)
+    assert hb.cols.dtype == np.float64 and hb.cols.shape == (1, len(DEC.state))
     assert hb.partitions == [0]

@@ -142,6 +142,7 @@ class Decoder:
                 grammar = INT_TEXT if name in self._ints else NUMBER_TEXT
                 if type(v) is str and not grammar.fullmatch(v):
                     bad.add(i)
+                    cols[name][i] = 0.0  # the row leaves the fast path; keep the column numeric
 
     def _check_rows(self, msgs: list[KafkaMessage], cols: dict[str, list[Any]]) -> set[int]:
         """Column-wise checks the typed decoders cannot express; returns the failing rows."""
