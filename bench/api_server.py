@@ -19,10 +19,10 @@ import orjson
 from consumer_api.cli import build
 from consumer_api.serve import ServerLimits, serve
 from consumer_api.settings import ApiSettings
+from precast.fleet import load_fleet
 from precast.settings import load
 from producers.simulator import Fleet
-from schemas.fleet import LATEST_FIRMWARE
-from workers.features import EMPTY_CONTEXT, build_features, device_type_index
+from schemas.validation import validate_event
 from workers.model.inference import ModelSession
 from workers.model.topk import top_k
 from workers.settings import DEFAULT_MODEL_DIR
@@ -43,31 +43,18 @@ class OnDemand:
     def __init__(self, devices: int) -> None:
         self.model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu", intra_op_threads=1)
         fleet = Fleet(devices, seed=42)
-        self.rows = {e["device_id"]: e for e in fleet.heartbeats(devices, 1_800_000_000_000)}
+        self.rows = {e.device_id: e for e in fleet.heartbeats(devices, 1_800_000_000_000)}
 
     def answer(self, device_id: str) -> bytes | None:
         e = self.rows.get(device_id)
         if e is None:
             return None
-        m = e["metrics"]
-        cols = {
-            k: np.array([m[k]], dtype=np.float64)
-            for k in (
-                "cpu_pct",
-                "mem_pct",
-                "temperature_c",
-                "error_rate",
-                "signal_quality",
-                "uptime_s",
-            )
-        }
-        cols["firmware_is_latest"] = np.array(
-            [1.0 if LATEST_FIRMWARE.get(e["device_type"]) == e["firmware"] else 0.0]
-        )
-        cols["device_type_idx"] = np.array([device_type_index(e["device_type"])], dtype=np.int64)
-        for k, v in EMPTY_CONTEXT.items():
-            cols[k] = np.array([v])
-        probs = self.model.predict(build_features(cols))
+        # the spec's own path of a per-request inference: validate, state columns, features
+        fleet = load_fleet()
+        got = validate_event("heartbeats", device_id.encode(), orjson.dumps(e))
+        state = np.array([fleet.features.state_row(got.event)], dtype=np.float64)
+        x = fleet.features.build(state, fleet.context.columns([None], np.zeros(1, dtype=np.int64)))
+        probs = self.model.predict(x)
         idx, scores = top_k(probs, 3)
         labels = self.model.labels
         return orjson.dumps(

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from bench.harness import Context, Figure, Report, progress
+from precast.fleet import load_fleet
 from precast.kafka import Record
 from producers.simulator import Fleet
 from workers.drift.monitor import DriftMonitor
@@ -146,7 +147,7 @@ def _monitor_rate(ref: Reference, opts: DriftOptions, seconds: int) -> float:
 
 def run(ctx: Context) -> Report:
     opts = DriftOptions()
-    ref = load_reference(DEFAULT_MODEL_DIR)
+    ref = load_reference(DEFAULT_MODEL_DIR, load_fleet().features)
     warm = opts.window_s
     null_seeds = range(3 if ctx.quick else 6)
     null_windows_each = 12 if ctx.quick else 20

@@ -24,7 +24,7 @@ import orjson
 from bench.harness import Context, Figure, Report, progress
 from precast.kafka import Record
 from producers.simulator import Fleet
-from schemas.fleet import DEFAULT_STRATEGY, STRATEGIES
+from schemas.spec import load_spec
 from schemas.topics import catalog
 from workers.model.inference import ModelSession
 from workers.precompute.pipeline import BatchResult, Pipeline, PipelineConfig
@@ -45,7 +45,9 @@ HINT_EVERY_MS = 1_000  # the read API publishes read hints once a second
 HOT_FOR_MS = 30_000  # a read keeps a device hot this long
 T0 = 1_900_000_000_000
 WARMUP_MS = 5_000  # reads in the first seconds (devices not heard from yet) are not counted
-FALLBACK = STRATEGIES.index(DEFAULT_STRATEGY)
+_SERVING = load_spec().serving
+STRATEGIES = _SERVING.labels
+FALLBACK = STRATEGIES.index(_SERVING.default_label)
 
 
 @dataclass

@@ -27,23 +27,25 @@ DESCRIPTION = "worker state restore of 1M devices; unknown-ID read flood: API RS
 def _fill_state(settings, topic: str, devices: int) -> None:
     import numpy as np
 
+    from precast.fleet import load_fleet
     from precast.kafka import Producer
-    from workers.features import HEARTBEAT_COLUMNS, N_FEATURES
     from workers.precompute import changelog
 
+    features = load_fleet().features
+    layout = changelog.Layout(features)
     p = Producer(settings)
     chunk = 50_000
     rng = np.random.default_rng(7)
     for start in range(0, devices, chunk):
         n = min(chunk, devices - start)
         t = 1_764_000_000_000 + np.arange(n, dtype=np.int64)
-        values = changelog.encode(
+        values = layout.encode(
             t,
             t,
             t + 20,
             t + 5_000,
-            rng.random((n, len(HEARTBEAT_COLUMNS))),
-            rng.random((n, N_FEATURES), dtype=np.float32),
+            rng.random((n, len(features.state))),
+            rng.random((n, features.width), dtype=np.float32),
         )
         keys = [b"dev-%07d" % i for i in range(start, start + n)]
         p.produce_batch(topic, keys, values)

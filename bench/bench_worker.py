@@ -202,12 +202,13 @@ def _passthrough(ctx, topics, ends) -> float:
 
 
 def _inference_rows_per_s(sizes: list[int]) -> dict[int, float]:
-    from workers.features import N_FEATURES
+    from precast.fleet import load_fleet
     from workers.model.inference import ModelSession
     from workers.settings import DEFAULT_MODEL_DIR
 
     m = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
-    x = np.random.default_rng(0).normal(size=(max(sizes), N_FEATURES)).astype(np.float32)
+    width = load_fleet().features.width
+    x = np.random.default_rng(0).normal(size=(max(sizes), width)).astype(np.float32)
     out = {}
     for n in sizes:
         rows, t0 = 0, time.perf_counter()

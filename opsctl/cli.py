@@ -198,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from opsctl.train import pass_through
+
+    handed = pass_through(sys.argv[1:] if argv is None else argv)
+    if handed is not None:
+        return handed
     args = build_parser().parse_args(argv)
 
     def body() -> int:

@@ -3,22 +3,26 @@ processes (opsctl never imports an application; docs/architecture.md)."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from typing import Any
 
+PASS_THROUGH = {"train": "workers.training.train"}
+
 
 def add_parser(sub: Any) -> None:
-    tr = sub.add_parser(
+    # Listed for `precast --help`; `precast train ARGS` is handed to the trainer as it is
+    # (opsctl.cli.main), so its own --help and errors are the trainer's.
+    sub.add_parser(
         "train",
-        help="train a model for the fleet spec: --simulate ROWS or --data FILE, --version V",
+        help="train a model for the fleet spec: --version V and --simulate ROWS or --data FILE "
+        "(see precast train --help)",
         add_help=False,
     )
-    tr.add_argument("rest", nargs=argparse.REMAINDER)
-    tr.set_defaults(fn=_train)
 
 
-def _train(args: argparse.Namespace, settings: Any) -> int:
-    cmd = [sys.executable, "-m", "workers.training.train", *args.rest]
-    return subprocess.call(cmd)
+def pass_through(argv: list[str]) -> int | None:
+    """Run `precast train ...` as the trainer's own process; None for other commands."""
+    if not argv or argv[0] not in PASS_THROUGH:
+        return None
+    return subprocess.call([sys.executable, "-m", PASS_THROUGH[argv[0]], *argv[1:]])

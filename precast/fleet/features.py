@@ -84,6 +84,25 @@ class FeatureModel:
                 out.setdefault(f.source, StateColumn(f.source, "numeric", fill))
         return tuple(out.values())
 
+    def fit_standardization(self, x: np.ndarray) -> dict[str, tuple[float, float]]:
+        """(mean, std) of each standardized feature over the raw rows `x` (built without
+        statistics): what a trained model keeps in its manifest."""
+        out = {}
+        for name in self.standardized:
+            col = np.asarray(x[:, self.names.index(name)], dtype=np.float64)
+            std = float(col.std())
+            out[name] = (round(float(col.mean()), 6), round(std if std > 1e-9 else 1.0, 6))
+        return out
+
+    def standardize(self, x: np.ndarray, stats: Standardization) -> np.ndarray:
+        """Raw rows (built without statistics) with their standardized columns scaled."""
+        x = np.array(x, dtype=np.float32, copy=True)
+        for name in self.standardized:
+            j = self.names.index(name)
+            mean, std = stats[name]
+            x[:, j] = (x[:, j].astype(np.float64) - mean) / std
+        return x
+
     # -- one heartbeat (the slow path, and the reference for the worker's fast path) -------------
     def state_row(self, event: Mapping[str, Any]) -> list[float]:
         """The state columns of one normalized heartbeat (schemas.wire)."""
@@ -147,11 +166,11 @@ class FeatureModel:
         elif t == "clip":
             assert f.clip is not None
             v = np.clip(v, f.clip[0], f.clip[1])
-        elif t == "standardize":
-            if stats is None or f.name not in stats:
-                raise ValueError(
-                    f"feature {f.name!r} is standardized: the model must carry its statistics"
-                )
+        elif t == "standardize" and stats is not None:
+            # without statistics (training rows before they are fitted) the raw value; a model
+            # always brings them (workers.model.manifest refuses one that does not)
+            if f.name not in stats:
+                raise ValueError(f"feature {f.name!r} is standardized: no statistics for it")
             mean, std = stats[f.name]
             v = (v - mean) / (std if std > 0 else 1.0)
         x[:, j] = v

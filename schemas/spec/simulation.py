@@ -107,8 +107,9 @@ class StreamSim(Strict):
         return self
 
 
-# A generated event field: a constant, a uniform choice from a list, or weights.
-ValueGen = str | bool | tuple[str, ...] | dict[str, Annotated[float, Field(ge=0)]]
+# A generated event field: a constant (text, number, flag), a uniform choice from a list of
+# texts, or weights by text.
+ValueGen = bool | float | str | tuple[str, ...] | dict[str, Annotated[float, Field(ge=0)]]
 
 
 class EventRate(Strict):

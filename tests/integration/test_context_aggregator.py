@@ -14,10 +14,12 @@ import pytest
 
 from opsctl.stack.process import free_port
 from precast.deadletter import dead_letter_info
+from precast.fleet import load_fleet, snapshot
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
 from tests.integration.worker_support import ROOT, wait_ready
 from tests.worker_events import alarm, work_order
-from workers.context.reducer import DeviceContext
+
+MODEL = load_fleet().context
 
 
 def events(n, devices=40, t0=1_800_000_000_000):
@@ -46,19 +48,17 @@ def events(n, devices=40, t0=1_800_000_000_000):
 
 
 def expected_context(evs):
-    ctx: dict[str, DeviceContext] = {}
+    ctx = {}
     for role, e in evs:
-        c = ctx.setdefault(e["device_id"], DeviceContext(e["device_id"]))
-        c.apply_work_order(e) if role == "work_orders" else c.apply_alarm(e)
+        c = ctx.setdefault(e["device_id"], MODEL.new(e["device_id"]))
+        MODEL.apply(c, role, e)
     return ctx
 
 
 def essence(contexts, at_ms):
     """What the features see (snapshots are published on change only, so `as_of_ms` and
     already-expired alarms may lag behind the reducer run over every event)."""
-    return {
-        d: (c.open_work_orders, c.last_work_order_ms, c.columns(at_ms)) for d, c in contexts.items()
-    }
+    return {d: (c.open, c.since, MODEL.values(c, at_ms)) for d, c in contexts.items()}
 
 
 def latest_snapshots(kafka_settings, topic, group):
@@ -68,7 +68,7 @@ def latest_snapshots(kafka_settings, topic, group):
     out, pos, deadline = {}, {}, time.monotonic() + 20
     while any(pos.get(p, 0) < h for p, h in highs.items()) and time.monotonic() < deadline:
         for m in c.consume(1000, 0.2):
-            out[m.key().decode()] = DeviceContext.from_json(m.value())
+            out[m.key().decode()] = snapshot.from_json(MODEL, m.value())
             pos[m.partition()] = m.offset() + 1
     c.close()
     return out

@@ -18,12 +18,11 @@ import redis
 from onnx import TensorProto, helper
 
 from opsctl.ranges import format_time
+from precast.fleet import load_fleet
+from precast.fleet.simulate.truth import true_labels
 from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
-from schemas.fleet import DEVICE_TYPES, LATEST_FIRMWARE, STRATEGIES, true_strategies
 from tests.integration.ops_support import ROOT, cli_env, precast, read_all
-from workers.context.reducer import DeviceContext
-from workers.features import CONTEXT_COLUMNS, EMPTY_CONTEXT, build_features, device_type_index
 from workers.model.inference import ModelSession
 from workers.settings import DEFAULT_MODEL_DIR
 
@@ -109,23 +108,44 @@ def test_identical_models_agree_fully_and_nothing_reaches_live_topics(
     assert r.keys(redis_settings.key_prefix + "*") == []
 
 
+SPEC = load_fleet().spec
+STRATEGIES = SPEC.labels
+DEVICE_TYPES = SPEC.field("device_type").values
+# the built-in spec's firmware_is_latest table, written out here (no feature code of precast's)
+LATEST_FIRMWARE = {
+    "gateway": "2.5.0",
+    "camera": "6.0.0",
+    "meter": "1.9.3",
+    "pump_controller": "3.2.0",
+}
+NO_CONTEXT = (
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    2160.0,
+)  # open, open high, critical 1h, warning 1h, hours since WO
+
+
 def _independent_top1(events: list[dict], folder: Path, context: list | None = None) -> np.ndarray:
-    """Top-1 index of each heartbeat by the model alone: features from the raw events and the
-    given context columns (none: the range holds heartbeats only), scores from ONNX Runtime
-    directly."""
-    n = len(events)
-    cols: dict[str, np.ndarray] = {
-        k: np.array([float(e["metrics"][k]) for e in events]) for k in METRICS
-    }
-    cols["firmware_is_latest"] = np.array(
-        [1.0 if LATEST_FIRMWARE.get(e["device_type"]) == e["firmware"] else 0.0 for e in events]
-    )
-    cols["device_type_idx"] = np.array([device_type_index(e["device_type"]) for e in events])
-    cols.update({k: np.full(n, v) for k, v in EMPTY_CONTEXT.items()})
-    if context is not None:
-        given = np.array(context, dtype=np.float64)
-        cols.update({k: given[:, j] for j, k in enumerate(CONTEXT_COLUMNS)})
-    scores = ModelSession(folder, provider="cpu").predict(build_features(cols))
+    """Top-1 index of each heartbeat by the model alone: the built-in fleet's 16 features
+    written out by hand from the raw canonical events and the given context values (none: the
+    range holds heartbeats only), scores from ONNX Runtime directly."""
+    rows = []
+    for i, e in enumerate(events):
+        m = e["metrics"]
+        ctx = context[i] if context is not None else NO_CONTEXT
+        rows.append(
+            [
+                *(float(m[k]) for k in METRICS[:5]),
+                np.log1p(float(m["uptime_s"]) / 3600.0),
+                1.0 if LATEST_FIRMWARE.get(e["device_type"]) == e["firmware"] else 0.0,
+                *(1.0 if e["device_type"] == t else 0.0 for t in DEVICE_TYPES),
+                *ctx[:4],
+                np.log1p(ctx[4]),
+            ]
+        )
+    scores = ModelSession(folder, provider="cpu").predict(np.array(rows, dtype=np.float32))
     return scores.argmax(axis=1)
 
 
@@ -161,7 +181,7 @@ def test_shipped_versions_agree_as_an_independent_computation_says(
     np.add.at(m, (live, cand), 1)
     assert c["transitions"] == m.tolist()
     # Calibration: accuracy against the fleet's ground truth, drifting devices left out.
-    truth = true_strategies(devices, seed)
+    truth = true_labels(SPEC, devices, seed)
     known = [i for i, e in enumerate(events) if truth[e["device_id"]] is not None]
     right = sum(STRATEGIES[cand[i]] == truth[events[i]["device_id"]] for i in known)
     cal = c["calibration"]["candidate"]
@@ -312,11 +332,8 @@ def test_context_from_before_the_range_is_folded_in(kafka_settings, topics, tmp_
     ]
     heartbeats = fleet.heartbeats(devices, BASE_MS)
     _publish(kafka_settings, topics, orders + heartbeats)
-    with_ctx = []
-    for e in heartbeats:
-        ctx = DeviceContext(e["device_id"])
-        ctx.apply_work_order(orders[fleet.ids.index(e["device_id"])])
-        with_ctx.append(ctx.columns(e["event_time_ms"]))
+    # one open critical work order, opened 30 minutes before each heartbeat (by hand)
+    with_ctx = [(1.0, 1.0, 0.0, 0.0, 0.5) for _ in heartbeats]
     cand = _independent_top1(heartbeats, REGISTRY / "1.1.0", with_ctx)
     bare = _independent_top1(heartbeats, REGISTRY / "1.1.0")
     assert (cand != bare).any()  # the context changes answers: the test can tell

@@ -6,9 +6,9 @@ import time
 import orjson
 
 from precast.deadletter import dead_letter_info
+from precast.fleet import load_fleet, snapshot
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
 from tests.worker_events import heartbeat, work_order
-from workers.context.reducer import DeviceContext
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
 from workers.precompute.loop import LoopConfig, Worker
@@ -102,9 +102,12 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
     kafka_settings, topics, unique
 ):
     p = Producer(kafka_settings)
-    ctx = DeviceContext("d1")
-    ctx.apply_work_order(work_order("d1", 1_700_000_000_000, "w-old", priority="critical"))
-    p.produce(topics.device_context.name, b"d1", ctx.to_json(0))
+    model = load_fleet().context
+    ctx = model.new("d1")
+    model.apply(
+        ctx, "work_orders", work_order("d1", 1_700_000_000_000, "w-old", priority="critical")
+    )
+    p.produce(topics.device_context.name, b"d1", snapshot.to_json(model, ctx, 0))
     p.flush()
     worker = Worker(
         kafka_settings,
@@ -125,7 +128,7 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
         lambda: (
             worker.batches >= 1
             and not worker.pipeline.pending
-            and len(worker.pipeline.table.contexts["d1"].open_work_orders) == 2
+            and len(worker.pipeline.table.contexts["d1"].open[0]) == 2
         ),
     )
     worker._update_lag()  # from cached high watermarks: everything read, so no lag

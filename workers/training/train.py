@@ -14,6 +14,7 @@ probe.npy (training rows for the speculation policy's sensitivities). Needs the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -143,6 +144,12 @@ def train(
         train_part, test_part, how = split(data, holdout, seed)
     else:
         train_part, test_part, how = data, test, "separate holdout"
+    fm = fleet.features
+    # standardized features: statistics fitted on the training part only, kept in the manifest
+    stats = fm.fit_standardization(train_part.x) if fm.standardized else {}
+    if stats:
+        train_part = dataclasses.replace(train_part, x=fm.standardize(train_part.x, stats))
+        test_part = dataclasses.replace(test_part, x=fm.standardize(test_part.x, stats))
     started = time.perf_counter()
     model, est, output = fit(algorithm, train_part.x, train_part.y, seed, len(labels))
     seconds = time.perf_counter() - started
@@ -180,6 +187,7 @@ def train(
         "features": list(fleet.features.names),
         "labels": list(labels),
         "spec": binding(fleet),
+        **({"standardize": {k: list(v) for k, v in stats.items()}} if stats else {}),
         "sha256": hashlib.sha256(raw).hexdigest(),
         "training": {
             "algorithm": algorithm,

@@ -135,7 +135,7 @@ class Incidents:
 
 
 def _draw(rng: np.random.Generator, g: ValueGen) -> Any:
-    if isinstance(g, str | bool):
+    if isinstance(g, str | bool | int | float):
         return g
     if isinstance(g, tuple):
         return g[int(rng.integers(len(g)))]
