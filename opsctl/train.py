@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import Any
 
-PASS_THROUGH = {"train": "workers.training.train"}
+PASS_THROUGH = {"train": "workers.training.train", "model bind": "workers.training.bind"}
 
 
 def add_parser(sub: Any) -> None:
@@ -19,10 +19,15 @@ def add_parser(sub: Any) -> None:
         "(see precast train --help)",
         add_help=False,
     )
+    sub.add_parser(
+        "model", help="model bind FOLDER: bind a model trained elsewhere to the fleet spec"
+    )
 
 
 def pass_through(argv: list[str]) -> int | None:
     """Run `precast train ...` as the trainer's own process; None for other commands."""
-    if not argv or argv[0] not in PASS_THROUGH:
-        return None
-    return subprocess.call([sys.executable, "-m", PASS_THROUGH[argv[0]], *argv[1:]])
+    for words, module in PASS_THROUGH.items():
+        n = len(words.split())
+        if argv[:n] == words.split():
+            return subprocess.call([sys.executable, "-m", module, *argv[n:]])
+    return None

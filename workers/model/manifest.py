@@ -90,7 +90,7 @@ class Manifest:
                 f"bind it with `precast model bind <folder>` after checking its features"
             )
         if self.features != fm.names:
-            raise ConfigError(f"{self.who()}: {_first_difference(self.features, fm.names)}")
+            raise ConfigError(f"{self.who()}: {first_difference(self.features, fm.names)}")
         if self.feature_hash != fm.hash:
             raise ConfigError(
                 f"{self.who()} is bound to fleet spec {self.spec_name!r} v{self.spec_version} "
@@ -135,7 +135,7 @@ class Manifest:
             )
 
 
-def _first_difference(model: tuple[str, ...], spec: tuple[str, ...]) -> str:
+def first_difference(model: tuple[str, ...], spec: tuple[str, ...]) -> str:
     for i, (a, b) in enumerate(zip(model, spec, strict=False)):
         if a != b:
             return f"feature {i} is {a!r} in the model, {b!r} in the fleet spec"
