@@ -79,6 +79,10 @@ def _assert_real_answers(first: dict[str, dict], again: dict[str, dict], hb_t: i
         assert again[d]["computed_at_ms"] == first[d]["computed_at_ms"] == hb_t, d
         assert again[d]["candidates"] == first[d]["candidates"], d
         assert again[d]["valid_until_ms"] == first[d]["valid_until_ms"], d
+        # the answer from restored state names the heartbeat it was computed from
+        beats = {(r["topic"], r["partition"], r["offset"]) for r in first[d]["lineage"]}
+        named = {(r["topic"], r["partition"], r["offset"]) for r in again[d]["lineage"]}
+        assert beats <= named and len(named) == len(beats) + 1, (d, again[d]["lineage"])
 
 
 def test_restart_then_request_keeps_the_real_answer(kafka_settings, topics, unique, tmp_path):

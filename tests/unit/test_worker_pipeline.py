@@ -212,6 +212,31 @@ def test_a_request_is_stamped_with_the_event_time_of_the_data_never_the_request_
     assert bf.backfill is True and bf.computed_at_ms == T0 - 60_000
 
 
+def test_an_answer_from_restored_state_names_the_heartbeat_it_was_computed_from(model):
+    """After a restart the worker-state changelog brings the state back; a request answered
+    from it names in its lineage the heartbeat record the state came from, beside the request,
+    as any answer does, and that old record does not hold back the commit."""
+    first, _, _ = make()
+    first.ingest([record(HB, heartbeat("d1", T0 - 60_000), 41, partition=2)], T0, 0.0)
+    items, _ = first.next_batch(0.0, force=True)
+    r = first.compute(items, model, T0)
+    first.mark_predicted(r, T0)
+    devices, rec, bad, foreign = first.layout.decode(r.out.keys, first.state_records(r))
+    assert bad == foreign == 0 and rec["hb_offset"].tolist() == [41]
+
+    second, _, _ = make()
+    second.table.restore(devices, [2], rec)
+    second.ingest([record(REQ, request("d1", T0 + 7, "prefetch"), 5, partition=2)], T0 + 10, 0.0)
+    assert ("u.heartbeats", 2, 5) not in {
+        (o.topic, o.partition, o.offset) for o in second.commit_offsets()
+    }
+    (again,) = flush(second, model, T0 + 10)
+    refs = {(x.topic, x.partition, x.offset) for x in again.lineage}
+    assert refs == {(HB, 2, 41), (REQ, 2, 5)}
+    assert again.computed_at_ms == T0 - 60_000
+    assert {o.topic: o.offset for o in second.commit_offsets()}[REQ] == 6
+
+
 def test_an_event_from_a_clock_running_ahead_is_dead_lettered_and_real_data_wins_again(model):
     p, rejected, _ = make()
     p.ingest([record(HB, heartbeat("d1", T0 + 86_400_000), 5)], T0, 0.0)

@@ -36,6 +36,7 @@ class Layout:
                 ("version", "u1"),
                 ("spec", "V8"),  # the first 8 bytes of the spec's feature hash
                 ("hb_time", "<i8"),  # event time of the newest heartbeat used, -1 for none
+                ("hb_offset", "<i8"),  # its record's offset (lineage of answers from this state)
                 ("computed_at", "<i8"),  # order key of the last prediction: computed_at_ms ...
                 ("produced_at", "<i8"),  # ... and produced_at_ms (worker clock; throttling uses it)
                 ("valid_until", "<i8"),
@@ -59,6 +60,7 @@ class Layout:
         rank: np.ndarray | None = None,
         scores: np.ndarray | None = None,
         margins: np.ndarray | None = None,
+        hb_offset: np.ndarray | None = None,
     ) -> list[bytes]:
         """One record per row (all arguments row-aligned). `rank` (n, K+1), `scores` (n, K) and
         `margins` (n, 2) describe the last inference for the speculation policy."""
@@ -67,6 +69,7 @@ class Layout:
         rec["version"] = VERSION
         rec["spec"] = np.void(self.tag)
         rec["hb_time"] = hb_time
+        rec["hb_offset"] = -1 if hb_offset is None else hb_offset
         rec["computed_at"] = computed_at
         rec["produced_at"] = produced_at
         rec["valid_until"] = valid_until

@@ -47,6 +47,7 @@ class Scoring:
 
     cfg: PipelineConfig
     fleet: Fleet
+    heartbeat_topic: str
     layout: changelog.Layout
     table: DeviceTable
     # the serving model's fitted statistics of standardized features (from its manifest)
@@ -70,6 +71,7 @@ class Scoring:
             M.NO_DATA.inc(len(items) - len(keep))
             items = [items[j] for j in keep.tolist()]
             devices, slots = [devices[j] for j in keep.tolist()], slots[keep]
+        self._name_the_state(items, slots)
         x, computed = self.features_of(devices, slots)
         k = self.cfg.top_k
         # Renewals republish the stored answer (no inference); everything else is scored.
@@ -137,6 +139,21 @@ class Scoring:
         return BatchResult(
             items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank
         )
+
+    def _name_the_state(self, items: list[Pending], slots: np.ndarray) -> None:
+        """An answer to a work order, an alarm or a request is computed from the device's
+        newest heartbeat too (restored from the changelog after a restart, or from an earlier
+        batch): its lineage names that record as well. Idempotent, so a retried batch adds it
+        once."""
+        tab, hb = self.table, self.heartbeat_topic
+        for j, it in enumerate(items):
+            if it.reason < _FIRST_EVENT:
+                continue  # a heartbeat's own trigger: its records are in the lineage already
+            s = int(slots[j])
+            off = int(tab.hb_offset[s])
+            if off < 0 or any(m.topic() == hb for m, _ in it.refs):
+                continue
+            it.refs.append((StateRef(hb, int(tab.partition[s]), off), None))
 
     def prime(self, model: Predictor) -> None:
         """Measure the model's sensitivities now (once per version) rather than at the first
@@ -225,10 +242,43 @@ class Scoring:
             tab.rank_idx[s],
             tab.top_scores[s],
             np.stack([tab.margin_top1[s], tab.margin_topk[s]], axis=1),
+            tab.hb_offset[s],
         )
 
 
 _DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
+_FIRST_EVENT = int(P.Reason.WORK_ORDER)  # work orders, alarms and requests have no heartbeat ref
+
+
+class StateRef:
+    """The heartbeat record a device's state comes from, as a lineage reference (topic,
+    partition, offset; the event ID and trace ID are in that record, read back on request)."""
+
+    __slots__ = ("offset_", "partition_", "topic_")
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic_, self.partition_, self.offset_ = topic, partition, offset
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> None:
+        return None
+
+    def headers(self) -> None:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
 
 
 def _is_renewal(item: Pending) -> bool:

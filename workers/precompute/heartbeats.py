@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from operator import methodcaller
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from workers.precompute.decode import Decoder, Heartbeats, Reject
 from workers.precompute.encode import Pending
 from workers.precompute.state import DeviceTable
 
+_OFFSET = methodcaller("offset")
 _REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
 _FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
 _RENEWED = int(P.Reason.RENEWED)
@@ -113,12 +115,19 @@ class HeartbeatIngest:
         predicted_at = tab.predicted_at[slots]
         decisions = P.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
         fresh = decisions != P.Reason.STALE
+        # the record the state now comes from: a later answer's lineage names it (a request
+        # answered from this state, after a restart too, names the heartbeat it was computed from)
+        offsets = np.fromiter(map(_OFFSET, hb.msgs), dtype=np.int64, count=n)
+        if order is not None:
+            offsets = offsets[ui]
         if fresh.all():
             tab.hb[slots] = hb_cols
             tab.hb_time[slots] = new_t
+            tab.hb_offset[slots] = offsets
         else:
             tab.hb[slots[fresh]] = hb_cols[fresh]
             tab.hb_time[slots[fresh]] = new_t[fresh]
+            tab.hb_offset[slots[fresh]] = offsets[fresh]
         for code, k in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):
             if k:
                 self.decisions(_REASON[code], k)

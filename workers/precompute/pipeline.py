@@ -20,7 +20,7 @@ from workers.precompute import changelog
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
 from workers.precompute.batching import MicroBatcher
-from workers.precompute.compute import BatchResult, Scoring
+from workers.precompute.compute import BatchResult, Scoring, StateRef
 from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Reject, decode_hints, decode_requests
 from workers.precompute.encode import Pending, merge
@@ -57,6 +57,7 @@ class Pipeline(HeartbeatIngest, Scoring):
             topics.read_hints.name: "hints",
         }
         self.context_topic = topics.device_context.name
+        self.heartbeat_topic = topics.heartbeats.name
         self.table = DeviceTable(top_k=cfg.top_k, fleet=self.fleet)
         # The current model's score sensitivities (workers.model.sensitivity), estimated once per
         # version on first use; None until a model has been used (the policy then falls back to
@@ -285,6 +286,8 @@ class Pipeline(HeartbeatIngest, Scoring):
         if not include_pending:
             for it in (*self.batcher, *self.deferred.values()):
                 for m, _ in it.refs:
+                    if type(m) is StateRef:  # a record consumed long ago, not one that waits
+                        continue
                     tp = (m.topic(), m.partition())
                     if tp in safe and m.offset() < safe[tp]:
                         safe[tp] = m.offset()

@@ -19,6 +19,7 @@ class DeviceTable:
     # Columns, one row per slot, grown together by `_alloc`.
     hb: np.ndarray  # newest heartbeat's state columns (FeatureModel.state)
     hb_time: np.ndarray  # its event time, ms; -1: none seen
+    hb_offset: np.ndarray  # its record's offset (heartbeats topic, the device's partition); -1
     last_x: np.ndarray  # features of the last prediction
     valid_until: np.ndarray  # the last prediction's valid_until, ms
     predicted_at: np.ndarray  # worker clock, ms
@@ -47,6 +48,7 @@ class DeviceTable:
         grow: dict[str, np.ndarray] = {
             "hb": np.zeros((cap, len(self._default_hb))),
             "hb_time": np.full(cap, -1, dtype=np.int64),
+            "hb_offset": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, self.fleet.features.width), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
             "predicted_at": np.full(cap, -(1 << 62), dtype=np.int64),  # worker clock, ms
@@ -93,6 +95,7 @@ class DeviceTable:
     def _reset(self, s: np.ndarray | int) -> None:
         self.hb[s] = 0
         self.hb_time[s] = -1
+        self.hb_offset[s] = -1
         self.last_x[s] = 0
         self.valid_until[s] = -1
         self.predicted_at[s] = -(1 << 62)
@@ -117,6 +120,7 @@ class DeviceTable:
         s = self.slots(devices, partitions)
         self.hb[s] = rec["hb"]
         self.hb_time[s] = rec["hb_time"]
+        self.hb_offset[s] = rec["hb_offset"]
         self.last_x[s] = rec["last_x"]
         self.valid_until[s] = rec["valid_until"]
         self.predicted_at[s] = rec["produced_at"]
