@@ -17,7 +17,9 @@ class Candidate(BaseModel):
 
 
 class LineageRef(BaseModel):
-    """One input record a prediction was computed from."""
+    """One input record a prediction was computed from: a trigger, or (`state: true`) the
+    heartbeat the device's state came from when something else asked for the prediction (a
+    work order, an alarm, a request), e.g. after a restart."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -26,6 +28,7 @@ class LineageRef(BaseModel):
     offset: int
     event_id: str | None = None
     trace_id: str | None = None
+    state: bool = False
 
 
 Trigger = Literal[

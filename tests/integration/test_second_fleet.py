@@ -198,8 +198,13 @@ def test_the_trailer_fleet_end_to_end(kafka_settings, topics, unique, tmp_path, 
 
         text = _until("a drift window", drift_rows).decode()
         assert 'feature="trailer_model=R2"' in text and 'feature="excursions_6h"' not in text
+    except BaseException:
+        log.flush()
+        print((tmp_path / "procs.log").read_text()[-4_000:])
+        raise
     finally:
         _stop(procs)
+        log.close()
         admin.delete_topics([n for n in admin.topic_partitions() if n.startswith(app_id)])
 
     # a shadow run of the scikit-learn candidate, grouped by the spec's board filters

@@ -231,7 +231,13 @@ def explain_missing(kafka_settings, missing: set, preds: list[dict], limit: int 
 
 
 def lineage_refs(preds: list[dict]) -> list[tuple[str, int, int]]:
-    return [(r["topic"], r["partition"], r["offset"]) for p in preds for r in p["lineage"]]
+    """The inputs that triggered predictions (not the state a prediction was also computed from)."""
+    return [
+        (r["topic"], r["partition"], r["offset"])
+        for p in preds
+        for r in p["lineage"]
+        if not r.get("state")
+    ]
 
 
 def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:

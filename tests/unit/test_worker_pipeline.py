@@ -231,8 +231,8 @@ def test_an_answer_from_restored_state_names_the_heartbeat_it_was_computed_from(
         (o.topic, o.partition, o.offset) for o in second.commit_offsets()
     }
     (again,) = flush(second, model, T0 + 10)
-    refs = {(x.topic, x.partition, x.offset) for x in again.lineage}
-    assert refs == {(HB, 2, 41), (REQ, 2, 5)}
+    refs = {(x.topic, x.partition, x.offset, x.state) for x in again.lineage}
+    assert refs == {(HB, 2, 41, True), (REQ, 2, 5, False)}
     assert again.computed_at_ms == T0 - 60_000
     assert {o.topic: o.offset for o in second.commit_offsets()}[REQ] == 6
 

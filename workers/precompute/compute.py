@@ -151,9 +151,10 @@ class Scoring:
                 continue  # a heartbeat's own trigger: its records are in the lineage already
             s = int(slots[j])
             off = int(tab.hb_offset[s])
-            if off < 0 or any(m.topic() == hb for m, _ in it.refs):
+            if it.stated or off < 0 or any(m.topic() == hb for m, _ in it.refs):
                 continue
             it.refs.append((StateRef(hb, int(tab.partition[s]), off), None))
+            it.stated = True
 
     def prime(self, model: Predictor) -> None:
         """Measure the model's sensitivities now (once per version) rather than at the first

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import chain, islice
+from itertools import accumulate, chain, islice
 from operator import attrgetter, methodcaller
 from typing import cast
 
@@ -36,6 +36,8 @@ class Pending:
     # refs[:pinned] are work orders, alarms and requests (kept first when lineage is cut);
     # -1 until a merge needs it (the hot path builds items without looking at it)
     pinned: int = -1
+    # the last ref is the heartbeat the device's state came from (added at compute time)
+    stated: bool = False
 
     def pins(self) -> int:
         if self.pinned < 0:
@@ -83,6 +85,7 @@ _TOPIC, _PARTITION, _OFFSET = (
     methodcaller("offset"),
 )
 _REFS, _DEVICE, _REASON = attrgetter("refs"), attrgetter("device"), attrgetter("reason")
+_STATED = attrgetter("stated")
 
 
 def _ascii(texts: list[str]) -> list[bytes]:
@@ -220,9 +223,12 @@ def encode(
         rows = zip(*head, *_ref_columns([r[0] for r in refs]), tail, strict=True)
     else:
         tmpl = _template(version, k, produced_at_ms, inference_ms, b"%s")
-        ref_json = list(
-            map(_REF.__mod__, zip(*_ref_columns(list(chain.from_iterable(refs))), strict=True))
-        )
+        flat = list(chain.from_iterable(refs))
+        ref_json = list(map(_REF.__mod__, zip(*_ref_columns(flat), strict=True)))
+        if any(map(_STATED, items)):  # the heartbeat the state came from (its item's last ref)
+            ends = list(accumulate(counts))
+            for j in (j for j, it in enumerate(items) if it.stated):
+                ref_json[ends[j] - 1] = ref_json[ends[j] - 1][:-1] + b',"state":true}'
         it = iter(ref_json)
         rows = zip(
             *head, [b"[" + b",".join(islice(it, n)) + b"]" for n in counts], tail, strict=True
