@@ -50,13 +50,17 @@ def run(settings: DriftSettings) -> int:
     consumer = Consumer(settings.kafka, d.group_id, **newest)
     consumer.subscribe([topics.heartbeats.name])
     last_loop = time.monotonic()
+    # Kept by the loop: the probes run on another thread, and a client call from there waits
+    # behind the loop's consume() (the worker does the same).
+    state = {"assigned": 0}
 
     def health() -> tuple[bool, dict]:
         stalled = time.monotonic() - last_loop
         return stalled < 30, {"seconds_since_loop": round(stalled, 3)}
 
     def ready() -> tuple[bool, dict]:
-        return bool(consumer.assignment()), {
+        return state["assigned"] > 0, {
+            "assigned_partitions": state["assigned"],
             "reference": monitor.ref.model_version,
             "window_rows": len(monitor.window),
         }
@@ -88,6 +92,7 @@ def run(settings: DriftSettings) -> int:
             msgs = consumer.consume(d.consume_max, d.poll_timeout_s)
             now = time.time()
             last_loop = time.monotonic()
+            state["assigned"] = len(consumer.assignment())
             if msgs:
                 monitor.add_records(msgs, now)
             if monitor.due(now):
