@@ -78,7 +78,7 @@ def test_fuzzed_bad_records_all_dead_lettered_with_reasons(kafka_settings, topic
 
     def handle(batch):
         for _msg, verdict in batch:
-            accepted[verdict.event.event_id] += 1
+            accepted[verdict.event["event_id"]] += 1
 
     while consumed < total and time.monotonic() < deadline:
         res = vc.run_once(handle)
