@@ -27,7 +27,6 @@ from schemas.normalize import INT_TEXT, NUMBER_TEXT  # the contract's own number
 from schemas.predictions import PrecomputeRequest
 from schemas.spec.fields import Categorical, Metric
 from schemas.validation import Rejected, validate_event
-from workers.precompute import metrics as M
 from workers.precompute import wire
 from workers.precompute.trace import trace_id
 
@@ -60,8 +59,12 @@ class Heartbeats:
 class Decoder:
     """The decoders of one compiled fleet."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, on_unknown: Callable[[str, int], None] | None = None) -> None:
         self.fleet = fleet
+        # (field, count) of categorical values outside the vocabulary: the worker counts them in
+        # its metrics; the drift monitor and the shadow run (which share this decoder but not
+        # the worker's metrics) leave it unset
+        self.on_unknown = on_unknown
         self.validator = fleet.validator
         self.wire = wire.HeartbeatWire(fleet.spec, fleet.features)
         self.state: tuple[StateColumn, ...] = fleet.features.state
@@ -232,8 +235,8 @@ class Decoder:
                 if unknown:
                     if self._codes[c.name].unknown == "reject":
                         ok[unknown] = False
-                    else:
-                        M.UNKNOWN_CATEGORY.labels(c.name).inc(len(unknown))
+                    elif self.on_unknown is not None:
+                        self.on_unknown(c.name, len(unknown))
                 if None in col:
                     values[[i for i, x in enumerate(col) if x is None], j] = c.fill
             else:

@@ -40,7 +40,7 @@ class Pipeline(HeartbeatIngest, Scoring):
         # The fleet spec, compiled: decoders, context reducer, features (the built-in fleet
         # unless the worker's settings name another).
         self.fleet = fleet or load_fleet()
-        self.decoder = Decoder(self.fleet)
+        self.decoder = Decoder(self.fleet, _count_unknown)
         self.layout = changelog.Layout(self.fleet.features)
         self.stats: Standardization | None = None
         spec = self.fleet.spec
@@ -324,6 +324,10 @@ _TOPIC, _PARTITION, _OFFSET = (
     methodcaller("partition"),
     methodcaller("offset"),
 )
+
+
+def _count_unknown(field: str, n: int) -> None:
+    M.UNKNOWN_CATEGORY.labels(field).inc(n)
 
 
 def _count_decision(reason: P.Reason, n: int) -> None:
