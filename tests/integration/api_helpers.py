@@ -46,6 +46,7 @@ def api_over_redis(
             yield client, store
     finally:
         built.materializer.stop()
+        store.client.close()
 
 
 def prediction_value(
