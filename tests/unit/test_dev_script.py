@@ -1,7 +1,7 @@
 """`./dev demo`'s first impression (issue 26): it names the board's URL before installing
 anything, on the port the demo will use, and installs neither the browser nor the test tools.
-The whole run (a fresh venv, the stack, the first served answer) is measured by hand, see the
-figures in docs/board.md; `tests/integration/test_dev_stack_lifecycle.py` runs it (slow)."""
+The whole run (a fresh venv, the stack, the first served answer) is measured by hand (figures
+in docs/board.md); `tests/integration/test_dev_stack_lifecycle.py` runs it (slow)."""
 
 from __future__ import annotations
 
