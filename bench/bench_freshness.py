@@ -68,7 +68,7 @@ def _segments(header: str) -> dict[str, float]:
     for part in header.split(","):
         name, _, dur = part.strip().partition(";dur=")
         if dur:
-            out[name] = float(dur)
+            out[name.removeprefix("age.")] = float(dur)  # the age's entries (issue 26)
     return out
 
 

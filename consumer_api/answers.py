@@ -3,13 +3,18 @@
 Pure: no I/O, no JSON encoding. A stored entry's body is the PredictionSet JSON as the worker
 published it; the serving fields are spliced in before its closing brace.
 
-Delay origin: an answer's age (now - computed_at, i.e. since the newest input event) is split
-into pipeline segments taken from the entry's own timestamps:
-  queue  = produced_at - computed_at - model   (event in Kafka, waiting for a worker)
-  model  = inference_ms reported by the worker (0 when not reported)
-  kafka  = received_at - produced_at           (prediction in Kafka until a materializer took it)
-  cache  = now - received_at                   (held by the serving store until this read)
-`delay_origin` is the largest segment; a fallback's origin is `fallback`.
+Two measures, kept apart (precast.signals), both in the Server-Timing header:
+- the answer's *age* (now - computed_at, i.e. since the newest input event), split into
+  pipeline segments taken from the entry's own timestamps, `age.*` entries:
+    queue  = produced_at - computed_at - model   (event in Kafka, waiting for a worker)
+    model  = inference_ms reported by the worker (0 when not reported)
+    kafka  = received_at - produced_at           (prediction in Kafka until a materializer took it)
+    cache  = now - received_at                   (held by the serving store until this read)
+  `delay_origin` in the body is the largest age segment; a fallback's (no data, no age) is
+  `fallback`;
+- what this read made the client *wait* for on the server, `wait.*` entries (ms, 3 decimals):
+    read    = the server's own time for the read up to rendering, less db_lock
+    db_lock = the read waiting for the store (the view's lookup; a Redis GET's round trip)
 """
 
 from __future__ import annotations
@@ -49,11 +54,28 @@ def origin(seg: tuple[int, int, int, int]) -> str:
     return SEGMENTS[best]
 
 
-_TIMING = b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d"
+_TIMING = b"age.queue;dur=%d, age.model;dur=%d, age.kafka;dur=%d, age.cache;dur=%d"
+_WAIT = b"wait.read;dur=%s, wait.db_lock;dur=%s"
+_FULL = _TIMING + b", " + _WAIT
+# Milliseconds with microseconds, "0.000" to "0.999" ready-made: a read's own waits are nearly
+# always under a millisecond, and formatting them took more than the rest of the header.
+_SUB_MS = tuple(b"0.%03d" % us for us in range(1000))
 _ORIGINS = tuple(s.encode() for s in SEGMENTS)
+Wait = tuple[int, int]  # (read, db_lock) in nanoseconds
 
 
-def fresh(e: Entry, now_ms: int) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
+def _ms(us: int) -> bytes:
+    return _SUB_MS[us] if us < 1000 else b"%d.%03d" % (us // 1000, us % 1000)
+
+
+def wait_timing(wait: Wait) -> bytes:
+    """The `wait.*` Server-Timing entries (ms with microseconds) of (read, db_lock) in ns."""
+    return _WAIT % (_ms(wait[0] // 1000), _ms(wait[1] // 1000))
+
+
+def fresh(
+    e: Entry, now_ms: int, read_ns: int = 0, lock_ns: int = 0
+) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
     """(body, headers, etag, max_age) of a precomputed answer: the hot path's rendering, kept to
     a handful of operations (it runs once per read; profile in BENCHMARKS.md)."""
     model = e.inference_ms if e.inference_ms > 0 else 0
@@ -62,6 +84,7 @@ def fresh(e: Entry, now_ms: int) -> tuple[bytes, list[tuple[bytes, bytes]], byte
     cache = now_ms - e.received_at_ms
     seg = (queue if queue > 0 else 0, model, kafka if kafka > 0 else 0, cache if cache > 0 else 0)
     org = _ORIGINS[seg.index(max(seg))]  # the first of equal segments, as `origin`
+    r, k = read_ns // 1000, lock_ns // 1000  # microseconds
     max_age = (e.valid_until_ms - now_ms) // 1000
     etag = b'W/"%x-%x-%s"' % (e.computed_at_ms, e.produced_at_ms, e.model_version.encode())
     body = b'%s,"source":"precomputed","age_ms":%d,"delay_origin":"%s"}' % (
@@ -76,7 +99,18 @@ def fresh(e: Entry, now_ms: int) -> tuple[bytes, list[tuple[bytes, bytes]], byte
             (b"cache-control", b"max-age=%d" % max_age),
             (b"etag", etag),
             (b"x-model-version", e.model_version.encode()),
-            (b"server-timing", _TIMING % seg),
+            (
+                b"server-timing",
+                _FULL
+                % (
+                    seg[0],
+                    seg[1],
+                    seg[2],
+                    seg[3],
+                    _SUB_MS[r] if r < 1000 else _ms(r),
+                    _SUB_MS[k] if k < 1000 else _ms(k),
+                ),
+            ),
         ],
         etag,
         max_age,
@@ -108,13 +142,18 @@ class Renderer:
             return (STALE, "expired") if self.serve_stale else (FALLBACK, "expired")
         return PRECOMPUTED, None
 
-    def render(self, device_id: str, e: Entry | None, now_ms: int) -> Answer:
+    def render(
+        self, device_id: str, e: Entry | None, now_ms: int, wait: Wait | None = None
+    ) -> Answer:
+        """The answer; `wait` (read, db_lock in ns) adds the `wait.*` Server-Timing entries."""
         source, reason = self.classify(e, now_ms)
         if source == FALLBACK:
-            return self.fallback(device_id, reason or UNKNOWN_DEVICE)
+            return self.fallback(device_id, reason or UNKNOWN_DEVICE, wait)
         assert e is not None
         if source == PRECOMPUTED:
-            body, headers, etag, max_age = fresh(e, now_ms)
+            body, headers, etag, max_age = fresh(e, now_ms, *(wait or (0, 0)))
+            if wait is None:  # nothing measured: no wait entries
+                headers[-1] = (b"server-timing", _TIMING % segments(e, now_ms))
             return Answer(source, body, headers, etag, None, max_age)
         seg = segments(e, now_ms)
         body = b'%s,"source":"stale","age_ms":%d,"delay_origin":"%s"}' % (
@@ -128,17 +167,20 @@ class Renderer:
             (b"cache-control", b"no-cache"),
             (b"etag", etag),
             (b"x-model-version", e.model_version.encode()),
-            (b"server-timing", _TIMING % seg),
+            (b"server-timing", _TIMING % seg + (b", " + wait_timing(wait) if wait else b"")),
         ]
         return Answer(source, body, headers, etag, "expiry" if reason == "expired" else None, None)
 
-    def fallback(self, device_id: str, reason: str) -> Answer:
+    def fallback(self, device_id: str, reason: str, wait: Wait | None = None) -> Answer:
+        """The default strategy; a fallback has no data, so no age: only `wait.*` entries."""
         body = (
             b'{"device_id":"%s","candidates":%s,"model_version":null,"computed_at_ms":null,'
             b'"valid_until_ms":null,"age_ms":null,"source":"fallback","delay_origin":"fallback",'
             b'"reason":"%s"}' % (device_id.encode(), self._fallback_candidates, reason.encode())
         )
-        headers = [_JSON, (b"cache-control", b"no-store"), (b"server-timing", b"fallback;dur=0")]
+        headers = [_JSON, (b"cache-control", b"no-store")]
+        if wait is not None:
+            headers.append((b"server-timing", wait_timing(wait)))
         # Asking is for devices the store knows (an expired answer, a purge marker). A store
         # outage is no reason: the data exists, the store is down. Neither is an unknown device:
         # every device with data gets a prediction from its first heartbeat without anyone

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from time import perf_counter_ns
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,7 +20,7 @@ from starlette.routing import Route
 
 from consumer_api import beacon as beacons
 from consumer_api import board as boards
-from consumer_api.answers import PRECOMPUTED, etag_matches
+from consumer_api.answers import PRECOMPUTED, etag_matches, wait_timing
 from consumer_api.errors import error
 from consumer_api.fastpath import FastPath
 from consumer_api.hygiene import ErrorHygiene
@@ -50,12 +51,13 @@ class Endpoints:
         return unknown_params(request, allowed)
 
     async def batch(self, request: Request) -> Response:
+        started = perf_counter_ns()
         if (bad := self.guard(request, ("ids",))) is not None:
             return bad
         ids = device_list(request.query_params.get("ids"), self.opts.batch_max)
         if isinstance(ids, Response):
             return ids
-        answers = await self.svc.answers(ids, now_ms())
+        answers, wait = await self.svc.answers_timed(ids, now_ms(), started)
         body = b'{"count":%d,"predictions":[%s]}' % (
             len(answers),
             b",".join(a.body for a in answers),
@@ -69,6 +71,7 @@ class Endpoints:
             if fresh
             else "no-cache",
             "etag": f'W/"{digest}"',
+            "server-timing": wait_timing(wait).decode(),  # the items' ages are in their bodies
         }
         if (inm := request.headers.get("if-none-match")) and etag_matches(
             inm.encode(), headers["etag"].encode()
@@ -164,7 +167,7 @@ class Endpoints:
             return b
         # One client's weight in the shares: its address where known (the token is often
         # shared by every UI), see consumer_api.beacon.
-        beacons.record(b, self.svc.shares, keys[-1], self.opts.beacon_max_ms)
+        beacons.record(b, self.svc.signals, keys[-1], self.opts.beacon_max_ms)
         return Response(status_code=204)
 
     async def healthz(self, _: Request) -> Response:

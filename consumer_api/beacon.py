@@ -1,180 +1,202 @@
-"""UI timing beacons: the UI reports what the user waited for, the API turns it into delay
-origins. End-to-end delay of one view = the shown answer's age split by pipeline segment
-(queue, model, kafka, cache; echoed from its Server-Timing header) + network time
-(`network_qoe`) + the rest of input-to-shown (`front_jank`). Each origin's milliseconds are
-counted (`precast_delay_origin_seconds_total`, base unit) and its share of the recent delay is a gauge
-(`precast_delay_origin_share`, 60 s half-life) on which an alert fires when one origin passes
-30 % (deploy/alerts/precast-api.rules.yml).
+"""UI timing beacons: the UI reports one view's timings, the API splits them into the two
+measures of precast.signals and aggregates them per client (consumer_api.signals).
 
-Trust model: a beacon is a claim by one client, authenticated at most by the shared bearer
-token, so any client can lie. Its influence is bounded three ways: every value is clipped at
-`beacon_max_ms` (counted in `precast_beacon_values_clipped_total`); each client (its token and
-address, as for the per-client limits) keeps its own decayed sums, so sending more beacons only
-refines that client's own shares and never weighs more; and the published share of an origin is
-the median over clients of their shares (renormalized to sum to 1), so a minority of clients
-cannot move it past what honest clients report. The seconds counter is raw volume (clipped, rate-
-limited per client), not for alerting."""
+A view's *wait* (input to the answer on screen) by origin:
+  network_qoe = network_ms - (wait.read + wait.db_lock)   (the fetch, less the server's time)
+  read, db_lock = the answer's `wait.read` / `wait.db_lock` Server-Timing entries, echoed
+  model       = wait.model: on a miss, the fallback shown until the computed answer replaced it
+  front_jank  = input_to_shown_ms - network_ms - wait.model   (the page's own time)
+so the origins add up to input_to_shown_ms. The shown answer's *age* by origin is its
+`age.queue`, `age.model`, `age.kafka`, `age.cache` entries, echoed (absent for a fallback,
+which has no data and so no age).
+
+Metrics: `precast_wait_origin_seconds_total{origin}` and `precast_age_origin_seconds_total{origin}`
+(raw volume, clipped: for dashboards, never for alerting: one client can send many), and the
+per-client aggregates that alerts use: `precast_wait_origin_share`, `precast_age_origin_share`,
+`precast_wait_origin_per_view_seconds`, `precast_wait_p95_seconds`, `precast_age_p95_seconds`
+(absent while no client is live), and `precast_beacon_clients`.
+
+Every value above `beacon_max_ms` is clipped (counted in `precast_beacon_values_clipped_total`)."""
 
 from __future__ import annotations
 
-import math
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from typing import Annotated
 
-import numpy as np
-from prometheus_client import Counter, Gauge
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
-ORIGINS = ("queue", "model", "kafka", "cache", "network_qoe", "front_jank")
+from consumer_api.signals import Signals
+from precast.signals import AGE_ORIGINS, WAIT_ORIGINS
+
 # Base units (seconds), as Prometheus names want them: beacons report milliseconds.
-ORIGIN_S = Counter(
-    "precast_delay_origin_seconds",
-    "end-to-end delay reported by UI beacons, by origin",
+WAIT_S = Counter(
+    "precast_wait_origin_seconds",
+    "what UI users waited for between input and the answer shown, by origin (beacons; raw)",
     ["origin"],
 )
-SHARE = Gauge(
-    "precast_delay_origin_share",
-    "share of recent end-to-end delay, by origin (60 s half-life)",
+AGE_S = Counter(
+    "precast_age_origin_seconds",
+    "age of the answers shown to UI users, by origin of the age (beacons; raw)",
     ["origin"],
 )
 VIEWS = Counter("precast_beacon_views", "UI views reported by beacons")
 CLIPPED = Counter(
     "precast_beacon_values_clipped", "beacon values above PRECAST_API__BEACON_MAX_MS, clipped"
 )
-for _o in ORIGINS:  # every series exists from the start, so shares and alerts see zeros, not gaps
-    ORIGIN_S.labels(_o)
-    SHARE.labels(_o)
+for _o in WAIT_ORIGINS:  # every counter series exists from the start: rates see zeros, not gaps
+    WAIT_S.labels(_o)
+for _o in AGE_ORIGINS:
+    AGE_S.labels(_o)
 
 Ms = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 
 
-class ServerTiming(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
+
+
+class Wait(_Strict):
+    read: Ms = Field(default=0, description="the answer's wait.read Server-Timing entry")
+    db_lock: Ms = Field(default=0, description="the answer's wait.db_lock Server-Timing entry")
+    model: Ms = Field(
+        default=0,
+        description="on a miss: from the fallback shown to the computed answer shown "
+        "(measured by the UI)",
+    )
+
+
+class Age(_Strict):
     queue: Ms = 0
     model: Ms = 0
     kafka: Ms = 0
     cache: Ms = 0
 
 
-class Timing(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
-    input_to_shown_ms: Ms = Field(description="from the user's input to the data on screen")
+class Timing(_Strict):
+    input_to_shown_ms: Ms = Field(
+        description="from the user's input to the answer on screen (on a miss: the computed one)"
+    )
     network_ms: Ms = Field(
-        description="time on the network (request start to response end, less server time)"
+        description="the answer's request on the network: request start to response end, "
+        "server time included"
     )
-    server_timing: ServerTiming = Field(
-        default_factory=ServerTiming, description="the answer's Server-Timing entries"
+    wait: Wait = Field(default_factory=Wait, description="the parts of the wait the UI cannot see")
+    age: Age | None = Field(
+        default=None,
+        description="the shown answer's age.* Server-Timing entries; absent for a fallback",
+    )
+    server_timing: Age | None = Field(
+        default=None,
+        description="deprecated (before issue 26): the same as `age`",
+        deprecated=True,
     )
 
 
-class Beacon(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as the schema says
+class Beacon(_Strict):
     timings: list[Timing] = Field(min_length=1, max_length=100)
 
 
-def split(t: Timing) -> dict[str, float]:
-    """One view's delay by origin."""
-    st = t.server_timing
-    return {
-        "queue": st.queue,
-        "model": st.model,
-        "kafka": st.kafka,
-        "cache": st.cache,
-        "network_qoe": t.network_ms,
-        "front_jank": max(0.0, t.input_to_shown_ms - t.network_ms),
+def split(t: Timing) -> tuple[dict[str, float], dict[str, float] | None]:
+    """One view's wait by origin and, when its answer had data, its age by origin (ms)."""
+    w = t.wait
+    wait = {
+        "network_qoe": max(0.0, t.network_ms - w.read - w.db_lock),
+        "front_jank": max(0.0, t.input_to_shown_ms - t.network_ms - w.model),
+        "read": w.read,
+        "db_lock": w.db_lock,
+        "model": w.model,
     }
+    a = t.age if t.age is not None else t.__dict__["server_timing"]  # no deprecation warning
+    age = (
+        None
+        if a is None
+        else {"queue": a.queue, "model": a.model, "kafka": a.kafka, "cache": a.cache}
+    )
+    return wait, age
 
 
-def clip(t: Timing, ceiling_ms: float) -> tuple[Timing, int]:
-    """The timing with every value at most `ceiling_ms`, and how many were above it."""
-    st = t.server_timing
-    vals = [t.input_to_shown_ms, t.network_ms, st.queue, st.model, st.kafka, st.cache]
-    n = sum(v > ceiling_ms for v in vals)
-    if not n:
-        return t, 0
-    c = [min(v, ceiling_ms) for v in vals]
-    return Timing(
-        input_to_shown_ms=c[0],
-        network_ms=c[1],
-        server_timing=ServerTiming(queue=c[2], model=c[3], kafka=c[4], cache=c[5]),
-    ), n
-
-
-class _Client:
-    __slots__ = ("at", "sums")
-
-    def __init__(self, at: float) -> None:
-        self.sums = np.zeros(len(ORIGINS))
-        self.at = at
-
-
-class DelayShares:
-    """Decayed sums per origin per client; the published shares are the per-origin median of
-    the clients' shares. A client whose sums decayed below 1/1024 of what it sent (ten half-
-    lives) no longer counts; at most `max_clients` are kept (least recent forgotten)."""
-
-    def __init__(
-        self,
-        half_life_s: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-        max_clients: int = 100_000,
-    ) -> None:
-        self._k = math.log(2) / half_life_s
-        self._horizon = 10 * half_life_s
-        self._clock = clock
-        self._max = max_clients
-        self._clients: OrderedDict[str, _Client] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, parts: dict[str, float], client: str = "-") -> None:
-        with self._lock:
-            now = self._clock()
-            c = self._clients.get(client)
-            if c is None:
-                c = self._clients[client] = _Client(now)
-                if len(self._clients) > self._max:
-                    self._clients.popitem(last=False)
-            else:
-                self._clients.move_to_end(client)
-            c.sums = c.sums * math.exp(-self._k * (now - c.at)) + [
-                parts.get(o, 0.0) for o in ORIGINS
-            ]
-            c.at = now
-
-    def shares(self) -> dict[str, float]:
-        with self._lock:
-            now = self._clock()
-            while self._clients:  # oldest first: drop those past the horizon
-                oldest = next(iter(self._clients.values()))
-                if now - oldest.at <= self._horizon:
-                    break
-                self._clients.popitem(last=False)
-            rows = [c.sums / t for c in self._clients.values() if (t := c.sums.sum()) > 0]
-        if not rows:
-            return dict.fromkeys(ORIGINS, 0.0)
-        med = np.median(np.vstack(rows), axis=0)
-        total = med.sum()
-        return {
-            o: float(v / total) if total > 0 else 0.0 for o, v in zip(ORIGINS, med, strict=True)
-        }
+def clip(parts: dict[str, float], ceiling_ms: float) -> tuple[dict[str, float], int]:
+    """The parts with every value at most `ceiling_ms`, and how many were above it."""
+    n = sum(v > ceiling_ms for v in parts.values())
+    return ({k: min(v, ceiling_ms) for k, v in parts.items()} if n else parts), n
 
 
 def record(
-    beacon: Beacon, shares: DelayShares, client: str = "-", ceiling_ms: float = 60_000.0
+    beacon: Beacon, signals: Signals, client: str = "-", ceiling_ms: float = 60_000.0
 ) -> None:
     clipped = 0
     for t in beacon.timings:
-        t, n = clip(t, ceiling_ms)
+        wait, age = split(t)
+        wait, n = clip(wait, ceiling_ms)
         clipped += n
-        parts = split(t)
-        for o, v in parts.items():
-            ORIGIN_S.labels(o).inc(v / 1000.0)
-        shares.add(parts, client)
+        for o, v in wait.items():
+            WAIT_S.labels(o).inc(v / 1000.0)
+        if age is not None:
+            age, n = clip(age, ceiling_ms)
+            clipped += n
+            for o, v in age.items():
+                AGE_S.labels(o).inc(v / 1000.0)
+        signals.add(wait, age, client)
     if clipped:
         CLIPPED.inc(clipped)
     VIEWS.inc(len(beacon.timings))
-    for o, v in shares.shares().items():
-        SHARE.labels(o).set(v)
+
+
+class SignalsCollector:
+    """The per-client aggregates of one `Signals`, computed at scrape time (so a figure stops
+    being published when its clients go quiet, instead of holding its last value)."""
+
+    signals: Signals | None = None
+
+    def collect(self):
+        snap = self.signals.snapshot() if self.signals is not None else None
+        fams = {
+            "wait_share": GaugeMetricFamily(
+                "precast_wait_origin_share",
+                "share of what UI users wait for, by origin (median over clients, 60 s half-life)",
+                labels=["origin"],
+            ),
+            "age_share": GaugeMetricFamily(
+                "precast_age_origin_share",
+                "share of the shown answers' age, by origin (median over clients, 60 s half-life)",
+                labels=["origin"],
+            ),
+            "per_view": GaugeMetricFamily(
+                "precast_wait_origin_per_view_seconds",
+                "wait per UI view, by origin (median over clients, 60 s half-life)",
+                labels=["origin"],
+            ),
+            "wait_p95": GaugeMetricFamily(
+                "precast_wait_p95_seconds",
+                "p95 of input to answer shown (one weight per client, 60 s half-life)",
+            ),
+            "age_p95": GaugeMetricFamily(
+                "precast_age_p95_seconds",
+                "p95 age of the answers shown (one weight per client, 60 s half-life)",
+            ),
+            "clients": GaugeMetricFamily(
+                "precast_beacon_clients", "UI clients whose beacons count (heard from recently)"
+            ),
+        }
+        if snap is not None:
+            for o, v in snap.wait_shares.items():
+                fams["wait_share"].add_metric([o], v)
+                fams["per_view"].add_metric([o], snap.wait_per_view_s[o])
+            for o, v in snap.age_shares.items():
+                fams["age_share"].add_metric([o], v)
+            fams["wait_p95"].add_metric([], snap.wait_p95_s)
+            if snap.age_p95_s is not None:
+                fams["age_p95"].add_metric([], snap.age_p95_s)
+        fams["clients"].add_metric([], snap.clients if snap is not None else 0)
+        yield from fams.values()
+
+
+COLLECTOR = SignalsCollector()
+REGISTRY.register(COLLECTOR)
+
+
+def export(signals: Signals) -> None:
+    """Publish this `Signals` as the process's (one service per process; a test that builds
+    another service replaces the earlier one)."""
+    COLLECTOR.signals = signals

@@ -39,6 +39,7 @@ from consumer_api.fleet import ALARM_STATES, COLUMNS, SORTABLE, SOURCES, FleetIn
 from consumer_api.lineage import LineageReader
 from consumer_api.requests_in import unknown_params
 from consumer_api.service import Service, now_ms, read_counts
+from consumer_api.signals import measures
 from consumer_api.streams import open_stream
 from precast.serving import valid_device_id
 from schemas.events import DEVICE_ID_PATTERN
@@ -56,7 +57,6 @@ _CSP = (
 )
 FILTERS = ("site", "device_type", "strategy", "alarm", "source")
 FLEET_PARAMS = (*FILTERS, "sort", "order", "offset", "limit")
-SHARE_BANNER = 0.30  # one delay origin above this share of the recent delay gets a banner
 
 
 @dataclass
@@ -231,8 +231,8 @@ class BoardEndpoints:
         old = next((c for t, c in b._reads if mono - t <= 60.0), reads)
         window = {k: reads[k] - old.get(k, 0) for k in reads}
         total = sum(window.values())
-        shares = self.svc.shares.shares()
-        top = max(shares, key=lambda o: shares[o])
+        signals = self.svc.signals
+        snap = signals.snapshot()
         rates = b.feed.rates if b.feed is not None else None
         doc: dict[str, Any] = {
             "at_ms": now_ms(),
@@ -243,12 +243,9 @@ class BoardEndpoints:
             "inferences_per_s": rates.inferences_per_s if rates else None,
             "dead_letters_per_s": rates.dead_letters_per_s if rates else None,
             "dead_letters_total": rates.dead_letters_total if rates else None,
-            "delay_origin_shares": shares,
-            "banner": (
-                {"origin": top, "share": shares[top], "threshold": SHARE_BANNER}
-                if shares[top] > SHARE_BANNER
-                else None
-            ),
+            # Two measures kept apart (precast.signals); the banner only from the wait's rule.
+            **measures(snap),
+            "banner": signals.banner(snap),
             "board_streams": self.index.subscribers,
         }
         body = orjson.dumps(doc)

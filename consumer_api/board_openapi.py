@@ -129,7 +129,8 @@ PATHS: dict[str, Any] = {
     "/v1/board/panel": {
         "get": {
             "summary": "Fleet panel: hit ratio, freshness, events vs inferences, dead letters, "
-            "delay-origin shares and a banner when one passes 30 %",
+            "the wait and the age of shown answers (p95, objective, shares by origin) and a "
+            "banner when a wait origin rose past 30 % while the wait is past its objective",
             "responses": {"200": _json("Panel", "figures"), "401": _AUTH},
         }
     },

@@ -8,11 +8,15 @@ other path goes to the Starlette app.
 The common case (GET, no query, authorized, a fresh entry in the in-process view) is one
 function with no further calls but the rendering (`answers.fresh`); anything else takes
 `checked`, which runs every check in the documented order (method, auth, query, device ID).
-A view hit needs no device-ID check: the store refuses IDs outside the pattern."""
+A view hit needs no device-ID check: the store refuses IDs outside the pattern.
+
+Every answer's Server-Timing carries the read's own wait (`wait.read`, `wait.db_lock`, from
+two clock reads around the store lookup; consumer_api.answers)."""
 
 from __future__ import annotations
 
 import time
+from time import perf_counter_ns
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,6 +45,7 @@ class FastPath:
         if scope["type"] == "http":
             path: str = scope["path"]
             if path.startswith(PREFIX) and path.endswith(SUFFIX) and len(path) > _MIN_LEN:
+                t0 = perf_counter_ns()
                 inm = auth = None
                 for k, v in scope["headers"]:
                     if k == b"if-none-match":
@@ -54,15 +59,18 @@ class FastPath:
                     or scope["query_string"]
                     or not (self._open or self.service.authorized(auth))
                 ):
-                    return await self.checked(scope, send, path[_CUT:-_SUFFIX_LEN], auth, inm)
+                    return await self.checked(scope, send, path[_CUT:-_SUFFIX_LEN], auth, inm, t0)
                 now = time.time_ns() // 1_000_000
-                e = peek(path[_CUT:-_SUFFIX_LEN])
+                device = path[_CUT:-_SUFFIX_LEN]
+                t1 = perf_counter_ns()
+                e = peek(device)
+                t2 = perf_counter_ns()
                 if e is None or e.purge or now >= e.valid_until_ms:
-                    return await self.checked(scope, send, path[_CUT:-_SUFFIX_LEN], auth, inm)
-                body, headers, etag, _ = fresh(e, now)
+                    return await self.checked(scope, send, device, auth, inm, t0)
+                body, headers, etag, _ = fresh(e, now, t1 - t0, t2 - t1)
                 count_read(PRECOMPUTED)
                 if self._note is not None:
-                    self._note(path[_CUT:-_SUFFIX_LEN])
+                    self._note(device)
                 if inm is not None and etag_matches(inm, etag):
                     await send({"type": _START, "status": 304, "headers": headers[1:]})
                     await send({"type": _BODY, "body": b""})
@@ -74,7 +82,13 @@ class FastPath:
         await self.app(scope, receive, send)
 
     async def checked(
-        self, scope: Scope, send: Send, device_id: str, auth: bytes | None, inm: bytes | None
+        self,
+        scope: Scope,
+        send: Send,
+        device_id: str,
+        auth: bytes | None,
+        inm: bytes | None,
+        started_ns: int | None = None,
     ) -> None:
         svc = self.service
         if scope["method"] not in ("GET", "HEAD"):
@@ -115,7 +129,7 @@ class FastPath:
                 ),
                 [_JSON],
             )
-        a = await svc.answer(device_id, now_ms())
+        a = await svc.answer(device_id, now_ms(), started_ns)
         if inm is not None and a.etag is not None and etag_matches(inm, a.etag):
             return await _send(send, 304, b"", [h for h in a.headers if h[0] != b"content-type"])
         await _send(send, 200, b"" if scope["method"] == "HEAD" else a.body, a.headers, len(a.body))

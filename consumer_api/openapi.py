@@ -90,7 +90,9 @@ def _plain(summary: str, ok: str, *extra: int) -> dict[str, Any]:
 
 
 _TIMING_HEADERS = {
-    "Server-Timing": "queue, model, kafka, cache segments of the answer's age (ms)",
+    "Server-Timing": "two measures kept apart (ms): age.queue, age.model, age.kafka, "
+    "age.cache (the answer's age by segment; none for a fallback) and wait.read, wait.db_lock "
+    "(what this read waited for on the server and for the store)",
     "X-Model-Version": "model version of a precomputed or stale answer",
     "Cache-Control": "max-age until valid_until (precomputed), no-cache (stale), no-store "
     "(fallback)",
@@ -179,8 +181,8 @@ def build_spec(opts: ApiOptions, *, board: bool = False) -> dict[str, Any]:
             },
             "/v1/beacon": {
                 "post": {
-                    "summary": "UI timings (input to shown, network): aggregated into delay "
-                    "origins front_jank and network_qoe",
+                    "summary": "UI timings of views (input to shown, network, the answer's "
+                    "Server-Timing): aggregated per client into the wait and the age by origin",
                     "requestBody": _body("Beacon"),
                     "responses": {
                         "204": {"description": "recorded"},

@@ -7,18 +7,20 @@ import hmac
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 
 import redis
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
+from consumer_api import beacon
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
-from consumer_api.beacon import DelayShares
 from consumer_api.hub import Hub
 from consumer_api.limits import ClientLimits
 from consumer_api.precompute_requests import PrecomputeAsker
 from consumer_api.read_hints import ReadHints
 from consumer_api.settings import ApiOptions
+from consumer_api.signals import Signals
 from precast.fleet import load_fleet
 from precast.serving import AsyncReader, Entry, LocalView
 
@@ -61,7 +63,7 @@ class Service:
     readiness: Callable[[], tuple[bool, dict]] = _ready_always
     health: Callable[[], tuple[bool, dict]] = _ready_always
     hub: Hub = field(default_factory=Hub)
-    shares: DelayShares = field(default_factory=DelayShares)
+    signals: Signals = field(default_factory=Signals)
     hints: ReadHints | None = None
 
     def __post_init__(self) -> None:
@@ -74,6 +76,7 @@ class Service:
         self.limits = ClientLimits(self.options)
         tok = self.options.auth_token
         self._token = b"Bearer " + tok.get_secret_value().encode() if tok else None
+        beacon.export(self.signals)
 
     def authorized(self, header: bytes | None) -> bool:
         return self._token is None or (
@@ -84,8 +87,12 @@ class Service:
     def auth_enabled(self) -> bool:
         return self._token is not None
 
-    async def answer(self, device_id: str, now_ms: int) -> Answer:
-        """One device's answer; also asks the workers for a precompute when the answer needs one."""
+    async def answer(self, device_id: str, now_ms: int, started_ns: int | None = None) -> Answer:
+        """One device's answer; also asks the workers for a precompute when the answer needs one.
+        Its Server-Timing says how long the read waited for the store (`db_lock`: the view's
+        lookup or the Redis GET, a failed one included) and for the rest of the server's work
+        since `started_ns` (`read`)."""
+        t0 = perf_counter_ns()
         if self.view is not None:
             e = self.view.get(device_id, now_ms)
         else:
@@ -93,13 +100,22 @@ class Service:
             try:
                 e = await self.reader.get(device_id)
             except redis.RedisError:
+                wait = _wait(started_ns, t0)
                 return self.served(
-                    device_id, self.renderer.fallback(device_id, "store_unavailable"), now_ms
+                    device_id, self.renderer.fallback(device_id, "store_unavailable", wait), now_ms
                 )
-        return self.served(device_id, self.renderer.render(device_id, e, now_ms), now_ms)
+        wait = _wait(started_ns, t0)
+        return self.served(device_id, self.renderer.render(device_id, e, now_ms, wait), now_ms)
 
     async def answers(self, device_ids: Sequence[str], now_ms: int) -> list[Answer]:
+        return (await self.answers_timed(device_ids, now_ms))[0]
+
+    async def answers_timed(
+        self, device_ids: Sequence[str], now_ms: int, started_ns: int | None = None
+    ) -> tuple[list[Answer], tuple[int, int]]:
+        """The answers, and (read, db_lock) in ns as for `answer`, for the whole list."""
         entries: list[Entry | None]
+        t0 = perf_counter_ns()
         if self.view is not None:
             entries = self.view.get_many(device_ids, now_ms)
         else:
@@ -107,14 +123,16 @@ class Service:
             try:
                 entries = await self.reader.get_many(device_ids)
             except redis.RedisError:
-                return [
+                answers = [
                     self.served(d, self.renderer.fallback(d, "store_unavailable"), now_ms)
                     for d in device_ids
                 ]
+                return answers, _wait(started_ns, t0)
+        wait = _wait(started_ns, t0)
         return [
             self.served(d, self.renderer.render(d, e, now_ms), now_ms)
             for d, e in zip(device_ids, entries, strict=True)
-        ]
+        ], wait
 
     def served(self, device_id: str, a: Answer, now_ms: int) -> Answer:
         _READS[a.source] += 1
@@ -123,6 +141,12 @@ class Service:
         if a.ask_reason is not None:
             self.asker.request(device_id, a.ask_reason, now_ms)
         return a
+
+
+def _wait(started_ns: int | None, store_ns: int) -> tuple[int, int]:
+    """(read, db_lock) in ns: before the store call since `started_ns`, and the store call."""
+    now = perf_counter_ns()
+    return (store_ns - started_ns if started_ns is not None else 0, now - store_ns)
 
 
 def now_ms() -> int:

@@ -187,6 +187,11 @@ def run_demo(
                 f"http://127.0.0.1:{api_port}/metrics",
             )
         )
+        # Events sent before the worker holds its partitions would wait for it and come out late:
+        # a burst of freshness errors that the SLO alerts (windows still minutes long on a new
+        # Prometheus) page on. The fleet starts reporting once the worker is ready.
+        worker = next(c for c in children if c.name == "worker")
+        _wait_ready(worker, children, lambda: interrupted)
         children.append(
             Child(
                 "simulator",
@@ -233,6 +238,20 @@ def run_demo(
         else:
             print("demo: stopped its processes (the stack was already running and stays up)")
     return 0
+
+
+def _wait_ready(child: Child, children: list[Child], interrupted, timeout: float = 120.0) -> None:
+    url = child.metrics_url.removesuffix("/metrics") + "/readyz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not interrupted():
+        for c in children:
+            if c.proc.poll() is not None:
+                raise PrecastError(f"demo: {c.name} exited with code {c.proc.returncode}")
+        if _get(url)[0] == 200:
+            return
+        time.sleep(0.2)
+    if not interrupted():
+        raise StackError(f"demo: the {child.name} was not ready within {timeout:g}s ({url})")
 
 
 def _wait_serving(base: str, children: list[Child], interrupted, timeout: float = 90.0) -> None:

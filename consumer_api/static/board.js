@@ -3,17 +3,20 @@
 // (/v1/board/stream, resumed with Last-Event-ID) whose rows are applied once per animation
 // frame. Only the rows in view are in the DOM. The board is a speculative client: it sends
 // prefetch hints for rows scrolled into view or hovered, and beacons with the real
-// input-to-shown time and the answer's Server-Timing (docs/board.md).
+// input-to-shown time and the answer's Server-Timing, its wait.* and age.* entries kept apart
+// (docs/board.md).
 
 const COLS = [
   ["device_id", "Device"], ["strategy", "Top strategy"], ["score", "Score"], ["source", "Source"],
-  ["age_ms", "Age"], ["delay_origin", "Delay origin"], ["site", "Site"],
+  ["age_ms", "Age"], ["delay_origin", "Age origin"], ["site", "Site"],
   ["device_type", "Type"], ["alarm", "Alarm"], ["open_work_orders", "WOs"],
 ];
 const FILTERS = ["site", "device_type", "strategy", "alarm", "source"];
 const PREFETCH_EVERY_MS = 30_000; // a device hinted once is not hinted again for this long
 const BEACON_FLUSH_MS = 5_000;
 const PAINTS_KEPT = 5_000;
+const MISS_WAIT_MAX_MS = 10_000; // a miss's wait for the computed answer is reported after this
+const ASKING = new Set(["expired", "purged"]); // fallbacks for which a computed answer is coming
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -28,6 +31,7 @@ const state = {
   lastSeq: null, frameAsked: false, viewDirty: false, rendered: new Map(),
   hinted: new Map(), hoverTimer: 0, visibleTimer: 0,
   timings: [], facets: {}, open: null, stream: null, viewVersion: 0, visibleKey: "",
+  miss: null,        // the open device's view while its fallback waits for the computed answer
 };
 // What tests and the benchmark read: when each row update reached the DOM.
 const board = (window.precastBoard = { ready: false, paints: [], frames: 0, resets: 0, errors: 0 });
@@ -331,24 +335,39 @@ function showPanel(p) {
   $("p-inf").textContent = fmtRate(p.inferences_per_s);
   $("p-dead").textContent = p.dead_letters_total == null ? "–"
     : `${p.dead_letters_total.toLocaleString()} (${fmtRate(p.dead_letters_per_s)}/s)`;
-  const items = Object.entries(p.delay_origin_shares).map(([o, s]) => {
-    const li = document.createElement("li");
-    li.textContent = `${o} ${fmtPct(s)}`;
-    if (s > 0.3) li.className = "high";
-    return li;
-  });
-  $("p-shares").replaceChildren(...items);
+  showMeasure("wait", p.wait, p.banner?.origin);
+  showMeasure("age", p.age, null);
+  $("p-wait-clients").textContent = p.wait.clients ? p.wait.clients.toLocaleString() : "no";
   const b = $("banner");
   if (p.banner) {
-    b.textContent = `Delay origin "${p.banner.origin}" is ${fmtPct(p.banner.share)} of the recent delay (above ${fmtPct(p.banner.threshold)}).`;
+    const x = p.banner;
+    b.textContent = `Wait origin "${x.origin}" rose to ${fmtPct(x.share)} of what operators wait for `
+      + `(${fmtPct(x.baseline_share)} before), while p95 input → shown is ${fmtAge(x.wait_p95_ms)} `
+      + `(objective ${fmtAge(x.objective_ms)}).`;
     b.hidden = false;
   } else b.hidden = true;
+}
+
+// One measure's panel: p95 against its objective, shares by origin (none while no board reports).
+function showMeasure(name, m, named) {
+  const p95 = $(`p-${name}-p95`);
+  p95.textContent = fmtAge(m.p95_ms);
+  p95.className = m.p95_ms != null && m.p95_ms > m.objective_ms ? "over" : "";
+  $(`p-${name}-obj`).textContent = fmtAge(m.objective_ms);
+  const items = Object.entries(m.shares || {}).map(([o, x]) => {
+    const li = document.createElement("li");
+    li.textContent = `${o} ${fmtPct(x)}`;
+    if (o === named) li.className = "named";
+    return li;
+  });
+  $(`p-${name}-shares`).replaceChildren(...items);
 }
 
 // -- device view ---------------------------------------------------------------------------------------
 async function openDevice(id, inputAt) {
   // Room in the bounded Resource Timing buffer for this read's entry (hints and beacons fill it).
   if (inputAt != null) performance.clearResourceTimings();
+  if (inputAt != null && state.miss) endMiss(state.miss.id); // a new input ends the last wait
   state.open = id;
   state.openRow = state.byId.get(id);
   const url = `/v1/devices/${encodeURIComponent(id)}/prediction`;
@@ -358,10 +377,31 @@ async function openDevice(id, inputAt) {
   ]);
   if (state.open !== id) return;
   showDevice(id, ans, det);
+  // Shown = the frame after the DOM changed: the browser's own input-to-shown time.
   if (inputAt != null) {
-    // Shown = the frame after the DOM changed: the browser's own input-to-shown time.
-    requestAnimationFrame(() => setTimeout(() => beaconFor(url, performance.now() - inputAt), 0));
+    requestAnimationFrame(() => setTimeout(() => {
+      const t = timingFor(url, performance.now() - inputAt);
+      if (!t) return;
+      if (ans.source === "fallback" && ASKING.has(ans.reason)) {
+        // A miss: the wait goes on until the computed answer replaces the fallback (or the
+        // operator gives up); that part of the wait is the inference's (wait.model).
+        state.miss = { id, inputAt, shownAt: performance.now(), t };
+        setTimeout(() => endMiss(id), MISS_WAIT_MAX_MS);
+      } else pushTiming(t);
+    }, 0));
+  } else if (state.miss?.id === id && ans.source !== "fallback") {
+    requestAnimationFrame(() => setTimeout(() => endMiss(id), 0));
   }
+}
+
+function endMiss(id) {
+  const m = state.miss;
+  if (!m || m.id !== id) return;
+  state.miss = null;
+  const now = performance.now();
+  m.t.wait.model = Math.min(now - m.shownAt, MISS_WAIT_MAX_MS);
+  m.t.input_to_shown_ms = m.shownAt - m.inputAt + m.t.wait.model;
+  pushTiming(m.t);
 }
 
 function refreshOpen() {
@@ -399,13 +439,15 @@ function showDevice(id, a, det) {
   dtdd(dl, "Age", fmtAge(a.age_ms));
   dtdd(dl, "Trigger", a.trigger ?? "–");
   const why = [];
-  if (a.source === "fallback") why.push(`No precomputed answer (${a.reason}): a safe default is shown and a precompute was requested.`);
+  const t = serverTimingOf(`/v1/devices/${encodeURIComponent(id)}/prediction`);
+  if (a.source === "fallback") why.push(`No precomputed answer (${a.reason}): a safe default is shown${ASKING.has(a.reason) ? " and a precompute was requested" : ""}.`);
   else {
-    why.push(`Largest delay: ${a.delay_origin}.`);
+    why.push(`Age ${fmtAge(a.age_ms)}, mostly ${a.delay_origin}.`);
     if (a.source === "stale") why.push("Past valid-until: shown as stale while a new answer is computed.");
-    const t = serverTimingOf(`/v1/devices/${encodeURIComponent(id)}/prediction`);
-    if (t) why.push(`queue ${fmtAge(t.queue)} · model ${fmtAge(t.model)} · kafka ${fmtAge(t.kafka)} · cache ${fmtAge(t.cache)}`);
+    const g = t?.age;
+    if (g) why.push(`Age: queue ${fmtAge(g.queue)} · model ${fmtAge(g.model)} · kafka ${fmtAge(g.kafka)} · in the store ${fmtAge(g.cache)}`);
   }
+  if (t) why.push(`Wait on the server: read ${t.wait.read.toFixed(3)} ms · store ${t.wait.db_lock.toFixed(3)} ms`);
   $("d-why").replaceChildren(...why.map((w) => { const li = document.createElement("li"); li.textContent = w; return li; }));
   const refs = a.lineage || [];
   $("d-lineage").replaceChildren(...refs.map((l) => tr(`${l.topic} ${l.partition}:${l.offset}`, "…", l.event_id ?? "–")));
@@ -446,6 +488,7 @@ function describe(e) {
 }
 
 function closeDevice() {
+  if (state.miss) endMiss(state.miss.id); // the operator stopped waiting
   state.open = null;
   $("device").hidden = true;
   document.querySelector("main").classList.remove("with-device");
@@ -471,28 +514,39 @@ function scheduleVisibleHints() {
   state.visibleTimer = setTimeout(() => hint([...state.rendered.keys()]), 300);
 }
 
+// The answer's Server-Timing, its two measures apart: wait.* (the read on the server) and
+// age.* (absent for a fallback, which has no data).
 function serverTimingOf(path) {
   const entries = performance.getEntriesByName(new URL(path, location.href).href);
   const e = entries[entries.length - 1];
   if (!e) return null;
-  const t = { queue: 0, model: 0, kafka: 0, cache: 0 };
-  for (const s of e.serverTiming || []) if (s.name in t) t[s.name] = s.duration;
+  const wait = { read: 0, db_lock: 0 };
+  let age = null;
+  for (const s of e.serverTiming || []) {
+    const [measure, origin] = s.name.split(".");
+    const ms = Math.max(0, s.duration);
+    if (measure === "wait" && origin in wait) wait[origin] = ms;
+    else if (measure === "age" && ["queue", "model", "kafka", "cache"].includes(origin)) (age ??= { queue: 0, model: 0, kafka: 0, cache: 0 })[origin] = ms;
+  }
+  return { entry: e, wait, age };
+}
+
+function timingFor(path, inputToShown) {
+  const st = serverTimingOf(path);
+  if (!st) return null;
+  const network = Math.max(0, st.entry.responseEnd - st.entry.startTime);
+  performance.clearResourceTimings(); // the buffer is bounded; read entries are not needed again
+  const t = {
+    input_to_shown_ms: Math.max(inputToShown, network),
+    network_ms: network,
+    wait: { ...st.wait, model: 0 },
+  };
+  if (st.age) t.age = st.age;
   return t;
 }
 
-function beaconFor(path, inputToShown) {
-  const entries = performance.getEntriesByName(new URL(path, location.href).href);
-  const e = entries[entries.length - 1];
-  if (!e) return;
-  const st = { queue: 0, model: 0, kafka: 0, cache: 0 };
-  for (const s of e.serverTiming || []) if (s.name in st) st[s.name] = Math.max(0, s.duration);
-  const network = Math.max(0, e.responseEnd - e.startTime);
-  state.timings.push({
-    input_to_shown_ms: Math.max(inputToShown, network),
-    network_ms: network,
-    server_timing: st,
-  });
-  performance.clearResourceTimings(); // the buffer is bounded; read entries are not needed again
+function pushTiming(t) {
+  state.timings.push(t);
   if (state.timings.length >= 20) flushBeacons();
 }
 

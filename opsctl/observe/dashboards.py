@@ -20,11 +20,12 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
 from opsctl.observe.panels import PRECOMPUTE, P, q
 from opsctl.observe.panels_fleet import FLEET
+from opsctl.observe.panels_signals import SIGNALS
 from opsctl.observe.slo import SLOS
 
 # The datasource uid provisioned in deploy/grafana/provisioning/datasources/prometheus.yml.
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="precast-prometheus")
-SECTIONS: dict[str, tuple[str, dict[str, list[P]]]] = {**PRECOMPUTE, **FLEET}
+SECTIONS: dict[str, tuple[str, dict[str, list[P]]]] = {**PRECOMPUTE, **FLEET, **SIGNALS}
 
 
 def _slo_panels() -> dict[str, list[P]]:

@@ -1,16 +1,21 @@
 """Helpers for read-API integration tests: settings for a test topic catalog, predictions
-published to Kafka, and a real uvicorn server on a thread."""
+published to Kafka, a real uvicorn server on a thread, the app in process over Redis."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import orjson
+from starlette.testclient import TestClient
 
+from consumer_api.cli import build
 from consumer_api.settings import ApiOptions, ApiSettings
 from opsctl.stack.process import free_port
 from precast.kafka import Producer
+from precast.serving import RedisStore
 from precast.settings import KafkaSettings, RedisSettings, TopicSettings
 
 
@@ -24,6 +29,24 @@ def api_settings(
         redis=RedisSettings(url=redis_url, key_prefix=key_prefix, connect_timeout_s=1),
         api=ApiOptions(**api),
     )
+
+
+@contextlib.contextmanager
+def api_over_redis(
+    kafka: KafkaSettings, topics, redis_url: str, **api
+) -> Iterator[tuple[TestClient, RedisStore]]:
+    """The read API in process over a Redis store, its materializer running: (TestClient, the
+    RedisStore); the materializer stops after."""
+    settings = api_settings(kafka, topics, redis_url=redis_url, **api)
+    built = build(settings)
+    store = RedisStore.from_settings(settings.redis)
+    built.materializer.start()
+    try:
+        with TestClient(built.app) as client:
+            yield client, store
+    finally:
+        built.materializer.stop()
+        store.client.close()
 
 
 def prediction_value(

@@ -230,14 +230,15 @@ def test_spoofed_beacons_cannot_swing_the_delay_share(kafka_settings, topics):
         honest = {
             "input_to_shown_ms": 300,
             "network_ms": 50,
-            "server_timing": {"queue": 20, "model": 5, "kafka": 3, "cache": 100},
+            "wait": {"read": 0.05, "db_lock": 0.02},
+            "age": {"queue": 20, "model": 5, "kafka": 3, "cache": 100},
         }
         for i in range(5):
             assert post(port, "/v1/beacon", {"timings": [honest]}, f"127.0.0.{2 + i}")[0] == 204
-        kafka = {"input_to_shown_ms": 0, "network_ms": 0, "server_timing": {"kafka": 3_600_000}}
+        kafka = {"input_to_shown_ms": 0, "network_ms": 0, "age": {"kafka": 3_600_000}}
         for _ in range(50):  # the hostile client, as often as its allowance lets it
             post(port, "/v1/beacon", {"timings": [kafka] * 100}, "127.0.0.40")
-        share = api.metric("precast_delay_origin_share", '{origin="kafka"}')
+        share = api.metric("precast_age_origin_share", '{origin="kafka"}')
         assert share < 0.05
         assert api.metric("precast_beacon_values_clipped_total") >= 100
         status, body, headers = post(port, "/v1/beacon", {"timings": [kafka]}, "127.0.0.40")

@@ -67,7 +67,7 @@ def test_api_process_serves_and_stops_gracefully(kafka_settings, topics, server)
             )
             assert r.headers["cache-control"].startswith("max-age=") and r.headers[
                 "server-timing"
-            ].startswith("queue;dur=")
+            ].startswith("age.queue;dur=")
             assert int(r.headers["content-length"]) == len(r.content)
             assert (
                 client.get(

@@ -184,6 +184,10 @@ def test_dev_demo_then_dev_test_leave_nothing_running(scratch: Scratch) -> None:
         "demo", "--devices", "50", "--rate", "50", "--duration", "3", "--port", api_port
     )
     assert demo.returncode == 0, demo.stdout + demo.stderr
+    # the board's URL before anything else (the installs, the stack), on the demo's port
+    first = demo.stderr.splitlines()[0].replace("\033[1m", "").replace("\033[0m", "")
+    assert first.startswith(f"[dev] board: http://127.0.0.1:{api_port}/board/"), demo.stderr
+    assert demo.stdout.splitlines()[0].startswith(f"board: http://127.0.0.1:{api_port}/board/")
     assert scratch.processes() == [], demo.stdout + demo.stderr
     run = scratch.dev("test", *CHEAP)
     assert run.returncode == 0, run.stdout + run.stderr

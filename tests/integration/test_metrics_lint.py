@@ -123,7 +123,7 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
         wait_for(lambda: _devices(api) > 0, 90, 0.5, what="predictions served")
         httpx2.post(
             api + "/v1/beacon",
-            json={"timings": [{"input_to_shown_ms": 120, "network_ms": 30}]},
+            json={"timings": [{"input_to_shown_ms": 120, "network_ms": 30, "age": {"cache": 800}}]},
         ).raise_for_status()
         httpx2.get(api + "/v1/devices/nobody/prediction").raise_for_status()
         time.sleep(1.0)
@@ -133,7 +133,17 @@ def test_every_service_metrics_pass_promtool(kafka_settings, topics, unique, tmp
             assert "precast_" in text, name
             _lint(name, text)
         api_text = httpx2.get(api + "/metrics").text
-        assert "precast_delay_origin_seconds_total" in api_text
+        # the two measures' families, their per-client aggregates published (a client reported)
+        for family in (
+            "precast_wait_origin_seconds_total",
+            "precast_age_origin_seconds_total",
+            "precast_wait_origin_share{",
+            "precast_age_origin_share{",
+            "precast_wait_origin_per_view_seconds{",
+            "\nprecast_wait_p95_seconds ",
+            "\nprecast_age_p95_seconds ",
+        ):
+            assert family in api_text, family
         assert "_ms_total" not in api_text
     finally:
         for p in procs:

@@ -58,15 +58,14 @@ def test_generated_rules_and_dashboards_are_up_to_date():
     assert not stale(), "run: precast observe generate"
 
 
-def test_rules_use_exported_metrics_and_the_30_percent_threshold():
+def test_rules_use_exported_metrics():
     rules = _rules()
-    assert "> 0.30" in rules["PrecastDelayOriginDominates"]["expr"]
     exported = set()
     for m in REGISTRY.collect():  # families, with or without samples yet (labelled ones)
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
         exported |= {m.name + s for s in suffixes.get(m.type, ("",))}
     for name, r in rules.items():
-        for metric in set(re.findall(r"\bprecast_[a-z_]+", r["expr"])):
+        for metric in set(re.findall(r"\bprecast_[a-z0-9_]+", r["expr"])):
             assert metric in exported, f"{name}: {metric} is not exported"
 
 
@@ -231,10 +230,6 @@ def test_a_1x_burn_never_pages(slo, tmp_path):
 
 
 def test_service_alerts_fire_on_their_conditions(tmp_path):
-    # The delay-origin share's name as the rule spells it (a gauge: the median over clients).
-    origin = re.findall(
-        r"\bprecast_delay_origin_[a-z_]+", _rules()["PrecastDelayOriginDominates"]["expr"]
-    )[0]
     lag = [
         {"series": 'precast_worker_consumer_lag{topic="hb",partition="0"}', "values": "80000x30"},
         {"series": 'precast_worker_consumer_lag{topic="hb",partition="1"}', "values": "0x30"},
@@ -256,8 +251,6 @@ def test_service_alerts_fire_on_their_conditions(tmp_path):
             "series": "precast_audit_last_checkpoint_timestamp_seconds",
             "values": "0+60x10 600x20",
         },
-        {"series": origin + '{origin="queue"}', "values": "0.9x30"},
-        {"series": origin + '{origin="model"}', "values": "0.1x30"},
     ]
     _run_promtool(
         tmp_path,
@@ -325,11 +318,6 @@ def test_service_alerts_fire_on_their_conditions(tmp_path):
                         "eval_time": "14m",
                         "alertname": "PrecastAuditCheckpointStale",
                         "exp_alerts": [{"exp_labels": {"severity": "ticket"}}],
-                    },
-                    {
-                        "eval_time": "25m",
-                        "alertname": "PrecastDelayOriginDominates",
-                        "exp_alerts": [{"exp_labels": {"severity": "warning", "origin": "queue"}}],
                     },
                 ],
             }

@@ -10,7 +10,6 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from consumer_api.answers import fresh, origin, segments
-from consumer_api.beacon import Beacon, DelayShares, split
 from consumer_api.openapi import build_spec
 from tests.api_fixtures import make_app, make_service, now_ms, prediction
 
@@ -47,7 +46,18 @@ def test_precomputed_answer_and_headers(svc, client):
     max_age = int(r.headers["cache-control"].removeprefix("max-age="))
     assert 27 <= max_age <= 29  # floor((valid_until - now) / 1000)
     timing = dict(part.split(";dur=") for part in r.headers["server-timing"].split(", "))
-    assert timing["queue"] == "20" and timing["model"] == "10" and timing["kafka"] == "10"
+    assert timing["age.queue"] == "20" and timing["age.model"] == "10"
+    assert timing["age.kafka"] == "10" and int(timing["age.cache"]) >= 60
+    # what the read waited for on the server: measured, in ms with microseconds
+    assert set(timing) == {
+        "age.queue",
+        "age.model",
+        "age.kafka",
+        "age.cache",
+        "wait.read",
+        "wait.db_lock",
+    }
+    assert all(0 <= float(timing[k]) < 1_000 for k in ("wait.read", "wait.db_lock"))
     etag = r.headers["etag"]
     assert etag.startswith('W/"')
     r304 = client.get(ONE.format(d="dev-1"), headers={"If-None-Match": etag})
@@ -78,6 +88,9 @@ def test_an_unknown_device_is_the_default_strategy_marked_fallback(client):
     assert body["candidates"] == [{"strategy": "monitor_only", "score": 1.0}]
     assert body["model_version"] is None and "x-model-version" not in r.headers
     assert r.headers["cache-control"] == "no-store" and "etag" not in r.headers
+    # no data, so no age: only what the read waited for
+    names = [part.split(";")[0] for part in r.headers["server-timing"].split(", ")]
+    assert names == ["wait.read", "wait.db_lock"]
 
 
 @pytest.mark.parametrize("policy, source", [("stale", "stale"), ("fallback", "fallback")])
@@ -122,6 +135,11 @@ def test_batch_keeps_order_and_removes_duplicates(svc, client):
         ("dev-1", "precomputed"),
     ]
     assert r.headers["cache-control"] == "no-cache"
+    # one wait for the whole list (the items' ages are in their bodies)
+    assert [p.split(";")[0] for p in r.headers["server-timing"].split(", ")] == [
+        "wait.read",
+        "wait.db_lock",
+    ]
     again = client.get(
         "/v1/predictions",
         params={"ids": "dev-3,dev-2,dev-1"},
@@ -137,20 +155,25 @@ def test_delay_origin_segments():
     assert origin(segments(e, 1_001_000)) == "cache"
 
 
-def test_beacon_shares_and_front_jank(client):
-    t = Beacon.model_validate(
-        {"timings": [{"input_to_shown_ms": 300, "network_ms": 100, "server_timing": {"cache": 50}}]}
-    ).timings[0]
-    assert split(t)["front_jank"] == 200 and split(t)["network_qoe"] == 100
-    shares = DelayShares(clock=iter([0.0, 60.0, 60.0]).__next__)
-    shares.add({"front_jank": 100})
-    shares.add({"network_qoe": 100})  # 60 s later: the first half-decayed
-    s = shares.shares()
-    assert s["network_qoe"] == pytest.approx(2 / 3) and s["front_jank"] == pytest.approx(1 / 3)
-    r = client.post("/v1/beacon", json={"timings": [{"input_to_shown_ms": 400, "network_ms": 100}]})
+def test_beacon_feeds_the_wait_and_age_metrics(client):
+    r = client.post(
+        "/v1/beacon",
+        json={
+            "timings": [
+                {
+                    "input_to_shown_ms": 400,
+                    "network_ms": 100,
+                    "wait": {"read": 0.05, "db_lock": 0.02},
+                    "age": {"queue": 3, "cache": 900},
+                }
+            ]
+        },
+    )
     assert r.status_code == 204
     metrics = client.get("/metrics").text
-    assert 'precast_delay_origin_share{origin="front_jank"}' in metrics
+    assert 'precast_wait_origin_share{origin="front_jank"} 0.75' in metrics
+    assert 'precast_age_origin_share{origin="cache"}' in metrics
+    assert "precast_wait_p95_seconds " in metrics and "precast_beacon_clients 1.0" in metrics
 
 
 def test_prefetch_counts_fresh_unknown_and_unavailable(svc, client):
@@ -322,14 +345,10 @@ BAD_INPUTS = [
     (
         "POST",
         "/v1/beacon",
-        {
-            "json": {
-                "timings": [{"input_to_shown_ms": 1, "network_ms": 1, "server_timing": {"db": 1}}]
-            }
-        },
+        {"json": {"timings": [{"input_to_shown_ms": 1, "network_ms": 1, "wait": {"db": 1}}]}},
         422,
         "invalid_body",
-        "timings.0.server_timing.db",
+        "timings.0.wait.db",
     ),
     ("POST", "/v1/beacon", {"json": {"timings": []}}, 422, "invalid_body", "timings"),
     (
@@ -437,7 +456,12 @@ def test_hot_path_rendering_matches_the_documented_segments(
     assert doc["source"] == "precomputed" and doc["age_ms"] == now - computed
     assert doc["delay_origin"] == origin(seg)
     h = dict(headers)
-    assert h[b"server-timing"] == b"queue;dur=%d, model;dur=%d, kafka;dur=%d, cache;dur=%d" % seg
+    assert h[b"server-timing"] == (
+        b"age.queue;dur=%d, age.model;dur=%d, age.kafka;dur=%d, age.cache;dur=%d, "
+        b"wait.read;dur=0.000, wait.db_lock;dur=0.000" % seg
+    )
+    timed = dict(fresh(e, now, 1_234_567, 89_000)[1])[b"server-timing"]
+    assert timed.endswith(b"wait.read;dur=1.234, wait.db_lock;dur=0.089")
     assert h[b"etag"] == etag == e.etag.encode() and h[b"x-model-version"] == b"1.0.0"
     assert (
         h[b"cache-control"] == b"max-age=%d" % max_age
