@@ -75,3 +75,10 @@ class ProbeServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def start_probe(
+    host: str, port: int, *, health: Check = _always_ok, ready: Check = _always_ok
+) -> ProbeServer | None:
+    """The running probe server of a service, or None where its port is 0 (probes disabled)."""
+    return ProbeServer(host, port, health=health, ready=ready).start() if port else None

@@ -34,7 +34,7 @@ from schemas.events import MAX_EVENT_BYTES, SCHEMA_VERSION, SUPPORTED_SCHEMA_VER
 from schemas.normalize import Rejection, Variant, normalize
 from schemas.predictions import PrecomputeRequest, PredictionSet
 from schemas.spec import FleetSpec, load_spec
-from schemas.wire import StreamReader
+from schemas.wire import StreamReader, json_type
 
 __all__ = [
     "CONTRACTS",
@@ -119,7 +119,7 @@ class Validator:
             return Rejected(Reason.OVERSIZED, f"{len(value)} bytes, limit {MAX_EVENT_BYTES}")
         data = _parse(value)
         if not isinstance(data, dict):
-            return Rejected(Reason.INVALID, f"expected a JSON object, got {_json_type(data)}")
+            return Rejected(Reason.INVALID, f"expected a JSON object, got {json_type(data)}")
         event: Any
         if reader is not None:
             event, variant = reader.read(data)
@@ -199,7 +199,7 @@ def _schema_version(data: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         raise Rejection(Reason.INVALID, "schema_version: field required")
     if isinstance(version, bool) or not isinstance(version, int):
         raise Rejection(
-            Reason.INVALID, f"schema_version: expected an integer, got {_json_type(raw)}"
+            Reason.INVALID, f"schema_version: expected an integer, got {json_type(raw)}"
         )
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise Rejection(
@@ -218,19 +218,6 @@ def _first_error(exc: ValidationError) -> str:
     where = ".".join(str(p) for p in first["loc"]) or "event"
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {first['msg']}{more}"
-
-
-def _json_type(v: Any) -> str:
-    names = {
-        dict: "object",
-        list: "array",
-        str: "string",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        type(None): "null",
-    }
-    return names.get(type(v), type(v).__name__)
 
 
 # -- the canonical wire form (what producers send) ------------------------------------------------

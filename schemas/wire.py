@@ -54,7 +54,7 @@ def _lookup(data: dict[str, Any], path: WirePath) -> Any:
             return _ABSENT
         if not isinstance(node, dict):
             where = dotted(path[:i])
-            raise Rejection(Reason.INVALID, f"{where}: must be an object, got {_json_type(node)}")
+            raise Rejection(Reason.INVALID, f"{where}: must be an object, got {json_type(node)}")
         node = node.get(key, _ABSENT)
         if node is _ABSENT:
             return _ABSENT
@@ -88,7 +88,7 @@ def _number(v: Any, where: str, integer: bool, notes: _Notes) -> float | int:
             return x
         raise Rejection(Reason.INVALID, f"{where}: expected a number, got a string")
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise Rejection(Reason.INVALID, f"{where}: expected a number, got {_json_type(v)}")
+        raise Rejection(Reason.INVALID, f"{where}: expected a number, got {json_type(v)}")
     if isinstance(v, float):
         if not math.isfinite(v):
             raise Rejection(Reason.NON_FINITE, f"{where}: not a finite number")
@@ -99,7 +99,7 @@ def _number(v: Any, where: str, integer: bool, notes: _Notes) -> float | int:
 
 def _text(v: Any, where: str, max_length: int, is_id: bool = False) -> str:
     if not isinstance(v, str):
-        raise Rejection(Reason.INVALID, f"{where}: expected a string, got {_json_type(v)}")
+        raise Rejection(Reason.INVALID, f"{where}: expected a string, got {json_type(v)}")
     if not 1 <= len(v) <= max_length:
         raise Rejection(Reason.INVALID, f"{where}: length {len(v)} outside 1..{max_length}")
     if is_id and not _EVENT_ID.fullmatch(v):
@@ -140,7 +140,7 @@ def read_field(name: str, f: FieldSpec, v: Any, where: str, notes: _Notes) -> An
         return s
     if isinstance(f, Boolean):
         if not isinstance(v, bool):
-            raise Rejection(Reason.INVALID, f"{where}: expected true or false, got {_json_type(v)}")
+            raise Rejection(Reason.INVALID, f"{where}: expected true or false, got {json_type(v)}")
         return v
     assert isinstance(f, Attribute)
     if f.type == "string":
@@ -304,7 +304,8 @@ def _undeclared(data: Any, trie: Trie, prefix: str, notes: _Notes) -> None:
             _undeclared(value, trie[key], where + ".", notes)
 
 
-def _json_type(v: Any) -> str:
+def json_type(v: Any) -> str:
+    """The JSON name of a decoded value's type, for a rejection's reason."""
     names = {
         dict: "object",
         list: "array",

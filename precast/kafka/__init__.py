@@ -6,7 +6,7 @@ from precast.kafka.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer
 from precast.kafka.errors import DeliveryFailed, EmptyKeyError, KafkaFailure
 from precast.kafka.producer import Producer
 from precast.kafka.retry import SETTLING_CODES, is_settling, retry_settling
-from precast.kafka.types import Headers, KafkaMessage, Record, TopicPartitionOffset
+from precast.kafka.types import Headers, KafkaMessage, Record, RecordRef, TopicPartitionOffset
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -23,6 +23,7 @@ __all__ = [
     "PartitionReplicas",
     "Producer",
     "Record",
+    "RecordRef",
     "TopicPartitionOffset",
     "TopicReport",
     "is_settling",

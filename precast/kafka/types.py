@@ -66,3 +66,37 @@ class Record:
 
     def timestamp(self) -> tuple[int, int]:
         return (1, self.timestamp_ms)  # TIMESTAMP_CREATE_TIME
+
+
+class RecordRef:
+    """Where a record came from, without its payload: topic, partition, offset and its trace
+    id. What a pipeline keeps of an input it no longer needs whole (a lineage reference, a
+    record a throttled device waits with). Satisfies `KafkaMessage` for what the pipeline asks
+    of a reference. Not a `Record`: that one keeps a key, a value, a headers list and a
+    timestamp per instance, which is most of what this class exists to drop."""
+
+    __slots__ = ("offset_", "partition_", "topic_", "trace_")
+
+    def __init__(self, topic: str, partition: int, offset: int, trace: bytes | None = None) -> None:
+        self.topic_, self.partition_, self.offset_, self.trace_ = topic, partition, offset, trace
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> None:
+        return None
+
+    def headers(self) -> Headers:
+        return [] if self.trace_ is None else [("traceparent", self.trace_)]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)  # TIMESTAMP_NOT_AVAILABLE

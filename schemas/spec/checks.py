@@ -69,7 +69,7 @@ def _streams(spec: FleetSpec) -> Iterator[Problem]:
 
 def _paths(where: str, s: Stream) -> Iterator[Problem]:
     owner: dict[WirePath, str] = {}
-    for path, name in _all_paths(s):
+    for path, name in s.envelope.all_paths(s.fields):
         if path in owner and owner[path] != name:
             yield Problem(
                 f"{where}.fields.{name}.path", f"{'.'.join(path)} is also {owner[path]}'s"
@@ -82,23 +82,6 @@ def _paths(where: str, s: Stream) -> Iterator[Problem]:
                     f"{where}.fields.{other}.path",
                     f"{'.'.join(q)} lies inside {'.'.join(p)} ({name}'s value)",
                 )
-
-
-def _all_paths(s: Stream) -> Iterator[tuple[WirePath, str]]:
-    env = s.envelope
-    for role, paths in (
-        ("device_id", env.device_id),
-        ("event_id", env.event_id),
-        ("event_time", env.event_time.path),
-        ("produced_at", env.produced_at.path if env.produced_at else None),
-        ("schema_version", env.schema_version.path if env.schema_version else None),
-        ("kind", env.kind.path if env.kind else None),
-    ):
-        for p in paths or ():
-            yield p, role
-    for name, f in s.fields.items():
-        for p in f.path:
-            yield p, name
 
 
 def _serving(spec: FleetSpec) -> Iterator[Problem]:

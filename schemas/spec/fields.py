@@ -138,6 +138,24 @@ class Envelope(Strict):
     schema_version: VersionRef | None = None
     kind: KindRef | None = None
 
+    def role_paths(self) -> list[tuple[str, tuple[WirePath, ...]]]:
+        """Each envelope role with the wire paths declared for it (alternatives in order)."""
+        refs = [
+            ("device_id", self.device_id),
+            ("event_id", self.event_id),
+            ("event_time", self.event_time.path),
+            ("produced_at", self.produced_at.path if self.produced_at else None),
+            ("schema_version", self.schema_version.path if self.schema_version else None),
+            ("kind", self.kind.path if self.kind else None),
+        ]
+        return [(role, paths) for role, paths in refs if paths]
+
+    def all_paths(self, fields: dict[str, FieldSpec]) -> list[tuple[WirePath, str]]:
+        """Every wire path of the envelope and of `fields` with what it is (role or field
+        name), repeats kept: what the spec checks look for clashes in."""
+        refs = [*self.role_paths(), *((name, f.path) for name, f in fields.items())]
+        return [(p, name) for name, paths in refs for p in paths]
+
 
 TopicRole = Literal["heartbeats", "work_orders", "alarms"]
 
@@ -160,17 +178,6 @@ class Stream(Strict):
     def declared_paths(self) -> dict[WirePath, str]:
         """Every wire path this stream declares -> what it is (field name or envelope role)."""
         out: dict[WirePath, str] = {}
-        env = self.envelope
-        refs: list[tuple[str, tuple[WirePath, ...] | None]] = [
-            ("device_id", env.device_id),
-            ("event_id", env.event_id),
-            ("event_time", env.event_time.path),
-            ("produced_at", env.produced_at.path if env.produced_at else None),
-            ("schema_version", env.schema_version.path if env.schema_version else None),
-            ("kind", env.kind.path if env.kind else None),
-        ]
-        refs += [(name, f.path) for name, f in self.fields.items()]
-        for name, paths in refs:
-            for p in paths or ():
-                out.setdefault(p, name)
+        for p, name in self.envelope.all_paths(self.fields):
+            out.setdefault(p, name)
         return out

@@ -26,7 +26,7 @@ from prometheus_client import Counter, Gauge
 from precast.deadletter import DEAD_LETTERS, dead_letter_record
 from precast.fleet import load_fleet, snapshot
 from precast.kafka import Admin, Record
-from precast.observability import ProbeServer
+from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
@@ -166,13 +166,7 @@ def run(settings: ContextSettings) -> int:
             "recovering": recovering,
         }
 
-    probe = (
-        ProbeServer(
-            settings.metrics.host, settings.metrics.port, health=health, ready=ready
-        ).start()
-        if settings.metrics.port
-        else None
-    )
+    probe = start_probe(settings.metrics.host, settings.metrics.port, health=health, ready=ready)
     print(
         f"precast-context: app {settings.context.app_id} on {settings.kafka.bootstrap_servers}",
         file=sys.stderr,

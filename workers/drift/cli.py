@@ -13,7 +13,7 @@ from typing import Any
 
 from precast.fleet import load_fleet
 from precast.kafka import Admin, Consumer
-from precast.observability import ProbeServer
+from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
@@ -65,13 +65,7 @@ def run(settings: DriftSettings) -> int:
             "window_rows": len(monitor.window),
         }
 
-    probe = (
-        ProbeServer(
-            settings.metrics.host, settings.metrics.port, health=health, ready=ready
-        ).start()
-        if settings.metrics.port
-        else None
-    )
+    probe = start_probe(settings.metrics.host, settings.metrics.port, health=health, ready=ready)
     running = True
 
     def _stop(*_: object) -> None:

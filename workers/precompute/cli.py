@@ -19,7 +19,7 @@ from typing import Any
 
 from precast.fleet import load_fleet
 from precast.kafka import Admin
-from precast.observability import ProbeServer
+from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
@@ -100,13 +100,7 @@ def run(settings: WorkerSettings) -> int:
             "model_version": worker.registry.current.version,
         }
 
-    probe = (
-        ProbeServer(
-            settings.metrics.host, settings.metrics.port, health=health, ready=ready
-        ).start()
-        if settings.metrics.port
-        else None
-    )
+    probe = start_probe(settings.metrics.host, settings.metrics.port, health=health, ready=ready)
 
     def _stop(*_: object) -> None:
         worker.running = False

@@ -14,6 +14,7 @@ import numpy as np
 
 from precast.fleet import Fleet
 from precast.fleet.features import Standardization
+from precast.kafka.types import RecordRef
 from workers.model.predictor import Predictor
 from workers.model.sensitivity import Sensitivity, ranking
 from workers.model.topk import top_k
@@ -251,35 +252,11 @@ _DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
 _FIRST_EVENT = int(P.Reason.WORK_ORDER)  # work orders, alarms and requests have no heartbeat ref
 
 
-class StateRef:
+class StateRef(RecordRef):
     """The heartbeat record a device's state comes from, as a lineage reference (topic,
     partition, offset; the event ID and trace ID are in that record, read back on request)."""
 
-    __slots__ = ("offset_", "partition_", "topic_")
-
-    def __init__(self, topic: str, partition: int, offset: int) -> None:
-        self.topic_, self.partition_, self.offset_ = topic, partition, offset
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> None:
-        return None
-
-    def value(self) -> None:
-        return None
-
-    def headers(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)
+    __slots__ = ()
 
 
 def _is_renewal(item: Pending) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from precast.errors import ConfigError
-from precast.kafka import KafkaMessage, TopicPartitionOffset
+from precast.kafka import KafkaMessage, RecordRef, TopicPartitionOffset
 from workers.precompute.encode import Pending
 from workers.precompute.trace import traceparent
 
@@ -52,43 +52,16 @@ class ClockedConsumer:
         return getattr(self._c, name)
 
 
-class HeldRecord:
+class HeldRecord(RecordRef):
     """What a shadow run keeps of an input record while its device waits out a throttle
     window: where it came from and its trace id, for the lineage and the checkpoint offsets;
     not its payload or its other headers. A waiting device holds up to LINEAGE_MAX inputs, and
     a replay of records produced faster than the throttle window (any backfilled or benchmark
     topic) keeps nearly every device waiting: as whole KafkaMessages (~700 B each with payload
     and headers) that heap grew with the range (65 -> 100 MiB from 200k to 800k events of the
-    same 40k devices) toward devices x LINEAGE_MAX x 700 B. Satisfies `KafkaMessage` for what
-    the pipeline asks of a reference (topic, partition, offset, headers). Not a
-    `precast.kafka.Record`: that one keeps a key, a value, a headers list and a timestamp per
-    instance, which is most of what this class exists to drop."""
+    same 40k devices) toward devices x LINEAGE_MAX x 700 B."""
 
-    __slots__ = ("topic_", "partition_", "offset_", "trace_")
-
-    def __init__(self, topic: str, partition: int, offset: int, trace: bytes | None) -> None:
-        self.topic_, self.partition_, self.offset_, self.trace_ = topic, partition, offset, trace
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> None:
-        return None
-
-    def value(self) -> None:
-        return None
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [] if self.trace_ is None else [("traceparent", self.trace_)]
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
+    __slots__ = ()
 
 
 def slim(
