@@ -63,7 +63,7 @@ class Column:
     def doc(self) -> dict[str, Any]:
         # A header wraps onto two lines at most: a long label gets room for half of it.
         shown = len(self.label) + (len(self.unit) + 3 if self.unit else 0)
-        width = max(self.width, min(15, (shown + 1) // 2 + 3))
+        width = max(self.width, min(16, (shown + 1) // 2 + 4))
         d = {"name": self.name, "label": self.label, "type": self.type, "width": width}
         if self.unit:
             d["unit"] = self.unit
@@ -96,7 +96,10 @@ def _fixed(states: tuple[str, ...]) -> dict[str, Column]:
         Column("model_version", "Model version", "text", maybe),
         Column("trigger", "Trigger", "text", maybe),
         Column(AGE, "Age", "age", {"type": ["integer", "null"]}, width=7),
-        Column(ALARM, "Alarm", "alarm", {"enum": list(states)}, width=8),
+        # as wide as its longest state (a cell never cuts "warning" short)
+        Column(
+            ALARM, "Alarm", "alarm", {"enum": list(states)}, width=max(8, max(map(len, states)) + 2)
+        ),  # fmt: skip
     ]
     return {c.name: c for c in cols}
 

@@ -1,8 +1,11 @@
 """OpenAPI paths and schemas of the board (consumer_api.board), merged into consumer_api.openapi.
 
 What the board returns depends on the fleet spec (consumer_api.board_layout): the fleet query
-takes the spec's filters as parameters, a row is an array whose items are declared one by one
-in `columns` order (`prefixItems`), the facets and a device's fields are named by the spec.
+takes the spec's filters as parameters, `columns` names a row's items in order, the facets and a
+device's fields are named by the spec. A row is an array of exactly that many items; what each
+holds is declared by name in `x-row-items` (the JSON Schema a tuple of them would carry as
+`prefixItems`: schemathesis 4.32 turns `prefixItems` in a response into the draft-4 array form
+of `items` and then refuses its own result, so the document keeps it as an annotation).
 `document(layout, max_rows)` writes the board's part of the document for one layout.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from consumer_api.board_layout import ALARM, SOURCES, BoardLayout, label
+from consumer_api.board_layout import ALARM, SOURCES, BoardLayout, Column, label
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERROR = {"description": "bad request", "content": {"application/json": {"schema": _ERR}}}
@@ -211,6 +214,14 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
+def _json_types(cols: tuple[Column, ...]) -> set[str]:
+    out: set[str] = set()
+    for c in cols:
+        t = c.json.get("type", "string")  # an enum of states or sources: strings
+        out.update([t] if isinstance(t, str) else t)
+    return out
+
+
 def document(layout: BoardLayout, max_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) of the board for this layout."""
     paths = copy.deepcopy(_PATHS)
@@ -241,19 +252,23 @@ def document(layout: BoardLayout, max_rows: int) -> tuple[dict[str, Any], dict[s
             "offset": {"type": "integer"},
             "columns": {
                 "type": "array",
-                "prefixItems": [{"const": c.name} for c in cols],
-                "items": False,
-                "description": "what each item of a row holds, by name",
+                "items": {"enum": list(layout.columns)},
+                "minItems": len(cols),
+                "maxItems": len(cols),
+                "description": "what each item of a row holds, in order: "
+                + ", ".join(layout.columns),
             },
             "rows": {
                 "type": "array",
                 "items": {
                     "type": "array",
-                    "prefixItems": [c.json for c in cols],
                     "minItems": len(cols),
-                    "items": False,
+                    "maxItems": len(cols),
+                    "items": {"type": sorted(_json_types(cols))},
+                    "x-row-items": [{"name": c.name, "schema": c.json} for c in cols],
                 },
-                "description": "one array per device, in `columns` order",
+                "description": "one array per device, in `columns` order (`x-row-items`: "
+                "what each item holds)",
             },
             "facets": {
                 "type": "object",

@@ -332,14 +332,24 @@ def test_the_openapi_document_declares_the_rows_of_the_spec(trailers):
     body = {"seq": ix.seq, "now_ms": now, "total": total, "offset": 0,
             "columns": list(ix.layout.columns), "rows": rows, "facets": ix.facets(),
             "layout": ix.layout.config()}  # fmt: skip
+    declared = schemas["Fleet"]["properties"]["rows"]["items"]
     fleet = jsonschema_rs.Draft202012Validator(schemas["Fleet"])
     fleet.validate(orjson.loads(orjson.dumps(body)))
+    # each item as the document names it (a tuple schema built from its annotation)
+    items = declared["x-row-items"]
+    assert [i["name"] for i in items] == list(ix.layout.columns)
+    row = jsonschema_rs.Draft202012Validator(
+        {"type": "array", "prefixItems": [i["schema"] for i in items], "items": False}
+    )
+    for r in orjson.loads(orjson.dumps(rows)):
+        row.validate(r)
     rows[0][ix.layout.index["door_open"]] = "yes"  # not what the document says
-    assert not fleet.is_valid(orjson.loads(orjson.dumps(body)))
+    assert not row.is_valid(orjson.loads(orjson.dumps(rows[0])))
+    assert not fleet.is_valid(orjson.loads(orjson.dumps({**body, "rows": [rows[0][:-1]]})))
     # the built-in fleet's document declares its own columns, not the trailers'
     _, builtin = document(BoardLayout(load_fleet()), 10)
-    consts = [c["const"] for c in builtin["Fleet"]["properties"]["columns"]["prefixItems"]]
-    assert "site" in consts and "depot" not in consts
+    names = builtin["Fleet"]["properties"]["columns"]["items"]["enum"]
+    assert "site" in names and "depot" not in names
 
 
 # -- the endpoints -----------------------------------------------------------------------------------
