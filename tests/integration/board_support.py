@@ -83,96 +83,13 @@ def context(
     return snapshot(load_fleet(), device, events, t)
 
 
-# A second fleet, as unlike the built-in one as the board can meet: other wire paths (deviceId,
-# ts in seconds), other fields (a metric, a boolean, an integer attribute), other context kinds
-# (`last`, `time_since_last`, a window count with a filter) and another alert rule.
-TRAILERS = """
-[fleet]
-name = "trailers"
-version = 3
-
-[serving]
-labels = ["keep_running", "defrost", "send_mechanic"]
-default_label = "keep_running"
-
-[streams.readings]
-topic = "heartbeats"
-[streams.readings.envelope]
-device_id = "deviceId"
-event_id = "id"
-event_time = { path = "ts", unit = "s" }
-[streams.readings.fields]
-box_temp_c = { kind = "metric", path = "box.temp", unit = "degC", min = -60, max = 60 }
-door_open = { kind = "boolean", path = "door", required = false, default = false }
-trailer_model = { kind = "categorical", path = "model", values = ["R1", "R2"] }
-depot = { kind = "attribute", path = "depot", required = false }
-axles = { kind = "attribute", type = "integer", path = "axles", required = false }
-
-[streams.visits]
-topic = "work_orders"
-[streams.visits.envelope]
-device_id = "deviceId"
-event_id = "id"
-event_time = { path = "ts", unit = "s" }
-[streams.visits.fields]
-cost_eur = { kind = "metric", path = "cost", unit = "EUR", min = 0 }
-
-[streams.faults]
-topic = "alarms"
-trigger = "counted"
-[streams.faults.envelope]
-device_id = "deviceId"
-event_id = "id"
-event_time = { path = "ts", unit = "s" }
-[streams.faults.fields]
-fault_id = { kind = "attribute", format = "id", path = "fault" }
-level = { kind = "categorical", path = "level", values = ["minor", "severe"], unknown = "reject" }
-
-[context.last_visit_cost]
-kind = "last"
-stream = "visits"
-field = "cost_eur"
-
-[context.days_since_visit]
-kind = "time_since_last"
-stream = "visits"
-unit = "d"
-cap = 365
-
-[context.severe_faults_6h]
-kind = "window_count"
-stream = "faults"
-window_s = 21600
-distinct = "fault_id"
-where = { level = ["severe"] }
-
-[[features]]
-name = "box_temp_c"
-source = "box_temp_c"
-missing = 4.0
-
-[[features]]
-name = "trailer_model"
-source = "trailer_model"
-transform = "one_hot"
-
-[[features]]
-name = "days_since_visit"
-source = "days_since_visit"
-
-[board]
-columns = ["depot", "box_temp_c", "door_open", "days_since_visit", "last_visit_cost"]
-filters = ["trailer_model", "depot"]
-alert = [{ state = "fault", context = "severe_faults_6h" }]
-detail = ["axles", "trailer_model"]
-"""
+# A second fleet spec (refrigerated trailers), as unlike the built-in one as the board can meet.
+TRAILERS = Path(__file__).with_name("board_trailers.toml")
 
 
-def trailers(folder: Path) -> tuple[Path, Fleet]:
-    """The trailers spec written to `folder` and compiled."""
-    path = folder / "trailers.toml"
-    path.write_text(TRAILERS)
-    return path, load_fleet(path)
+def trailers() -> tuple[Path, Fleet]:
+    """The trailers spec's path and its compiled fleet."""
+    return TRAILERS, load_fleet(TRAILERS)
 
 
 def trailer_reading(device: str, t_ms: int, temp: float, *, depot: str = "hamburg",

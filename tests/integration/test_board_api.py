@@ -60,9 +60,9 @@ def _rows_frames(frames) -> Iterator[tuple[int, set[str]]]:
             yield int(ident), {r[0] for r in data["rows"]}
 
 
-def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics, tmp_path):
+def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
     now = int(time.time() * 1000)
-    _, other = trailers(tmp_path)
+    _, other = trailers()
     foreign_before = _fed("device_context", "foreign")
     invalid_before = _fed("device_context", "invalid")
     publish(
@@ -164,8 +164,8 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics, 
         built.materializer.stop()
 
 
-def test_a_second_fleet_spec_gets_its_own_board(kafka_settings, topics, tmp_path):
-    path, fleet = trailers(tmp_path)
+def test_a_second_fleet_spec_gets_its_own_board(kafka_settings, topics):
+    path, fleet = trailers()
     now = int(time.time() * 1000)
     reading = trailer_reading("tr-1", now, 3.25, depot="kiel", model="R1", door=True)
     part = partition_for(b"tr-1", topics.heartbeats.partitions)

@@ -359,10 +359,8 @@ def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, k
             close_chrome(driver)
 
 
-def test_a_second_fleet_spec_gets_its_own_columns_filters_and_detail(
-    topics, kafka_settings, tmp_path
-):
-    path, fleet = trailers(tmp_path)
+def test_a_second_fleet_spec_gets_its_own_columns_filters_and_detail(topics, kafka_settings):
+    path, fleet = trailers()
     now = int(time.time() * 1000)
     records = []
     for i in range(6):

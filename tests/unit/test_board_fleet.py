@@ -49,7 +49,7 @@ def _set_context(index: FleetIndex, raw: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def trailers() -> Fleet:
-    spec, problems = parse(tomllib.loads(TRAILERS))
+    spec, problems = parse(tomllib.loads(TRAILERS.read_text()))
     assert spec is not None and problems == []
     return Fleet.of(spec)
 
