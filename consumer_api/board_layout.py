@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE
-from consumer_api.device_view import ContextDetail, ContextView
+from consumer_api.device_view import ContextDetail, ContextView, label
 from precast.fleet import Fleet
 from precast.fleet.context import DeviceContext
 from schemas.spec.context import Last, OpenCount, TimeSinceLast, WindowCount
@@ -70,12 +70,6 @@ class Column:
         if self.description:
             d["description"] = self.description
         return d
-
-
-def label(name: str) -> str:
-    """`open_work_orders` -> "Open work orders": a header from a spec name."""
-    text = name.replace("_", " ")
-    return text[:1].upper() + text[1:]
 
 
 def _unit(u: str) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from consumer_api.board_layout import ALARM, SOURCES, BoardLayout, Column, label
+from consumer_api.board_layout import ALARM, SOURCES, BoardLayout, Column
+from consumer_api.device_view import label
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERROR = {"description": "bad request", "content": {"application/json": {"schema": _ERR}}}

@@ -30,11 +30,15 @@ class ContextView:
     alarm: str
 
 
+def label(name: str) -> str:
+    """`open_work_orders` -> "Open work orders": what the board calls a spec name."""
+    text = name.replace("_", " ")
+    return text[:1].upper() + text[1:]
+
+
 def _group_label(field: str | None, stream: str) -> str:
     """`work_order_id` -> "Work order"; a window group without an ID field: its stream."""
-    base = field.removesuffix("_id") if field else stream
-    text = base.replace("_", " ")
-    return text[:1].upper() + text[1:]
+    return label(field.removesuffix("_id") if field else stream)
 
 
 class ContextDetail:
