@@ -21,6 +21,7 @@ from starlette.routing import Route
 from consumer_api import beacon as beacons
 from consumer_api import board as boards
 from consumer_api.answers import PRECOMPUTED, etag_matches, wait_timing
+from consumer_api.board_layout import BoardLayout
 from consumer_api.errors import error
 from consumer_api.fastpath import FastPath
 from consumer_api.hygiene import ErrorHygiene
@@ -36,7 +37,7 @@ log = logging.getLogger("precast.api")
 class Endpoints:
     """The Starlette endpoints; each checks auth and parameters first."""
 
-    def __init__(self, svc: Service, board: bool = False) -> None:
+    def __init__(self, svc: Service, board: bool | BoardLayout = False) -> None:
         self.svc, self.opts = svc, svc.options
         self._spec = orjson.dumps(build_spec(svc.options, board=board))
 
@@ -185,7 +186,7 @@ class Endpoints:
 
 def create_app(svc: Service, board: boards.Board | None = None):
     """The ASGI app; with `board`, also the operations-center board (consumer_api.board)."""
-    ep = Endpoints(svc, board=board is not None)
+    ep = Endpoints(svc, board=board.index.layout if board is not None else False)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

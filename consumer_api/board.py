@@ -4,9 +4,11 @@
   page carries the same bearer token as any other `/v1/*` call (entered once per tab).
   A Content-Security-Policy of `'self'` keeps the page from fetching anything from elsewhere.
 - `GET /v1/board/fleet`: rows of the fleet (filter, sort, page) with the change sequence the
-  snapshot is at; `GET /v1/board/devices/{id}`: history, context and info of one device;
-  `GET /v1/board/devices/{id}/events`: the input records its current answer's lineage names,
-  read back from Kafka; `GET /v1/board/panel`: the fleet panel's figures.
+  snapshot is at, and the board's `layout` (columns, filters, detail: what the fleet spec's
+  `[board]` shows, consumer_api.board_layout); `GET /v1/board/devices/{id}`: history, fields
+  and context of one device; `GET /v1/board/devices/{id}/events`: the input records its
+  current answer's lineage names, read back from Kafka and read through the spec's validator;
+  `GET /v1/board/panel`: the fleet panel's figures.
 - `GET /v1/board/stream`: one Server-Sent Events stream per board. `event: rows` carries the
   current rows of the devices changed since the previous frame (`id:` = change sequence);
   a reconnect with `Last-Event-ID` (or a fresh stream started at a snapshot's `seq`) resumes
@@ -34,8 +36,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from consumer_api.board_feed import BoardFeed
+from consumer_api.board_layout import ALARM, SOURCES
 from consumer_api.errors import error
-from consumer_api.fleet import ALARM_STATES, COLUMNS, SORTABLE, SOURCES, FleetIndex
+from consumer_api.fleet import FleetIndex
 from consumer_api.lineage import LineageReader
 from consumer_api.requests_in import unknown_params
 from consumer_api.service import Service, now_ms, read_counts
@@ -48,6 +51,7 @@ BOARD_STREAMS = Gauge("precast_api_board_streams", "open board event streams in 
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "board.js": "text/javascript; charset=utf-8",
+    "layout.js": "text/javascript; charset=utf-8",
     "board.css": "text/css; charset=utf-8",
 }
 # The page loads nothing from elsewhere, and nothing may frame it.
@@ -55,8 +59,6 @@ _CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
-FILTERS = ("site", "device_type", "strategy", "alarm", "source")
-FLEET_PARAMS = (*FILTERS, "sort", "order", "offset", "limit")
 
 
 @dataclass
@@ -68,6 +70,8 @@ class Board:
     queue_max: int = 10_000
     frame_s: float = 0.025
     panel_s: float = 1.0
+    # event topic name -> its role, to read a lineage record through the spec's validator
+    event_roles: dict[str, str] = field(default_factory=dict)
     _reads: collections.deque[tuple[float, dict[str, int]]] = field(
         default_factory=lambda: collections.deque(maxlen=120)
     )
@@ -81,7 +85,10 @@ def _asset(name: str) -> bytes:
 class BoardEndpoints:
     def __init__(self, svc: Service, board: Board) -> None:
         self.svc, self.board, self.index = svc, board, board.index
+        self.layout = board.index.layout
         self._assets = {name: _asset(name) for name in ASSETS}
+        self._params = (*self.layout.filters, "sort", "order", "offset", "limit")
+        self._config = self.layout.config()
 
     def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
         if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
@@ -113,24 +120,24 @@ class BoardEndpoints:
 
     # -- data --------------------------------------------------------------------------------------
     async def fleet(self, request: Request) -> Response:
-        if (bad := self.guard(request, FLEET_PARAMS)) is not None:
+        if (bad := self.guard(request, self._params)) is not None:
             return bad
-        q = request.query_params
-        filters = {k: q[k] for k in FILTERS if q.get(k)}
-        if (a := filters.get("alarm")) is not None and a not in ALARM_STATES:
+        q, layout = request.query_params, self.layout
+        filters = {k: q[k] for k in layout.filters if q.get(k)}
+        if (a := filters.get(ALARM)) is not None and a not in layout.states:
             return error(
-                400, "invalid_parameter", f"alarm must be one of {', '.join(ALARM_STATES)}", "alarm"
+                400, "invalid_parameter", f"alarm must be one of {', '.join(layout.states)}", ALARM
             )
         if (s := filters.get("source")) is not None and s not in SOURCES:
             return error(
                 400, "invalid_parameter", f"source must be one of {', '.join(SOURCES)}", "source"
             )
         sort = q.get("sort", "device_id")
-        if sort not in SORTABLE:
+        if sort not in layout.sortable:
             return error(
                 400,
                 "invalid_parameter",
-                f"sort must be one of {', '.join(sorted(SORTABLE))}",
+                f"sort must be one of {', '.join(sorted(layout.sortable))}",
                 "sort",
             )
         order = q.get("order", "asc")
@@ -165,9 +172,10 @@ class BoardEndpoints:
             "now_ms": now,
             "total": total,
             "offset": offset,
-            "columns": COLUMNS,
+            "columns": layout.columns,
             "rows": rows,
             "facets": self.index.facets(),
+            "layout": self._config,
         }
         return Response(
             orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
@@ -209,10 +217,31 @@ class BoardEndpoints:
             refs = []
         reader = self.board.lineage
         events = await asyncio.to_thread(reader.read, refs) if reader is not None and refs else []
+        for item in events:
+            self._read_through_spec(d, item)
         body = {"device_id": d, "computed_at_ms": e.computed_at_ms, "events": events}
         return Response(
             orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
         )
+
+    def _read_through_spec(self, device: str, item: dict[str, Any]) -> None:
+        """A lineage record as the spec reads it: its stream and declared fields by name
+        (`fields`), whatever wire variant the device sent; or why the spec refuses it."""
+        role = self.board.event_roles.get(str(item.get("topic")))
+        if role is None or "event" not in item:
+            return
+        got = self.layout.fleet.validator.validate(
+            role, device.encode(), orjson.dumps(item["event"])
+        )
+        if not got.ok:
+            item["invalid"] = f"{got.reason.value}: {got.detail}"
+            return
+        name, stream = self.layout.spec.by_topic[role]
+        ev = got.event
+        item["stream"] = name
+        item["event_id"] = ev.get("event_id")
+        item["event_time_ms"] = ev.get("event_time_ms")
+        item["fields"] = {k: ev[k] for k in stream.fields if ev.get(k) is not None}
 
     async def panel(self, request: Request) -> Response:
         if (bad := self.guard(request, ())) is not None:

@@ -1,11 +1,16 @@
 """What the board needs besides predictions, read from Kafka by one thread of the API process:
 
-- device context (open work orders, recent alarms): the compacted device-context topic, read
-  from the beginning, so every device's newest snapshot is known after one pass;
-- device info (site, device type): heartbeats read from `info_lookback_s` before the start
-  (devices beat about once a second, so a few seconds name every live device); a heartbeat is
-  parsed only for a device not seen yet (its key is checked first), so the cost stays a dict
-  lookup per record;
+- device context (what the spec's `[context]` folds: open work orders, recent alarms, ...): the
+  compacted device-context topic, read from the beginning, so every device's newest snapshot is
+  known after one pass. A snapshot written under another spec's context definitions (or the
+  old version-1 format) is counted (`result="foreign"`) and skipped, never misread: the
+  aggregator of this spec rebuilds it; a malformed one is counted as invalid;
+- the heartbeat fields the board shows (`BoardLayout.info_fields`: site, device type, ...):
+  heartbeats read from `info_lookback_s` before the start (devices beat about once a second,
+  so a few seconds name every live device); a heartbeat is validated (with the spec's own
+  validator, so every declared wire variant works) only for a device not read yet or last
+  read `FleetIndex.info_refresh_s` ago (its key is checked first), so the cost stays a dict
+  lookup for almost every record;
 - fleet throughput: every few seconds the end offsets of the event topics (events), the
   predictions topic (inferences published) and the dead-letter topic, turned into rates. No
   record of those topics is read for this.
@@ -24,11 +29,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
-from consumer_api.fleet import FleetIndex, parse_context
+from consumer_api.fleet import FleetIndex
+from precast.fleet.snapshot import ForeignSnapshot, from_json
 from precast.kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.topics import Topics
-from schemas.validation import Rejected, validate_event
 
 log = logging.getLogger("precast.api.board")
 
@@ -75,6 +80,7 @@ class BoardFeed:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="board-feed", daemon=True)
         self._next_rates = 0.0
+        self.foreign = 0  # snapshots of other context definitions skipped (also the metric)
 
     def start(self) -> None:
         t = self.topics
@@ -117,43 +123,49 @@ class BoardFeed:
     def run_once(self, timeout: float = 0.2) -> int:
         msgs = self._consumer.consume(2_000, timeout)
         ctx_topic, hb_topic = self.topics.device_context.name, self.topics.heartbeats.name
-        index = self.index
-        read = {"context": 0, "heartbeat": 0, "skipped": 0, "invalid": 0}
+        read: dict[tuple[str, str], int] = {}
+        mono = time.monotonic()
         for m in msgs:
             topic = m.topic()
             if topic == ctx_topic:
                 value = m.value()
-                if not value:
-                    continue
-                try:
-                    device, ctx = parse_context(value)
-                except (ValueError, KeyError, TypeError):
-                    read["invalid"] += 1
-                    continue
-                index.set_context(device, ctx)
-                read["context"] += 1
+                if value:  # a tombstone: nothing to show
+                    got = ("device_context", self._context(value))
+                    read[got] = read.get(got, 0) + 1
             elif topic == hb_topic:
-                key = m.key()
-                if key is None or index.knows_info(key.decode(errors="replace")):
-                    read["skipped"] += 1
-                    continue
-                got = validate_event("heartbeats", key, m.value())
-                if isinstance(got, Rejected):
-                    read["invalid"] += 1
-                    continue
-                hb = got.event
-                index.set_info(hb.device_id, hb.meta.site, hb.device_type)
-                read["heartbeat"] += 1
-        for result, n in read.items():
-            if n:
-                FEED.labels("heartbeats" if result != "context" else "device_context", result).inc(
-                    n
-                )
-        mono = time.monotonic()
+                got = ("heartbeats", self._heartbeat(m.key(), m.value(), mono))
+                read[got] = read.get(got, 0) + 1
+        for (topic_label, result), n in read.items():
+            FEED.labels(topic_label, result).inc(n)
         if mono >= self._next_rates:
             self._next_rates = mono + self._every
             self._update_rates(mono)
         return len(msgs)
+
+    def _context(self, value: bytes) -> str:
+        layout = self.index.layout
+        try:
+            ctx = from_json(layout.context, value)
+            view = layout.view(ctx)  # reads every value: a malformed snapshot raises here
+        except ForeignSnapshot as exc:
+            if not self.foreign:
+                log.warning("board feed: device-context snapshots skipped: %s", exc)
+            self.foreign += 1
+            return "foreign"
+        except (ValueError, LookupError, TypeError):
+            return "invalid"
+        self.index.set_context(ctx.device_id, view)
+        return "context"
+
+    def _heartbeat(self, key: bytes | None, value: bytes | None, mono: float) -> str:
+        index = self.index
+        if key is None or not index.wants_info(key.decode(errors="replace"), mono):
+            return "skipped"
+        got = index.layout.fleet.validator.validate("heartbeats", key, value)
+        if not got.ok:
+            return "invalid"
+        index.set_info(got.event["device_id"], got.event, mono)
+        return "heartbeat"
 
     def _update_rates(self, mono: float) -> None:
         t = self.topics

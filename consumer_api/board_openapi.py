@@ -1,10 +1,21 @@
-"""OpenAPI paths and schemas of the board (consumer_api.board), merged into consumer_api.openapi."""
+"""OpenAPI paths and schemas of the board (consumer_api.board), merged into consumer_api.openapi.
+
+What the board returns depends on the fleet spec (consumer_api.board_layout): the fleet query
+takes the spec's filters as parameters, `columns` names a row's items in order, the facets and a
+device's fields are named by the spec. A row is an array of exactly that many items; what each
+holds is declared by name in `x-row-items` (the JSON Schema a tuple of them would carry as
+`prefixItems`: schemathesis 4.32 turns `prefixItems` in a response into the draft-4 array form
+of `items` and then refuses its own result, so the document keeps it as an annotation).
+`document(layout, max_rows)` writes the board's part of the document for one layout.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from consumer_api.fleet import ALARM_STATES, COLUMNS, SORTABLE, SOURCES
+from consumer_api.board_layout import ALARM, SOURCES, BoardLayout, Column
+from consumer_api.device_view import label
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERROR = {"description": "bad request", "content": {"application/json": {"schema": _ERR}}}
@@ -41,7 +52,7 @@ def _json(ref: str, description: str) -> dict[str, Any]:
     }
 
 
-PATHS: dict[str, Any] = {
+_PATHS: dict[str, Any] = {
     "/board": {
         "get": {
             "summary": "Redirects to /board/",
@@ -63,12 +74,8 @@ PATHS: dict[str, Any] = {
             "summary": "Fleet rows (one per device): filter by exact value, sort, page; `seq` is the "
             "change sequence the rows are at (start /v1/board/stream from it)",
             "parameters": [
-                _q("site", "only this site", {"type": "string"}),
-                _q("device_type", "only this device type", {"type": "string"}),
-                _q("strategy", "only this top-1 strategy", {"type": "string"}),
-                _q("alarm", "only this alarm state", {"enum": list(ALARM_STATES)}),
-                _q("source", "only this answer source", {"enum": list(SOURCES)}),
-                _q("sort", "column to sort by", {"enum": sorted(SORTABLE), "default": "device_id"}),
+                # the spec's filters, then strategy, alarm (with alert rules) and source
+                _q("sort", "column to sort by", {"default": "device_id"}),
                 _q("order", "sort order", {"enum": ["asc", "desc"], "default": "asc"}),
                 _q("offset", "rows to skip", {"type": "integer", "minimum": 0, "default": 0}),
                 _q(
@@ -82,8 +89,9 @@ PATHS: dict[str, Any] = {
     },
     "/v1/board/devices/{device_id}": {
         "get": {
-            "summary": "One device's recent answers (newest first), open work orders and alarms "
-            "(device context), site and device type",
+            "summary": "One device's recent answers (newest first), the heartbeat fields the "
+            "board shows (`fields`) and its device context: every context value, the open "
+            "entities and window entries (`context`; null when there is no snapshot)",
             "parameters": [
                 {
                     "name": "device_id",
@@ -170,31 +178,25 @@ PATHS: dict[str, Any] = {
     },
 }
 
-SCHEMAS: dict[str, Any] = {
-    "Fleet": {
+_ARRAY_OF_OBJECTS = {"type": "array", "items": {"type": "object"}}
+_SCHEMAS: dict[str, Any] = {
+    "DeviceContext": {
         "type": "object",
+        "required": ["as_of_ms", "values", "open", "windows"],
         "properties": {
-            "seq": {"type": "integer"},
-            "now_ms": {"type": "integer"},
-            "total": {"type": "integer", "description": "rows matching the filters"},
-            "offset": {"type": "integer"},
-            "columns": {"type": "array", "items": {"enum": list(COLUMNS)}},
-            "rows": {
-                "type": "array",
-                "items": {"type": "array"},
-                "description": "one array per device, in `columns` order",
+            "as_of_ms": {"type": "integer", "description": "newest event folded in"},
+            "alarm": {"type": "string"},
+            "values": {"type": "object", "description": "every context value, by name"},
+            "open": {
+                **_ARRAY_OF_OBJECTS,
+                "description": "per open group: its open `entities` (id, the field `values` "
+                "kept, the context values that count it)",
             },
-            "facets": {"type": "object", "description": "values offered by the filters"},
-        },
-    },
-    "DeviceDetail": {
-        "type": "object",
-        "properties": {
-            "device_id": {"type": "string"},
-            "site": {"type": ["string", "null"]},
-            "device_type": {"type": ["string", "null"]},
-            "context": {"type": ["object", "null"]},
-            "history": {"type": "array", "items": {"type": "object"}},
+            "windows": {
+                **_ARRAY_OF_OBJECTS,
+                "description": "per window group: its `entries` (id, event time, the context "
+                "values that count it now, the alert states those raise), newest first",
+            },
         },
     },
     "Panel": {"type": "object"},
@@ -203,7 +205,105 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "device_id": {"type": "string"},
             "computed_at_ms": {"type": "integer"},
-            "events": {"type": "array", "items": {"type": "object"}},
+            "events": {
+                **_ARRAY_OF_OBJECTS,
+                "description": "per lineage entry: the record (`event`, as sent) and, read "
+                "through the fleet spec, its `stream`, `event_id`, `event_time_ms` and "
+                "declared `fields`; or why not (`missing`, `invalid`)",
+            },
         },
     },
 }
+
+
+def _json_types(cols: tuple[Column, ...]) -> set[str]:
+    out: set[str] = set()
+    for c in cols:
+        t = c.json.get("type", "string")  # an enum of states or sources: strings
+        out.update([t] if isinstance(t, str) else t)
+    return out
+
+
+def document(layout: BoardLayout, max_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, component schemas) of the board for this layout."""
+    paths = copy.deepcopy(_PATHS)
+    fleet = paths["/v1/board/fleet"]["get"]
+    # Empty means no filter, as the handler reads it.
+    params = [_q(n, f"only rows whose {label(n).lower()} is this", {"type": "string"})
+              for n in layout.field_filters]  # fmt: skip
+    params.append(_q("strategy", "only this top-1 strategy", {"type": "string"}))
+    if ALARM in layout.filters:
+        params.append(_q(ALARM, "only this alarm state", {"enum": [*layout.states, ""]}))
+    params.append(_q("source", "only this answer source", {"enum": [*SOURCES, ""]}))
+    for p in fleet["parameters"]:
+        if p["name"] == "sort":
+            p["schema"]["enum"] = sorted(layout.sortable)
+        limits = {"limit": max_rows, "offset": 10**9}  # what the handler enforces
+        if p["name"] in limits:
+            p["schema"]["maximum"] = limits[p["name"]]
+    fleet["parameters"] = params + fleet["parameters"]
+    schemas = copy.deepcopy(_SCHEMAS)
+    cols = layout.row_columns
+    schemas["Fleet"] = {
+        "type": "object",
+        "required": ["seq", "now_ms", "total", "offset", "columns", "rows", "facets", "layout"],
+        "properties": {
+            "seq": {"type": "integer"},
+            "now_ms": {"type": "integer"},
+            "total": {"type": "integer", "description": "rows matching the filters"},
+            "offset": {"type": "integer"},
+            "columns": {
+                "type": "array",
+                "items": {"enum": list(layout.columns)},
+                "minItems": len(cols),
+                "maxItems": len(cols),
+                "description": "what each item of a row holds, in order: "
+                + ", ".join(layout.columns),
+            },
+            "rows": {
+                "type": "array",
+                "items": {
+                    "type": "array",
+                    "minItems": len(cols),
+                    "maxItems": len(cols),
+                    "items": {"type": sorted(_json_types(cols))},
+                    "x-row-items": [{"name": c.name, "schema": c.json} for c in cols],
+                },
+                "description": "one array per device, in `columns` order (`x-row-items`: "
+                "what each item holds)",
+            },
+            "facets": {
+                "type": "object",
+                "properties": {n: {"type": "array"} for n in layout.filters},
+                "required": list(layout.filters),
+                "description": "values offered by each filter",
+            },
+            "layout": {
+                "type": "object",
+                "required": ["columns", "display", "filters", "alarm_states", "detail"],
+                "description": "what the board shows (docs/board.md): the table's columns "
+                "(`display`: name, label, type, width, unit), filters, alarm states in rank "
+                "order, a device's detail fields and context values",
+            },
+        },
+    }
+    names = [c.name for c in layout.detail_columns]
+    schemas["DeviceDetail"] = {
+        "type": "object",
+        "required": ["device_id", "fields", "context", "history"],
+        "properties": {
+            "device_id": {"type": "string"},
+            "fields": {
+                "type": "object",
+                "properties": {c.name: c.json for c in layout.detail_columns},
+                "required": list(names),
+                "description": "the heartbeat fields the board shows (columns, then "
+                "`board.detail` of the fleet spec), null when not reported",
+            },
+            "context": {
+                "oneOf": [{"$ref": "#/components/schemas/DeviceContext"}, {"type": "null"}]
+            },  # fmt: skip
+            "history": _ARRAY_OF_OBJECTS,
+        },
+    }
+    return paths, schemas

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from consumer_api.app import create_app
 from consumer_api.board import Board
 from consumer_api.board_feed import BoardFeed
+from consumer_api.board_layout import BoardLayout
 from consumer_api.budget import Budget, LocalBudget, RedisBudget
 from consumer_api.fleet import FleetIndex
 from consumer_api.hub import Hub
@@ -62,6 +63,7 @@ def build(settings: ApiSettings) -> Built:
             default_strategy=default_strategy,
             serve_stale=opts.expired == "stale",
             grace_ms=grace_ms,
+            layout=BoardLayout(fleet),
             history_depth=opts.board_history_depth,
             history_devices=opts.board_history_devices,
         )
@@ -134,18 +136,16 @@ def build(settings: ApiSettings) -> Built:
         if index is not None
         else None
     )
+    event_roles = {t.name: t.role for t in topics.events()}  # lineage names only these
     board = (
         Board(
             index,
             feed,
-            LineageReader(
-                settings.kafka,
-                {topics.heartbeats.name, topics.work_orders.name, topics.alarms.name},
-                opts.group_id,
-            ),
+            LineageReader(settings.kafka, set(event_roles), opts.group_id),
             max_rows=opts.board_max_rows,
             queue_max=opts.board_queue_max,
             frame_s=opts.board_frame_ms / 1000,
+            event_roles=event_roles,
         )
         if index is not None
         else None

@@ -1,5 +1,12 @@
-"""What the board shows of one device besides its row: its work-order/alarm context (from the
-compacted device-context topic) and the summary of its stored answer (parsed once per entry)."""
+"""What the board shows of one device besides its row: its device context (from the compacted
+device-context topic, `precast.fleet.snapshot`) and the summary of its stored answer (parsed
+once per entry).
+
+The context is shown generically, as the spec's `[context]` defines it: every context value,
+and per open group (entities tracked by ID, e.g. work orders) the open entities with the field
+values the group keeps and the values that count them; per window group (e.g. alarms) the
+entries with their event time and the values that count them now (filter passed, inside the
+value's window as of the snapshot's newest event)."""
 
 from __future__ import annotations
 
@@ -8,57 +15,107 @@ from typing import Any
 
 import orjson
 
+from precast.fleet.context import ContextModel, DeviceContext
 from precast.serving import Entry
-
-HOUR_MS = 3_600_000
+from schemas.spec.context import OpenCount, WindowCount
 
 
 @dataclass(frozen=True, slots=True)
-class Context:
-    """What the board shows of a device-context snapshot (the compacted device-context topic)."""
+class ContextView:
+    """A device's context snapshot with its values read once (as of its newest event): the
+    board's rows show them, sort and filter by them, without reading the snapshot again."""
 
-    open_work_orders: dict[str, str]  # work_order_id -> priority
-    alarms: dict[str, tuple[int, str]]  # alarm_id -> (event time, "critical" | "warning")
-    last_work_order_ms: int | None
-    as_of_ms: int
+    ctx: DeviceContext | None  # None: no snapshot for the device (the values are the defaults)
+    values: tuple[float | int, ...]  # in ContextModel.names order; counts as int
+    alarm: str
 
-    def alarm_state(self) -> str:
-        """The worst alarm raised in the hour before the newest event folded in."""
-        lo = self.as_of_ms - HOUR_MS
-        buckets = {b for t, b in self.alarms.values() if t >= lo}
-        return "critical" if "critical" in buckets else "warning" if buckets else "none"
 
-    def as_json(self) -> dict[str, Any]:
+def label(name: str) -> str:
+    """`open_work_orders` -> "Open work orders": what the board calls a spec name."""
+    text = name.replace("_", " ")
+    return text[:1].upper() + text[1:]
+
+
+def _group_label(field: str | None, stream: str) -> str:
+    """`work_order_id` -> "Work order"; a window group without an ID field: its stream."""
+    return label(field.removesuffix("_id") if field else stream)
+
+
+class ContextDetail:
+    """The detail view's context, for one compiled context model."""
+
+    def __init__(self, model: ContextModel, alerts: dict[str, str]) -> None:
+        spec = model.spec
+        self.model, self.alerts = model, alerts  # context value -> the alert state it raises
+        self._open = []
+        for g, og in enumerate(model.open_groups):
+            readers = []
+            for name in model.readers_of("open", g):
+                c = spec.context[name]
+                assert isinstance(c, OpenCount)
+                where = tuple((og.fields.index(k), frozenset(v)) for k, v in c.where.items())
+                readers.append((name, where))
+            self._open.append((og, _group_label(og.entity, og.stream), tuple(readers)))
+        self._windows = []
+        for g, wg in enumerate(model.window_groups):
+            wreaders = []
+            for i, name in enumerate(model.readers_of("window", g)):
+                w = spec.context[name]
+                assert isinstance(w, WindowCount)
+                wreaders.append((name, 1 << i, round(w.window_s * 1000)))
+            self._windows.append((wg, _group_label(wg.distinct, wg.stream), tuple(wreaders)))
+
+    def json(self, view: ContextView) -> dict[str, Any]:
+        ctx = view.ctx
+        assert ctx is not None
         return {
-            "open_work_orders": [
-                {"work_order_id": k, "priority": v} for k, v in self.open_work_orders.items()
+            "as_of_ms": ctx.as_of_ms,
+            "alarm": view.alarm,
+            "values": dict(zip(self.model.names, view.values, strict=True)),
+            "open": [
+                {
+                    "label": lab,
+                    "stream": og.stream,
+                    "entity": og.entity,
+                    "fields": list(og.fields),
+                    "entities": [
+                        {
+                            "id": eid,
+                            "values": dict(zip(og.fields, vals, strict=False)),
+                            "counted_by": [
+                                n for n, where in readers if all(vals[i] in ok for i, ok in where)
+                            ],
+                        }
+                        for eid, vals in ctx.open[g].items()
+                    ],
+                }
+                for g, (og, lab, readers) in enumerate(self._open)
             ],
-            "alarms": sorted(
-                (
-                    {"alarm_id": k, "event_time_ms": t, "severity": b}
-                    for k, (t, b) in self.alarms.items()
-                ),
-                key=lambda a: -a["event_time_ms"],
-            ),
-            "last_work_order_ms": self.last_work_order_ms,
-            "as_of_ms": self.as_of_ms,
-            "alarm_state": self.alarm_state(),
+            "windows": [
+                {
+                    "label": lab,
+                    "stream": wg.stream,
+                    "key": wg.distinct or "event_id",
+                    "entries": [
+                        self._entry(eid, t, mask, readers, ctx.as_of_ms)
+                        for eid, (t, mask) in sorted(ctx.windows[g].items(), key=lambda x: -x[1][0])
+                    ],
+                }
+                for g, (wg, lab, readers) in enumerate(self._windows)
+            ],
         }
 
-
-def parse_context(raw: bytes) -> tuple[str, Context]:
-    """(device_id, Context) from one device-context record; ValueError/KeyError/TypeError on a
-    malformed one (schema_version 1, written by precast-context; docs/workers.md)."""
-    d = orjson.loads(raw)
-    if not isinstance(d, dict) or d.get("schema_version") != 1:
-        raise ValueError("not a device-context snapshot of schema_version 1")
-    last = d.get("last_work_order_ms")
-    return str(d["device_id"]), Context(
-        {str(k): str(v) for k, v in dict(d["open_work_orders"]).items()},
-        {str(k): (int(v[0]), str(v[1])) for k, v in dict(d["alarms"]).items()},
-        None if last is None else int(last),
-        int(d["as_of_ms"]),
-    )
+    def _entry(
+        self, eid: str, t: int, mask: int, readers: tuple[tuple[str, int, int], ...], at: int
+    ) -> dict[str, Any]:
+        counted = [n for n, bit, w in readers if mask & bit and at - w <= t <= at]
+        return {
+            "id": eid,
+            "event_time_ms": t,
+            "counted_by": counted,
+            # the alert states the values counting it raise (e.g. "critical")
+            "alert": list(dict.fromkeys(self.alerts[n] for n in counted if n in self.alerts)),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The board's picture of the fleet: one row per device (top-1 strategy, source, age, delay
-origin, site, device type, alarm state), each device's recent answers, its work-order/alarm
-context, and a change log that lets a board's event stream resume after a reconnect.
+origin, then what the fleet spec's `[board]` shows: consumer_api.board_layout), each device's
+recent answers, its device context, and a change log that lets a board's event stream resume
+after a reconnect.
 
 Written by two threads (the materializer hands over what it stored; the board feed hands over
 device context and device info) and read by the event loop, all under one short lock. Every
@@ -15,37 +16,19 @@ import asyncio
 import random
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, origin, segments
-from consumer_api.device_view import Context, Summary, parse_context, summarize
+from consumer_api.board_layout import AGE, ALARM, SOURCES, BoardLayout
+from consumer_api.device_view import ContextView, Summary, summarize
+from precast.fleet import load_fleet
 from precast.serving import Entry
 
-COLUMNS = (
-    "device_id",
-    "strategy",
-    "score",
-    "source",
-    "computed_at_ms",
-    "valid_until_ms",
-    "delay_origin",
-    "model_version",
-    "site",
-    "device_type",
-    "alarm",
-    "open_work_orders",
-    "trigger",
-)
-SORTABLE = frozenset(COLUMNS) | {"age_ms"}
-ALARM_STATES = ("critical", "warning", "none")
-SOURCES = (PRECOMPUTED, STALE, FALLBACK)
-_ALARM_RANK = {"critical": 0, "warning": 1, "none": 2}
-
-__all__ = ["COLUMNS", "Context", "FleetIndex", "parse_context"]
+__all__ = ["FleetIndex"]
 
 
 @dataclass(eq=False)  # identity: subscribers live in a set
@@ -64,25 +47,30 @@ class FleetIndex:
     def __init__(
         self,
         *,
-        default_strategy: str,
+        default_strategy: str | None,
         serve_stale: bool,
         grace_ms: int,
+        layout: BoardLayout | None = None,
         history_depth: int = 10,
         history_devices: int = 10_000,
         log_size: int = 100_000,
+        info_refresh_s: float = 60.0,
     ) -> None:
-        self.default_strategy, self.serve_stale, self.grace_ms = (
-            default_strategy,
-            serve_stale,
-            grace_ms,
-        )
+        # the built-in fleet's board unless the process's fleet spec says otherwise
+        self.layout = layout if layout is not None else BoardLayout(load_fleet())
+        # None: the spec's default label (what the read path serves as its fallback)
+        self.default_strategy = default_strategy or self.layout.spec.serving.default_label
+        self.serve_stale, self.grace_ms = serve_stale, grace_ms
         self.history_depth, self.history_devices = history_depth, history_devices
         self._lock = threading.Lock()
         self._latest: dict[str, Entry] = {}
         self._summaries: dict[str, tuple[Entry, Summary]] = {}
         self._history: OrderedDict[str, deque[Entry]] = OrderedDict()
-        self._context: dict[str, Context] = {}
-        self._info: dict[str, tuple[str | None, str | None]] = {}  # site, device type
+        self._context: dict[str, ContextView] = {}
+        # device -> (its layout.info_fields from a heartbeat, time.monotonic() when read)
+        self._info: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self._tails: dict[str, tuple[Any, ...]] = {}  # the spec's part of each row, kept current
+        self.info_refresh_s = info_refresh_s
         self._devices: dict[str, None] = {}  # every device seen anywhere, in arrival order
         self._log: deque[tuple[int, str]] = deque(maxlen=log_size)
         self.seq = 0
@@ -116,20 +104,39 @@ class FleetIndex:
             self._history.move_to_end(d)
         h.append(old)
 
-    def set_context(self, device_id: str, ctx: Context) -> None:
+    def set_context(self, device_id: str, view: ContextView) -> None:
+        """A device's context snapshot, read by `layout.view` (off the lock: it may raise)."""
         with self._lock:
-            self._context[device_id] = ctx
+            self._context[device_id] = view
+            self._retail(device_id)
             self._changed(device_id)
         self._wake()
 
-    def knows_info(self, device_id: str) -> bool:
-        return device_id in self._info
+    def wants_info(self, device_id: str, mono: float) -> bool:
+        """Whether a heartbeat of this device is worth reading: none read yet, or the last one
+        longer than `info_refresh_s` ago (a site or firmware changes rarely, a metric column
+        moves; between two reads the row shows the older heartbeat)."""
+        got = self._info.get(device_id)
+        return got is None or mono - got[1] >= self.info_refresh_s
 
-    def set_info(self, device_id: str, site: str | None, device_type: str | None) -> None:
+    def set_info(self, device_id: str, event: Mapping[str, Any], mono: float) -> None:
+        """What the board shows of a device's heartbeat (a validated, flat event)."""
+        values = self.layout.info(event)
         with self._lock:
-            self._info[device_id] = (site, device_type)
-            self._changed(device_id)
+            old = self._info.get(device_id)
+            self._info[device_id] = (values, mono)
+            if old is None or old[0] != values:  # a refresh that changes nothing sends nothing
+                self._retail(device_id)
+                self._changed(device_id)
         self._wake()
+
+    def _retail(self, d: str) -> None:  # under the lock
+        info = self._info.get(d)
+        view = self._context.get(d)
+        self._tails[d] = self.layout.tail(
+            self.layout.no_info if info is None else info[0],
+            self.layout.empty if view is None else view,
+        )
 
     def _changed(self, d: str) -> None:  # under the lock
         self._changed_many([d])
@@ -211,21 +218,18 @@ class FleetIndex:
         return None if e is None or e.purge else e
 
     def row(self, d: str, now_ms: int) -> list[Any]:
+        """One row in `layout.columns` order."""
         e = self._latest.get(d)
         if e is not None and (e.purge or e.valid_until_ms + self.grace_ms <= now_ms):
             e = None
-        ctx = self._context.get(d)
-        site, dtype = self._info.get(d, (None, None))
-        alarm = ctx.alarm_state() if ctx is not None else "none"
-        wos = len(ctx.open_work_orders) if ctx is not None else 0
+        tail = self._tails.get(d, self.layout.no_tail)
         if e is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
-            return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None,
-                    site, dtype, alarm, wos, None]  # fmt: skip
+            return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None, None,
+                    *tail]  # fmt: skip
         s = self._summary(d, e)
         source = PRECOMPUTED if now_ms < e.valid_until_ms else STALE
         return [d, s.strategy, s.score, source, e.computed_at_ms, e.valid_until_ms,
-                origin(segments(e, now_ms)), e.model_version, site, dtype, alarm, wos,
-                s.trigger]  # fmt: skip
+                origin(segments(e, now_ms)), e.model_version, s.trigger, *tail]  # fmt: skip
 
     def rows(self, devices: Iterable[str], now_ms: int) -> list[list[Any]]:
         with self._lock:
@@ -241,46 +245,64 @@ class FleetIndex:
         offset: int = 0,
         limit: int = 1000,
     ) -> tuple[int, list[list[Any]]]:
-        """(matching rows, one page of them) filtered by exact column values, sorted."""
+        """(matching rows, one page of them) filtered by exact column values (as text: an
+        integer attribute's 3 matches "3"), sorted."""
         with self._lock:
             devices = list(self._devices)
         rows = [self.row(d, now_ms) for d in devices]
         for col, want in (filters or {}).items():
-            i = COLUMNS.index(col)
+            i = self.layout.index[col]
             rows = [r for r in rows if str(r[i]) == want]
-        rows.sort(key=_sort_key(sort, now_ms), reverse=descending)
+        rows.sort(key=self._sort_key(sort), reverse=descending)
         return len(rows), rows[offset : offset + limit]
 
-    def facets(self) -> dict[str, list[str]]:
-        """The values the board offers in its filters."""
+    def facets(self) -> dict[str, list[Any]]:
+        """The values the board offers in its filters: those seen of the spec's filter fields,
+        the strategies answered, every alarm state and source."""
+        layout = self.layout
         with self._lock:
-            info = list(self._info.values())
+            info = [v for v, _ in self._info.values()]
             # list() copies in one C call: _summary() may add entries from another thread
             summaries = [s for _, s in list(self._summaries.values())]
-        return {
-            "site": sorted({s for s, _ in info if s}),
-            "device_type": sorted({t for _, t in info if t}),
-            "strategy": sorted({s.strategy for s in summaries} | {self.default_strategy}),
-            "alarm": list(ALARM_STATES),
-            "source": list(SOURCES),
-        }
+        out: dict[str, list[Any]] = {}
+        for name in layout.field_filters:
+            i = layout.info_fields.index(name)
+            seen = {v[i] for v in info if v[i] is not None and v[i] != ""}
+            out[name] = sorted(seen, key=lambda v: (isinstance(v, str), v))
+        out["strategy"] = sorted({s.strategy for s in summaries} | {self.default_strategy})
+        if ALARM in layout.filters:
+            out[ALARM] = list(layout.states)
+        out["source"] = list(SOURCES)
+        return out
 
     def detail(self, d: str) -> dict[str, Any] | None:
-        """History, context and device info of one device; None when the board never saw it."""
+        """History, context and device fields of one device; None when the board never saw it."""
         with self._lock:
             if d not in self._devices:
                 return None
             e = self._latest.get(d)
             history = [*self._history.get(d, ()), *(() if e is None else (e,))]
-            ctx = self._context.get(d)
-            site, dtype = self._info.get(d, (None, None))
+            view = self._context.get(d)
+            info = self._info.get(d)
+        shown = self.layout.detail(self.layout.no_info if info is None else info[0], view)
         return {
             "device_id": d,
-            "site": site,
-            "device_type": dtype,
-            "context": ctx.as_json() if ctx is not None else None,
+            **shown,
             "history": [_history_item(e, self.default_strategy) for e in reversed(history)],
         }
+
+    def _sort_key(self, column: str) -> Callable[[list[Any]], Any]:
+        """Rows with no value in the column sort last (ascending); the alarm state sorts by its
+        rule's rank (the first rule first, "none" last)."""
+        index = self.layout.index
+        if column == AGE:
+            i = index["computed_at_ms"]
+            return lambda r: (r[i] is None, -(r[i] or 0), r[0])
+        i = index[column]
+        if column == ALARM:
+            rank = self.layout.rank
+            return lambda r: (rank[r[i]], r[0])
+        return lambda r: (r[i] is None, r[i] if r[i] is not None else 0, r[0])
 
     def freshness(self, now_ms: int, sample: int = 20_000) -> dict[str, Any]:
         """How many devices have a precomputed / stale / no answer, and the median age. Past
@@ -329,14 +351,3 @@ def _history_item(e: Entry, default_strategy: str) -> dict[str, Any]:
         "trigger": trigger,
         "candidates": candidates or [{"strategy": default_strategy, "score": 1.0}],
     }
-
-
-def _sort_key(column: str, now_ms: int) -> Callable[[list[Any]], Any]:
-    """Rows with no value in the column sort last (ascending); alarm sorts by severity."""
-    if column == "age_ms":
-        i = COLUMNS.index("computed_at_ms")
-        return lambda r: (r[i] is None, -(r[i] or 0), r[0])
-    i = COLUMNS.index(column)
-    if column == "alarm":
-        return lambda r: (_ALARM_RANK[r[i]], r[0])
-    return lambda r: (r[i] is None, r[i] if r[i] is not None else 0, r[0])

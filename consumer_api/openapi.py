@@ -7,15 +7,16 @@ documented and every documented path exists."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from pydantic import BaseModel
 
 from consumer_api import board_openapi, contract
 from consumer_api.beacon import Beacon
+from consumer_api.board_layout import BoardLayout
 from consumer_api.requests_in import Prefetch
 from consumer_api.settings import ApiOptions
+from precast.fleet import load_fleet
 from schemas.events import DEVICE_ID_PATTERN
 
 _REF = "#/components/schemas/{model}"
@@ -100,9 +101,9 @@ _TIMING_HEADERS = {
 }
 
 
-def build_spec(opts: ApiOptions, *, board: bool = False) -> dict[str, Any]:
-    """The document for a replica with these options (`board`: it serves the board, issue 13,
-    whose paths are still hand-written in `consumer_api.board_openapi`)."""
+def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[str, Any]:
+    """The document for a replica with these options (`board`: it serves the board of this
+    layout, or of the built-in fleet for True; `consumer_api.board_openapi`)."""
     auth = opts.auth_token is not None
     one = {
         "summary": "The newest answer for one device (precomputed, stale or fallback)",
@@ -200,14 +201,10 @@ def build_spec(opts: ApiOptions, *, board: bool = False) -> dict[str, Any]:
         "components": {"schemas": _schemas(opts.batch_max)},
     }
     if board:
-        spec["paths"].update(copy.deepcopy(board_openapi.PATHS))
-        spec["components"]["schemas"].update(board_openapi.SCHEMAS)
-        for param in spec["paths"]["/v1/board/fleet"]["get"]["parameters"]:
-            limits = {"limit": opts.board_max_rows, "offset": 10**9}  # what the handler enforces
-            if param["name"] in limits:
-                param["schema"]["maximum"] = limits[param["name"]]
-            if param["name"] in ("alarm", "source"):  # empty means no filter, as for the others
-                param["schema"]["enum"] = [*param["schema"]["enum"], ""]
+        layout = board if isinstance(board, BoardLayout) else BoardLayout(load_fleet())
+        paths, schemas = board_openapi.document(layout, opts.board_max_rows)
+        spec["paths"].update(paths)
+        spec["components"]["schemas"].update(schemas)
     if auth:  # declared exactly when the server checks it
         spec["security"] = [{"bearer": []}]
         spec["components"]["securitySchemes"] = {

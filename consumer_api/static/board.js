@@ -4,14 +4,12 @@
 // frame. Only the rows in view are in the DOM. The board is a speculative client: it sends
 // prefetch hints for rows scrolled into view or hovered, and beacons with the real
 // input-to-shown time and the answer's Server-Timing, its wait.* and age.* entries kept apart
-// (docs/board.md).
+// (docs/board.md). The columns, filters and detail fields come from the fleet spec, with every
+// snapshot (layout.js).
 
-const COLS = [
-  ["device_id", "Device"], ["strategy", "Top strategy"], ["score", "Score"], ["source", "Source"],
-  ["age_ms", "Age"], ["delay_origin", "Age origin"], ["site", "Site"],
-  ["device_type", "Type"], ["alarm", "Alarm"], ["open_work_orders", "WOs"],
-];
-const FILTERS = ["site", "device_type", "strategy", "alarm", "source"];
+import { Layout } from "./layout.js";
+
+let L = null; // the board's layout (columns, filters, detail) from the latest snapshot
 const PREFETCH_EVERY_MS = 30_000; // a device hinted once is not hinted again for this long
 const BEACON_FLUSH_MS = 5_000;
 const PAINTS_KEPT = 5_000;
@@ -68,42 +66,14 @@ const fmtPct = (x) => (x == null ? "–" : `${(x * 100).toFixed(1)} %`);
 const fmtTime = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").slice(0, 23) + "Z");
 const fmtRate = (x) => (x == null ? "–" : x >= 100 ? Math.round(x).toLocaleString() : x.toFixed(1));
 
-function sourceNow(r, now) {
-  const s = r[state.col.source];
-  return s === "precomputed" && r[state.col.valid_until_ms] <= now ? "stale" : s;
-}
-
-function cellValue(r, name, now) {
-  const c = state.col;
-  switch (name) {
-    case "score": return r[c.source] === "fallback" ? "–" : r[c.score].toFixed(2);
-    case "source": return sourceNow(r, now);
-    case "age_ms": return r[c.computed_at_ms] == null ? "–" : fmtAge(now - r[c.computed_at_ms]);
-    case "site": case "device_type": return r[c[name]] ?? "–";
-    case "alarm": return r[c.alarm] === "none" ? "–" : r[c.alarm];
-    default: return String(r[c[name]]);
-  }
-}
-
-// -- filtering and sorting ------------------------------------------------------------------------
+// -- filtering and sorting (what a column holds: layout.js) ------------------------------------------
 function matches(r) {
-  const c = state.col;
-  for (const [k, v] of Object.entries(state.filters)) {
-    if (v && String(r[c[k]]) !== v) return false;
-  }
-  return !state.q || r[c.device_id].includes(state.q);
-}
-
-function sortKey() {
-  const c = state.col;
-  if (state.sort === "age_ms") return (r) => (r[c.computed_at_ms] == null ? Infinity : -r[c.computed_at_ms]);
-  if (state.sort === "alarm") return (r) => ({ critical: 0, warning: 1, none: 2 })[r[c.alarm]];
-  const i = c[state.sort];
-  return (r) => r[i];
+  return L.matches(r, state.filters, state.q);
 }
 
 function rebuildView() {
-  const key = sortKey();
+  if (!L) return; // no snapshot yet: nothing to show
+  const key = L.sortKey(state.sort);
   const sign = state.desc ? -1 : 1;
   const keep = state.view[state.selected];
   const rows = [];
@@ -133,9 +103,10 @@ const pool = [];
 let topPad, bottomPad;
 
 function makeRow() {
+  const n = L.display.length;
   const tr = document.createElement("tr");
-  for (let i = 0; i < COLS.length; i++) tr.appendChild(document.createElement("td"));
-  tr._row = null; tr._id = null; tr._txt = new Array(COLS.length).fill(null);
+  for (let i = 0; i < n; i++) tr.appendChild(document.createElement("td"));
+  tr._row = null; tr._id = null; tr._txt = new Array(n).fill(null); tr._cls = new Array(n).fill("");
   return tr;
 }
 
@@ -144,12 +115,13 @@ function spacer() {
   tr.className = "spacer";
   tr.setAttribute("aria-hidden", "true");
   const td = document.createElement("td");
-  td.colSpan = COLS.length;
+  td.colSpan = L ? L.display.length : 1;
   tr.appendChild(td);
   return tr;
 }
 
 function render() {
+  if (!L) return;
   const grid = $("fleet-grid");
   const headH = grid.querySelector("thead").offsetHeight || rowH;
   const height = Math.max(grid.clientHeight - headH, rowH);
@@ -159,7 +131,6 @@ function render() {
   topPad.style.height = `${first * rowH}px`;
   bottomPad.style.height = `${Math.max(0, state.view.length - first - count) * rowH}px`;
   const now = Date.now();
-  const c = state.col;
   state.rendered.clear();
   for (let i = 0; i < pool.length; i++) {
     const tr = pool[i];
@@ -176,12 +147,12 @@ function render() {
     tr.classList.toggle("sel", sel);
     if (sel) tr.id = "sel-row"; else if (tr.id) tr.removeAttribute("id");
     tr.setAttribute("aria-selected", sel ? "true" : "false");
-    for (let j = 0; j < COLS.length; j++) {
-      const v = cellValue(r, COLS[j][0], now);
+    for (let j = 0; j < tr._txt.length; j++) {
+      const v = L.cell(r, j, now);
       if (tr._txt[j] !== v) { tr.cells[j].textContent = v; tr._txt[j] = v; }
+      const cls = L.cellClass(r, j, now);
+      if (tr._cls[j] !== cls) { tr.cells[j].className = cls; tr._cls[j] = cls; }
     }
-    tr.cells[3].className = `src-${sourceNow(r, now)}`;
-    tr.cells[8].className = `alarm-${r[c.alarm]}`;
     state.rendered.set(id, tr);
     if (changed && sameDevice) paint(r, now);
   }
@@ -228,13 +199,13 @@ async function loadSnapshot() {
   const res = await api(`/v1/board/fleet?limit=50000&sort=device_id`);
   if (!res.ok) throw new Error(`fleet: HTTP ${res.status}`);
   const doc = await res.json();
-  doc.columns.forEach((name, i) => { state.col[name] = i; });
+  if (!L || L.key !== JSON.stringify(doc.layout)) useLayout(doc.layout);
   state.byId = new Map(doc.rows.map((r) => [r[0], r]));
   state.lastSeq = doc.seq;
   state.facets = {};
-  for (const [k, vals] of Object.entries(doc.facets)) state.facets[k] = new Set(vals);
+  for (const [k, vals] of Object.entries(doc.facets)) state.facets[k] = new Set(vals.map(String));
   for (const r of doc.rows) noteFacets(r);
-  fillFilters();
+  L.fillFilters(state.facets);
   const t = $("truncated");
   t.hidden = doc.total <= doc.rows.length;
   t.textContent = `Showing the first ${doc.rows.length.toLocaleString()} of ${doc.total.toLocaleString()} devices.`;
@@ -244,22 +215,27 @@ async function loadSnapshot() {
 
 function noteFacets(r) {
   let grew = false;
-  for (const k of ["site", "device_type", "strategy"]) {
+  for (const k of L.growing) {
     const v = r[state.col[k]];
-    if (v != null && state.facets[k] && !state.facets[k].has(v)) { state.facets[k].add(v); grew = true; }
+    if (v == null || v === "") continue;
+    const s = String(v);
+    if (state.facets[k] && !state.facets[k].has(s)) { state.facets[k].add(s); grew = true; }
   }
-  if (grew) fillFilters();
+  if (grew) L.fillFilters(state.facets);
 }
 
-function fillFilters() {
-  for (const k of FILTERS) {
-    const sel = $(`f-${k}`);
-    const values = [...(state.facets[k] || [])].sort();
-    if (sel.options.length === values.length + 1) continue;
-    const cur = sel.value;
-    sel.replaceChildren(new Option("all", ""), ...values.map((v) => new Option(v, v)));
-    sel.value = values.includes(cur) ? cur : "";
-  }
+// A new layout (the first snapshot, or a replica of another fleet spec): header, filters and
+// row cells are built again from it; rows of the old layout are dropped.
+function useLayout(doc) {
+  L = new Layout(doc, { age: fmtAge, time: fmtTime });
+  state.col = L.col;
+  state.filters = {};
+  if (!(state.sort in L.col) && state.sort !== "age_ms") { state.sort = "device_id"; state.desc = false; }
+  for (const tr of pool) tr.remove();
+  pool.length = 0;
+  topPad.cells[0].colSpan = bottomPad.cells[0].colSpan = L.display.length;
+  buildHead();
+  L.buildFilters($("filters"), (k, v) => { state.filters[k] = v; rebuildView(); render(); });
 }
 
 async function stream() {
@@ -420,8 +396,7 @@ function showDevice(id, a, det) {
   $("device").hidden = false;
   document.querySelector("main").classList.add("with-device");
   $("device-h").textContent = id;
-  const site = det?.site ?? "unknown site", type = det?.device_type ?? "unknown type";
-  $("d-meta").textContent = `${site} · ${type}`;
+  $("d-meta").textContent = L.meta(det);
   $("d-top").replaceChildren(...a.candidates.slice(0, 3).map((c, i) => {
     const row = tr(String(i + 1), c.strategy, "");
     const bar = document.createElement("span");
@@ -452,12 +427,13 @@ function showDevice(id, a, det) {
   const refs = a.lineage || [];
   $("d-lineage").replaceChildren(...refs.map((l) => tr(`${l.topic} ${l.partition}:${l.offset}`, "…", l.event_id ?? "–")));
   if (refs.length) showEvents(id).catch(() => {});
+  const fields = $("d-fields"), values = $("d-ctx-values");
+  fields.replaceChildren();
+  for (const [k, v] of L.fields(det)) dtdd(fields, k, v);
   const ctx = det?.context;
-  const items = [];
-  if (ctx) {
-    for (const w of ctx.open_work_orders) items.push(`Work order ${w.work_order_id} (${w.priority})`);
-    for (const al of ctx.alarms) items.push(`Alarm ${al.alarm_id}: ${al.severity} at ${fmtTime(al.event_time_ms)}`);
-  }
+  values.replaceChildren();
+  for (const [k, v] of ctx ? L.contextValues(ctx) : []) dtdd(values, k, v);
+  const items = ctx ? L.contextItems(ctx) : [];
   if (!items.length) items.push(ctx ? "None open." : "No context for this device yet.");
   $("d-ctx").replaceChildren(...items.map((t) => { const li = document.createElement("li"); li.textContent = t; return li; }));
   $("d-history").replaceChildren(...(det?.history || []).map((h) =>
@@ -470,21 +446,9 @@ async function showEvents(id) {
   if (!res.ok || state.open !== id) return;
   const doc = await res.json();
   $("d-lineage").replaceChildren(...doc.events.map((x) => {
-    const e = x.event;
-    const what = e ? describe(e) : `(${x.missing})`;
-    return tr(`${x.topic} ${x.partition}:${x.offset}`, e ? fmtTime(e.event_time_ms) : "–", what);
+    const what = x.event ? L.describe(x) : `(${x.missing})`;
+    return tr(`${x.topic} ${x.partition}:${x.offset}`, x.event_time_ms != null ? fmtTime(x.event_time_ms) : "–", what);
   }));
-}
-
-function describe(e) {
-  const m = e.metrics;
-  switch (e.kind) {
-    case "heartbeat":
-      return m ? `heartbeat ${e.event_id}: cpu ${m.cpu_pct} %, temp ${m.temperature_c} °C, errors ${m.error_rate}, signal ${m.signal_quality}, fw ${e.firmware}` : `heartbeat ${e.event_id}`;
-    case "work_order": return `work order ${e.work_order_id} ${e.status} (${e.priority}, ${e.category})`;
-    case "alarm": return `alarm ${e.alarm_id} ${e.severity} ${e.code}${e.cleared ? " cleared" : ""}`;
-    default: return `${e.kind ?? "event"} ${e.event_id ?? ""}`;
-  }
 }
 
 function closeDevice() {
@@ -586,22 +550,11 @@ function onGridKey(e) {
 }
 
 function buildHead() {
-  const head = $("head");
-  head.replaceChildren(...COLS.map(([name, label]) => {
-    const th = document.createElement("th");
-    th.scope = "col";
-    const b = document.createElement("button");
-    b.type = "button";
-    b.textContent = label;
-    b.addEventListener("click", () => {
-      if (state.sort === name) state.desc = !state.desc; else { state.sort = name; state.desc = false; }
-      updateSortMarks();
-      rebuildView(); render();
-    });
-    th.append(b);
-    th.dataset.col = name;
-    return th;
-  }));
+  L.buildHead($("head"), (name) => {
+    if (state.sort === name) state.desc = !state.desc; else { state.sort = name; state.desc = false; }
+    updateSortMarks();
+    rebuildView(); render();
+  });
   updateSortMarks();
 }
 
@@ -630,9 +583,6 @@ function wire() {
     clearTimeout(state.hoverTimer);
     state.hoverTimer = setTimeout(() => hint([row._id]), 80);
   });
-  for (const k of FILTERS) {
-    $(`f-${k}`).addEventListener("change", (e) => { state.filters[k] = e.target.value; rebuildView(); render(); });
-  }
   $("f-q").addEventListener("input", (e) => { state.q = e.target.value.trim(); rebuildView(); render(); });
   $("filters").addEventListener("submit", (e) => e.preventDefault());
   $("close").addEventListener("click", closeDevice);
@@ -680,8 +630,6 @@ function init() {
   topPad = spacer(); bottomPad = spacer();
   body.append(topPad, bottomPad);
   measureRow();
-  for (const k of ["alarm", "source"]) state.facets[k] = new Set();
-  buildHead();
   wire();
   start();
 }

@@ -142,6 +142,16 @@ class ContextModel:
             else:
                 self._readers.append(_Reader("last", -1, default=c.default))
 
+    def readers_of(self, kind: str, group: int) -> tuple[str, ...]:
+        """Names of the context values that read open group (`kind="open"`) or window group
+        (`"window"`) `group`, in spec order: a window group's i-th name is the one whose bit
+        (1 << i) its entries' masks carry (what the board shows per entity and entry)."""
+        return tuple(
+            n
+            for n, r in zip(self.names, self._readers, strict=True)
+            if r.kind == kind and r.group == group
+        )
+
     def new(self, device_id: str) -> DeviceContext:
         return DeviceContext(
             device_id, [{} for _ in self.open_groups], [{} for _ in self.window_groups]

@@ -19,7 +19,7 @@ from schemas.spec.fields import (
     Stream,
     WirePath,
 )
-from schemas.spec.model import FleetSpec, numeric_field
+from schemas.spec.model import BOARD_RESERVED, FleetSpec, numeric_field
 from schemas.spec.simulation import Condition
 
 # Keys of a normalized event besides its declared fields (schemas.validation).
@@ -211,7 +211,9 @@ def _board(spec: FleetSpec) -> Iterator[Problem]:
     for role in ("columns", "detail", "filters"):
         for j, name in enumerate(getattr(b, role)):
             kind = spec.source_kind(name)
-            if kind is None:
+            if role != "detail" and name in BOARD_RESERVED:
+                yield Problem(f"board.{role}[{j}]", f"{name!r} is a name the board uses itself")
+            elif kind is None:
                 yield Problem(
                     f"board.{role}[{j}]",
                     f"{name!r} is neither a heartbeat field nor a context value",

@@ -53,6 +53,17 @@ class AlertRule(Strict):
     context: Name
 
 
+# What the board calls its own columns and the fleet query's parameters (consumer_api's board
+# layout): a spec's board column or filter may not take one of these names.
+BOARD_RESERVED = frozenset(
+    {
+        "device_id", "strategy", "score", "source", "computed_at_ms", "valid_until_ms",
+        "delay_origin", "model_version", "trigger", "age_ms", "alarm",
+        "sort", "order", "offset", "limit",
+    }
+)  # fmt: skip
+
+
 class Board(Strict):
     columns: tuple[Name, ...] = ()
     filters: tuple[Name, ...] = ()

@@ -1,5 +1,6 @@
 """Helpers for the board's tests and benchmark: device records published to Kafka, the read
-API as its own process, and headless Chromium (Debian's chromium + chromedriver, selenium)."""
+API as its own process, headless Chromium (Debian's chromium + chromedriver, selenium), and a
+small second fleet spec (refrigerated trailers) unlike the built-in one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import orjson
 
 from opsctl.stack.process import free_port
+from precast.fleet import Fleet, load_fleet
+from precast.fleet.snapshot import to_json
 from precast.kafka import Producer
 from precast.settings import KafkaSettings
 
@@ -49,21 +52,53 @@ def heartbeat(
     )
 
 
+def snapshot(
+    fleet: Fleet, device: str, events: list[tuple[str, dict]], as_of_ms: int | None = None
+) -> bytes:
+    """A device-context snapshot as precast-context publishes it: `events` (stream name, flat
+    event without device_id) folded by the spec's own reducer, then `precast.fleet.snapshot`."""
+    model = fleet.context
+    ctx = model.new(device)
+    for stream, event in events:
+        model.apply(ctx, stream, {"device_id": device, **event})
+    if as_of_ms is not None:
+        ctx.as_of_ms = max(ctx.as_of_ms, as_of_ms)
+    return to_json(model, ctx, ctx.as_of_ms)
+
+
 def context(
     device: str, t: int, work_orders: dict[str, str], alarms: dict[str, tuple[int, str]]
 ) -> bytes:
-    """A device-context snapshot as precast-context publishes it (workers/context/reducer.py)."""
+    """A snapshot of the built-in fleet as of `t`: these work orders open (ID -> priority)
+    and these alarms raised (ID -> (event time, severity))."""
+    events = [
+        ("work_orders", {"event_id": f"e-{k}", "event_time_ms": t, "work_order_id": k,
+                         "status": "opened", "priority": p, "category": "test"})
+        for k, p in work_orders.items()
+    ] + [
+        ("alarms", {"event_id": f"e-{k}", "event_time_ms": at, "alarm_id": k, "severity": sev,
+                    "code": "TEST", "cleared": False})
+        for k, (at, sev) in alarms.items()
+    ]  # fmt: skip
+    return snapshot(load_fleet(), device, events, t)
+
+
+# A second fleet spec (refrigerated trailers), as unlike the built-in one as the board can meet.
+TRAILERS = Path(__file__).with_name("board_trailers.toml")
+
+
+def trailers() -> tuple[Path, Fleet]:
+    """The trailers spec's path and its compiled fleet."""
+    return TRAILERS, load_fleet(TRAILERS)
+
+
+def trailer_reading(device: str, t_ms: int, temp: float, *, depot: str = "hamburg",
+                    model: str = "R2", door: bool = False) -> bytes:  # fmt: skip
+    """A trailer heartbeat as its devices send it (ts in seconds)."""
     return orjson.dumps(
-        {
-            "schema_version": 1,
-            "device_id": device,
-            "open_work_orders": work_orders,
-            "alarms": {k: [at, b] for k, (at, b) in alarms.items()},
-            "last_work_order_ms": t if work_orders else None,
-            "as_of_ms": t,
-            "updated_at_ms": t,
-        }
-    )
+        {"deviceId": device, "id": uuid.uuid4().hex[:12], "ts": t_ms / 1000, "box": {"temp": temp},
+         "door": door, "model": model, "depot": depot, "axles": 3}
+    )  # fmt: skip
 
 
 def prediction(

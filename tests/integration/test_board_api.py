@@ -1,6 +1,7 @@
 """The board's API over real Kafka: fleet rows with context and device info, a device's history,
-the board stream resuming after a reconnect (Last-Event-ID) or asking for a reload, and the
-demo naming the board's URL first."""
+snapshots of another spec skipped and counted, a second fleet spec's columns, filters, detail
+and lineage, the board stream resuming after a reconnect (Last-Event-ID) or asking for a
+reload, and the demo naming the board's URL first."""
 
 from __future__ import annotations
 
@@ -12,11 +13,29 @@ from collections.abc import Iterator
 
 import httpx2
 import orjson
+from prometheus_client import REGISTRY
 
 from consumer_api.cli import build
 from opsctl.stack.process import free_port
+from precast.settings import FleetSettings
+from schemas.partitioning import partition_for
 from tests.integration.api_helpers import Served, api_settings, wait_for
-from tests.integration.board_support import context, heartbeat, prediction, publish
+from tests.integration.board_support import (
+    context,
+    heartbeat,
+    prediction,
+    publish,
+    snapshot,
+    trailer_reading,
+    trailers,
+)
+
+
+def _fed(topic: str, result: str) -> float:
+    got = REGISTRY.get_sample_value(
+        "precast_api_board_feed_records_total", {"topic": topic, "result": result}
+    )
+    return got or 0.0
 
 
 def _frames(lines: Iterator[str]) -> Iterator[tuple[str, str | None, dict]]:
@@ -43,6 +62,9 @@ def _rows_frames(frames) -> Iterator[tuple[int, set[str]]]:
 
 def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
     now = int(time.time() * 1000)
+    _, other = trailers()
+    foreign_before = _fed("device_context", "foreign")
+    invalid_before = _fed("device_context", "invalid")
     publish(
         kafka_settings,
         [
@@ -62,6 +84,14 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
                 "dev-b",
                 context("dev-b", now, {"wo-1": "high"}, {"al-1": (now, "critical")}),
             ),
+            # another spec's snapshot and a version-1 one: foreign, never shown; a broken one
+            (topics.device_context.name, "dev-f", snapshot(other, "dev-f", [], now)),
+            (
+                topics.device_context.name,
+                "dev-g",
+                orjson.dumps({"schema_version": 1, "device_id": "dev-g", "as_of_ms": now}),
+            ),
+            (topics.device_context.name, "dev-m", b'{"schema_version": 2, "context": "x'),
         ],
     )
     built = build(api_settings(kafka_settings, topics))
@@ -79,11 +109,12 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
                 return http.get(srv.url + "/v1/board/fleet", params=params).json()
 
             def settled() -> bool:  # answers, the context snapshot and the heartbeat all read
-                rows = {r[0]: r for r in fleet()["rows"]}
+                doc = fleet()
+                rows = {r[0]: dict(zip(doc["columns"], r, strict=True)) for r in doc["rows"]}
                 return (
                     len(rows) == 3
-                    and rows["dev-b"][10] == "critical"
-                    and rows["dev-c"][8] is not None
+                    and rows["dev-b"]["alarm"] == "critical"
+                    and rows["dev-c"]["site"] is not None
                 )
 
             wait_for(settled, what="three devices with context and info on the board")
@@ -97,6 +128,11 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
             assert (rows["dev-c"]["site"], rows["dev-c"]["device_type"]) == ("site-x", "meter")
             assert rows["dev-c"]["source"] == "fallback" and rows["dev-c"]["computed_at_ms"] is None
             assert doc["facets"]["site"] == ["site-x"]
+            assert doc["layout"]["columns"] == doc["columns"]
+            # the snapshots of dev-f, dev-g and dev-m were read: counted, not shown
+            assert built.board_feed.foreign == 2
+            assert _fed("device_context", "foreign") - foreign_before == 2
+            assert _fed("device_context", "invalid") - invalid_before == 1
             assert [r[0] for r in fleet(alarm="critical")["rows"]] == ["dev-b"]
             assert [r[0] for r in fleet(sort="age_ms")["rows"]] == ["dev-a", "dev-b", "dev-c"]
             assert [r[0] for r in fleet(sort="device_id", order="desc", limit=2)["rows"]] == [
@@ -110,15 +146,100 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
                 "remote_restart",
             ]
             b = http.get(srv.url + "/v1/board/devices/dev-b").json()
-            assert b["context"]["alarms"][0]["severity"] == "critical"
-            assert b["context"]["open_work_orders"] == [
-                {"work_order_id": "wo-1", "priority": "high"}
+            (alarms,) = b["context"]["windows"]
+            assert alarms["entries"][0]["alert"] == ["critical"]
+            (wos,) = b["context"]["open"]
+            assert [(e["id"], e["values"]) for e in wos["entities"]] == [
+                ("wo-1", {"priority": "high"})
             ]
+            c = http.get(srv.url + "/v1/board/devices/dev-c").json()
+            assert c["fields"]["hw_model"] == "meter-r1" and c["context"] is None
             panel = http.get(srv.url + "/v1/board/panel").json()
             assert (
                 panel["freshness"]["devices"] == 3
                 and panel["freshness"]["by_source"]["fallback"] == 1
             )
+    finally:
+        built.board_feed.stop()
+        built.materializer.stop()
+
+
+def test_a_second_fleet_spec_gets_its_own_board(kafka_settings, topics):
+    path, fleet = trailers()
+    now = int(time.time() * 1000)
+    reading = trailer_reading("tr-1", now, 3.25, depot="kiel", model="R1", door=True)
+    part = partition_for(b"tr-1", topics.heartbeats.partitions)
+    publish(kafka_settings, [(topics.heartbeats.name, "tr-1", reading)])
+    faults = [("faults", {"event_id": "e1", "event_time_ms": now - 60_000, "fault_id": "F-7",
+                          "level": "severe"})]  # fmt: skip
+    publish(
+        kafka_settings,
+        [
+            (
+                topics.predictions.name,
+                "tr-1",
+                prediction(
+                    "tr-1",
+                    now,
+                    ("defrost", "keep_running"),
+                    lineage=(topics.heartbeats.name, part, 0, "x"),
+                ),
+            ),  # fmt: skip
+            (topics.predictions.name, "tr-2", prediction("tr-2", now, ("send_mechanic",))),
+            (topics.device_context.name, "tr-1", snapshot(fleet, "tr-1", faults, now)),
+            # the built-in fleet's snapshot is foreign here
+            (topics.device_context.name, "tr-2", context("tr-2", now, {"wo": "low"}, {})),
+        ],
+    )
+    settings = api_settings(kafka_settings, topics).model_copy(
+        update={"fleet": FleetSettings(spec=path)}
+    )
+    built = build(settings)
+    built.materializer.start()
+    built.board_feed.start()
+    try:
+        with Served(built.app) as srv, httpx2.Client(timeout=20) as http:
+            wait_for(lambda: http.get(srv.url + "/readyz").status_code == 200, what="ready")
+
+            def rows(**params) -> dict[str, dict]:
+                doc = http.get(srv.url + "/v1/board/fleet", params=params).json()
+                return {r[0]: dict(zip(doc["columns"], r, strict=True)) for r in doc["rows"]}
+
+            wait_for(
+                lambda: (
+                    (r := rows()).get("tr-1", {}).get("alarm") == "fault"
+                    and r["tr-1"]["depot"] == "kiel"
+                ),
+                what="the trailer's reading and context on the board",
+            )
+            doc = http.get(srv.url + "/v1/board/fleet").json()
+            shown = [c["name"] for c in doc["layout"]["display"]]
+            assert shown[6:] == ["depot", "box_temp_c", "door_open", "alarm", "days_since_visit",
+                                 "last_visit_cost"]  # fmt: skip
+            assert "site" not in doc["columns"] and "open_work_orders" not in doc["columns"]
+            t1, t2 = rows()["tr-1"], rows()["tr-2"]
+            assert (t1["box_temp_c"], t1["door_open"], t1["trailer_model"]) == (3.25, True, "R1")
+            assert (t1["strategy"], t1["days_since_visit"]) == ("defrost", 365.0)
+            assert (t2["alarm"], t2["depot"]) == ("none", None)  # its snapshot was foreign
+            assert doc["facets"]["trailer_model"] == ["R1"] and doc["facets"]["alarm"] == [
+                "fault", "none"]  # fmt: skip
+            assert list(rows(trailer_model="R1")) == ["tr-1"]
+            assert list(rows(alarm="fault", sort="box_temp_c")) == ["tr-1"]
+            bad = http.get(srv.url + "/v1/board/fleet", params={"site": "x"})
+            assert bad.status_code == 400 and bad.json()["parameter"] == "site"
+            detail = http.get(srv.url + "/v1/board/devices/tr-1").json()
+            assert detail["fields"] == {"depot": "kiel", "box_temp_c": 3.25, "door_open": True,
+                                        "axles": 3, "trailer_model": "R1"}  # fmt: skip
+            (window,) = detail["context"]["windows"]
+            assert [(e["id"], e["alert"]) for e in window["entries"]] == [("F-7", ["fault"])]
+            # the answer's input, read back from Kafka and through the trailers' spec
+            (ev,) = http.get(srv.url + "/v1/board/devices/tr-1/events").json()["events"]
+            assert ev["stream"] == "readings" and ev["event_time_ms"] == now
+            assert ev["fields"]["box_temp_c"] == 3.25 and ev["fields"]["depot"] == "kiel"
+            assert ev["event"]["box"] == {"temp": 3.25}  # the record as the device sent it
+            openapi = http.get(srv.url + "/openapi.json").json()
+            params = [p["name"] for p in openapi["paths"]["/v1/board/fleet"]["get"]["parameters"]]
+            assert "trailer_model" in params and "site" not in params
     finally:
         built.board_feed.stop()
         built.materializer.stop()

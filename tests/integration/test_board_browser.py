@@ -1,7 +1,8 @@
 """The board in a real headless Chromium against a real `precast-api` process fed from Kafka:
 the page loads with data, records published to Kafka appear on it, filters and keyboard
 navigation work, prefetch hints and beacons arrive at the API, the console stays clean, and
-a screenshot goes to docs/board.png (shown in the README)."""
+a screenshot goes to docs/board.png (shown in the README). A second fleet spec's board gets its
+own columns, filters and detail in the same page."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from tests.integration.board_support import (
     metric,
     prediction,
     publish,
+    snapshot,
+    trailer_reading,
+    trailers,
 )
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -218,10 +222,16 @@ def test_keyboard_navigation_opens_and_closes_a_device(browser, api):
     )
     text = browser.find_element(By.ID, "device").text
     assert "replace_part" not in text.split("Top strategies")[0]
-    assert "wo-7 (high)" in text and "al-7: critical" in text  # device context
-    # lineage: the heartbeat that produced the answer, read back from Kafka
+    assert "Work order wo-7 (high)" in text and "Alarm al-7: critical" in text  # context
+    assert "Open high priority\n1" in text  # every context value
+    assert browser.find_element(By.ID, "d-meta").text == f"{SITES[1]} · {TYPES[3]}"
+    assert f"Hw model\n{TYPES[3]}-r1" in text  # the spec's detail fields
+    # lineage: the heartbeat that produced the answer, read back from Kafka through the spec
     WebDriverWait(browser, 10).until(
-        lambda d: "heartbeat hb-dev-00007: cpu 12.5 %" in d.find_element(By.ID, "d-lineage").text
+        lambda d: (
+            "heartbeats hb-dev-00007: cpu_pct 12.5 %, mem_pct 40 %"
+            in d.find_element(By.ID, "d-lineage").text
+        )
     )
     assert "1.0.0" in text  # model version
     WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#d-history tr"))
@@ -409,3 +419,49 @@ def test_a_miss_waits_for_the_computed_answer_and_reports_that_wait_as_model(adm
                 close_chrome(driver)
     finally:
         admin.delete_topics([t.name for t in cat])
+
+
+def test_a_second_fleet_spec_gets_its_own_columns_filters_and_detail(topics, kafka_settings):
+    path, fleet = trailers()
+    now = int(time.time() * 1000)
+    records = []
+    for i in range(6):
+        d = f"tr-{i}"
+        records.append((topics.heartbeats.name, d, trailer_reading(d, now - 1_000, -18.5 + i,
+                        depot=("kiel", "hamburg")[i % 2], model=("R1", "R2")[i % 2])))  # fmt: skip
+        records.append((topics.predictions.name, d, prediction(d, now, ("defrost",))))
+    faults = [("faults", {"event_id": "e1", "event_time_ms": now - 60_000, "fault_id": "F-7",
+                          "level": "severe"})]  # fmt: skip
+    records.append((topics.device_context.name, "tr-3", snapshot(fleet, "tr-3", faults, now)))
+    publish(kafka_settings, records)
+    with ApiProcess(kafka_settings, topics, PRECAST_FLEET__SPEC=str(path)) as api:
+        driver = chrome(1366, 768)
+        try:
+            driver.get(api.url + "/board/")
+            WebDriverWait(driver, 20).until(lambda d: len(_rows(d)) == 6)
+            heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#head th")]
+            assert heads == ["Device", "Top strategy", "Score", "Source", "Age", "Age origin",
+                             "Depot", "Box temp c (degC)", "Door open", "Alarm",
+                             "Days since visit (d)", "Last visit cost (EUR)"]  # fmt: skip
+            WebDriverWait(driver, 20).until(lambda d: _rows(d)[3][6:] == [
+                "hamburg", "-15.5", "no", "fault", "365", "0"])  # fmt: skip
+            labels = [x.text.split("\n")[0].strip()
+                      for x in driver.find_elements(By.CSS_SELECTOR, "#filters label")]  # fmt: skip
+            assert labels == ["Device", "Trailer model", "Depot", "Strategy", "Alarm", "Source"]
+            Select(driver.find_element(By.ID, "f-trailer_model")).select_by_value("R1")
+            WebDriverWait(driver, 10).until(
+                lambda d: [r[0] for r in _rows(d)] == ["tr-0", "tr-2", "tr-4"]
+            )
+            Select(driver.find_element(By.ID, "f-trailer_model")).select_by_value("")
+            driver.find_element(By.CSS_SELECTOR, "th[data-col=alarm] button").click()
+            WebDriverWait(driver, 10).until(lambda d: _rows(d)[0][0] == "tr-3")
+            driver.find_element(By.CSS_SELECTOR, "#rows tr[data-id=tr-3]").click()
+            WebDriverWait(driver, 10).until(
+                lambda d: "Fault F-7: fault at" in d.find_element(By.ID, "d-ctx").text
+            )
+            text = driver.find_element(By.ID, "device").text
+            assert driver.find_element(By.ID, "d-meta").text == "hamburg · -15.5 · no"
+            assert "Axles\n3" in text and "Severe faults 6h\n1" in text
+            assert console_errors(driver) == []
+        finally:
+            close_chrome(driver)
