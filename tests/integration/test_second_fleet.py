@@ -182,6 +182,30 @@ def test_the_trailer_fleet_end_to_end(kafka_settings, topics, unique, tmp_path, 
         answer = orjson.loads(body)
         assert answer["device_id"] == device and answer["candidates"][0]["strategy"] in labels
 
+        # its board shows the trailer spec's columns, filters and alarm states
+        def board():
+            status, body = _get(api_port, "/v1/board/fleet?limit=500")
+            doc = orjson.loads(body) if status == 200 else {}
+            return doc if doc.get("total", 0) >= 50 else None
+
+        doc = _until("the board's rows", board)
+        cols, layout = doc["columns"], doc["layout"]
+        assert [c for c in cols if c in FLEET.spec.board.columns] == list(FLEET.spec.board.columns)
+        assert [f["name"] for f in layout["filters"]][:3] == [
+            "depot",
+            "trailer_model",
+            "power_mode",
+        ]
+        assert "site" not in cols and "open_work_orders" not in cols
+        assert set(doc["facets"]["trailer_model"]) <= {"R1", "R2", "R3"} and doc["facets"]["depot"]
+        alarm = cols.index("alarm")
+        assert {r[alarm] for r in doc["rows"]} <= {"excursion", "door", "none"}
+        depot = cols.index("depot")
+        status, body = _get(api_port, f"/v1/board/fleet?depot={doc['rows'][0][depot]}")
+        assert status == 200 and {r[depot] for r in orjson.loads(body)["rows"]} == {
+            doc["rows"][0][depot]
+        }
+
         # the context aggregator's snapshots are the trailer spec's
         snaps = _read(
             kafka_settings,
