@@ -29,7 +29,7 @@ from precast.kafka import Admin, Record
 from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
-from schemas.topics import catalog
+from schemas.topics import TopicSpec, catalog
 from schemas.validation import Rejected
 from workers.settings import ContextSettings
 
@@ -148,11 +148,33 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     return app, state
 
 
+def prepare_topics(settings: ContextSettings, app: Any) -> None:
+    """Create the table's changelog topic with the contract's partition count and replication
+    before faust starts, and wait for it in the metadata. Left to faust, it is created while the
+    agents start, and a first event can be folded while the consumer's metadata still lists the
+    new topic incompletely: faust then raises PartitionsMismatch (source and changelog partition
+    counts differ) and the app stops, seen on a freshly started stack."""
+    t = settings.topics
+    name = f"{app.conf.id}-device-context-changelog"
+    spec = TopicSpec(
+        "context_changelog",
+        name,
+        t.partitions,
+        t.replication_factor,
+        "compact",
+        True,
+        "faust's changelog of the device-context table",
+        {"cleanup.policy": "compact"},
+    )
+    Admin(settings.kafka).ensure_topics([spec])
+
+
 def run(settings: ContextSettings) -> int:
     import faust
 
     Admin(settings.kafka).wait_reachable()
     app, state = build_app(settings)
+    prepare_topics(settings, app)
 
     def health() -> tuple[bool, dict]:
         stalled = time.monotonic() - state["last_tick"]
