@@ -65,7 +65,27 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.min.bytes": 1,
     "fetch.wait.max.ms": 50,
     "queued.max.messages.kbytes": 64 * 1024,
+    # Once a partition's queue passes queued.min.messages or queued.max.messages.kbytes,
+    # librdkafka postpones its next fetch by this long: 1 s by default, although a worker drains
+    # a full queue in well under a second and then sits idle for the rest of that timer. That
+    # timer, not the CPU, then set the pace of every consumer catching up (a 26x slower rebuild
+    # with the bounded prefetch below; docs/workers.md, "Where the time goes").
+    "fetch.queue.backoff.ms": 10,
     "enable.partition.eof": False,
+}
+
+
+# For a consumer that may fall behind in a process that must keep a small, flat footprint (the
+# read API's materializer and board feed share two cores with the read path). librdkafka
+# prefetches until 100,000 records wait (queued.min.messages) and checks its byte limit only
+# between fetches, and one fetch brings up to 1 MiB of lz4 per partition, which decompresses to
+# tens of thousands of records: a lagging API replica held 100-300 MiB that way (measured with
+# the consumer's own fetchq statistics; docs/workers.md, "Memory"). These keep a few thousand
+# records waiting (a few MiB) and still fill a 5,000-record batch per consume.
+BOUNDED_PREFETCH: dict[str, Any] = {
+    "queued.min.messages": 5_000,
+    "queued.max.messages.kbytes": 8 * 1024,
+    "max.partition.fetch.bytes": 64 * 1024,
 }
 
 
