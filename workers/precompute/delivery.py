@@ -58,11 +58,28 @@ class AtLeastOnce:
     def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.dead_letters.send(msg, reason, detail)
 
+    def acknowledged(self) -> bool:
+        """Whether every record produced so far is acknowledged, without waiting for any (the
+        loop keeps consuming meanwhile). Raises `DeliveryFailed` when one was not delivered."""
+        self.producer.poll(0)  # serves failed deliveries; acknowledged ones leave the queue
+        if self.producer.pending():
+            return False
+        self.producer.flush(0)  # nothing in flight: raises if a delivery failed
+        return True
+
     def commit(
-        self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = False
+        self,
+        consumer: Consumer,
+        offsets: Sequence[TopicPartitionOffset],
+        *,
+        sync: bool = False,
+        flush: bool = True,
     ) -> bool:
+        """Commit these input offsets once their outputs are acknowledged: after a flush, or,
+        with `flush=False`, because `acknowledged()` just said so."""
         changed = [o for o in offsets if self._committed.get((o.topic, o.partition)) != o.offset]
-        self.producer.flush()  # raises unless every output so far is acknowledged
+        if flush:
+            self.producer.flush()  # raises unless every output so far is acknowledged
         if not changed:
             return False
         consumer.commit(changed, asynchronous=not sync)
