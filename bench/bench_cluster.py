@@ -8,7 +8,6 @@ process pinned to one core (a slower machine: the API replicas' memory must stay
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 import threading
 import time
@@ -36,7 +35,7 @@ from bench.cluster_procs import (
     wait_http,
 )
 from bench.cluster_report import report
-from bench.harness import Context, Report, progress, stop_processes
+from bench.harness import Context, Report, pin, progress, stop_processes
 
 NAME = "cluster"
 DESCRIPTION = "3-broker cluster: leader kill -9 under load, worker scale-out 3 vs 1, soak RSS"
@@ -208,14 +207,6 @@ def _drain_rate(ctx, stack, settings, admin, n_workers: int, events: int, logs: 
         stop_processes(workers)
 
 
-def _pin(pids: list[int], cpus: str) -> None:
-    """Every thread of each process onto `cpus` (taskset -a: a JVM's or librdkafka's threads
-    already running keep their own mask otherwise)."""
-    for pid in pids:
-        if pid:
-            subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], capture_output=True)
-
-
 def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> dict:
     from opsctl.stack.process import free_port
 
@@ -262,7 +253,8 @@ def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> di
         lags: list[int] = []
         pinned = [*pids.values(), os.getpid()]  # this process: the load and the reads
         if one_core:  # the constrained machine: every process of the soak shares CPU 0
-            _pin(pinned, "0")
+            for pid in pinned:
+                pin(pid, "0")
         threading.Thread(target=reader, daemon=True).start()
         load.start()
         t0 = time.monotonic()
@@ -297,7 +289,8 @@ def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> di
         }
     finally:
         if one_core:
-            _pin(pinned, f"0-{(os.cpu_count() or 1) - 1}")
+            for pid in pinned:
+                pin(pid, f"0-{(os.cpu_count() or 1) - 1}")
         stop_processes(procs)
 
 

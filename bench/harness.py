@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -158,3 +159,18 @@ def stop_processes(procs: list[Any], timeout_s: float = 30.0) -> None:
             p.wait(timeout_s)
         except Exception:  # noqa: BLE001 - a stuck child is killed
             p.kill()
+
+
+def listener_pid(port: int) -> int | None:
+    """The process listening on a local TCP port (the broker of the shared stack)."""
+    out = subprocess.run(
+        ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True
+    ).stdout
+    m = re.search(r"pid=(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def pin(pid: int | None, cpus: str) -> None:
+    """Every thread of a process onto `cpus` (threads started later inherit the mask)."""
+    if pid:
+        subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], capture_output=True)

@@ -89,6 +89,17 @@ BOUNDED_PREFETCH: dict[str, Any] = {
 }
 
 
+# For a consumer nobody waits on (the board feed's device info and context, a benchmark's
+# reader): a fetch returns once 64 KiB are there or after 100 ms, instead of at every record.
+# Each fetch response is a request for the broker and a wakeup of the consumer's threads; at a
+# light load, with a record every few hundred microseconds, those per-record costs were most of
+# the CPU an event cost the read API and the broker (docs/workers.md, "Where the time goes").
+BACKGROUND_FETCH: dict[str, Any] = {
+    "fetch.min.bytes": 64 * 1024,
+    "fetch.wait.max.ms": 100,
+}
+
+
 def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
     conf = {**CLIENT_DEFAULTS, **PRODUCER_DEFAULTS, **settings.client_config(), **overrides}
     # settings.extra is the user's last word, even over per-component overrides.
