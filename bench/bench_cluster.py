@@ -40,6 +40,13 @@ from bench.harness import Context, Report, pin, progress, stop_processes
 NAME = "cluster"
 DESCRIPTION = "3-broker cluster: leader kill -9 under load, worker scale-out 3 vs 1, soak RSS"
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores, and nothing else running: 3 brokers, 6 Redis nodes, 2 workers, 2 API "
+    "replicas and the load saturate them by design (recovery times and lag grow with any "
+    "other load; RSS growth needs no spare CPU but grows with lag). The one-core soak pins "
+    "everything to CPU 0."
+)
 # The rates: 10k heartbeats/s around the leader kill, 5k/s for 10 minutes in the soak.
 # The load generator cycles pre-encoded records (bench.cluster_procs.Load) so that one Python
 # thread sends them beside three brokers and the workers on 2 cores; the achieved rate is

@@ -29,6 +29,14 @@ from bench.harness import Context, Figure, Report, listener_pid, pin, progress
 NAME = "freshness"
 DESCRIPTION = "event -> answer readable and pushed, swept over rates, all cores and one core"
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "all cores free for the all-core sweep; the one-core sweep pins this process, the worker, "
+    "the API, the load and the broker to CPU 0 and needs that core to itself. The pipeline "
+    "itself needs about one core at 1k events/s as at 10k (CPU per event rows): anything else "
+    "running adds its run-queue wait to every hop, so these figures are the first to move on "
+    "a busy machine."
+)
 PARTITIONS = 6
 RATES = (1_000, 2_000, 5_000, 10_000)
 GOAL_P50, GOAL_P99 = 5.0, 25.0
@@ -254,7 +262,5 @@ def run(ctx: Context) -> Report:
             "CPU per event: user + system CPU of each process over the point / events sent; "
             "bench = this process (probe, poller, event stream, predictions reader); broker = "
             "the stack's broker (shared with anything else running).",
-            "Spare CPU: the figures need the cores to themselves; other jobs on the machine add "
-            "their run-queue wait to every hop.",
         ],
     )

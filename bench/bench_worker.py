@@ -23,6 +23,13 @@ NAME = "worker"
 DESCRIPTION = (
     "worker events/s vs passthrough, batching, EOS cost, freshness at 10k/s, per-stage profile"
 )
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "all cores free for the all-core rows (the worker and the broker use about one core each "
+    "at saturation); the one-core rows pin this process and the broker to CPU 0 and need that "
+    "core to themselves (PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). CPU per "
+    "event rows hardly move with other work; events/s and ratios of wall time do."
+)
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
 
@@ -473,8 +480,6 @@ def run(ctx: Context) -> Report:
             "(precast_worker_stage_seconds_total) against the passthrough loop's whole cost per "
             "event; 'policy' is coalescing, the vectorized policy and state updates; 'consume' "
             "includes waiting for fetches; 'commit' is acknowledgement checks and offset commits.",
-            "Spare CPU: all cores free of other work for the all-core rows; one core: this process "
-            "and the broker share CPU 0 (PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone).",
             "Freshness: per input record, from its producer's CreateTime to the moment a read_committed reader "
             "held a prediction naming it in lineage; the worker runs as its own process (precast-worker). "
             "The load (its own process at nice 10, standing in for devices elsewhere) is paced 10 "
