@@ -24,7 +24,7 @@ from bench.freshness_run import (
     log_append_catalog,
     pct,
 )
-from bench.harness import Context, Figure, Report, listener_pid, pin, progress
+from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
 
 NAME = "freshness"
 DESCRIPTION = "event -> answer readable and pushed, swept over rates, all cores and one core"
@@ -40,7 +40,6 @@ SPARE_CPU = (
 PARTITIONS = 6
 RATES = (1_000, 2_000, 5_000, 10_000)
 GOAL_P50, GOAL_P99 = 5.0, 25.0
-PIN_BROKER_ENV = "PRECAST_BENCH_PIN_BROKER"
 # Development only (with --quick): "all" or "one" core alone, and a comma list of rates.
 MODES_ENV, RATES_ENV = "PRECAST_BENCH_FRESHNESS_MODES", "PRECAST_BENCH_FRESHNESS_RATES"
 
@@ -66,14 +65,7 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
     from schemas.topics import catalog
 
     tag = "1c" if one_core else "all"
-    broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
-    everything = f"0-{(os.cpu_count() or 1) - 1}"
-    pin_broker = one_core and os.environ.get(PIN_BROKER_ENV, "1") != "0"
-    if one_core:
-        pin(os.getpid(), "0")  # the children started from here inherit the mask
-        if pin_broker:
-            pin(broker, "0")
-    try:
+    with on_one_core(ctx.bootstrap_servers, enabled=one_core) as pin_broker:
         progress(f"freshness [{tag}]: worker capacity over a backlog")
         capacity = _capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
         quarter = int(capacity / 4 // 500 * 500)
@@ -81,6 +73,7 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         rates = sorted({*(int(r) for r in asked.split(","))} if asked else {*RATES, quarter})
         topics = log_append_catalog(catalog(ctx.unique("fresh") + ".", PARTITIONS))
         admin.ensure_topics(list(topics))
+        broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
         pipe = Pipeline(ctx, topics, PARTITIONS, broker)
         points: list[Point] = []
         try:
@@ -100,11 +93,6 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         finally:
             pipe.close()
             admin.delete_topics([t.name for t in topics])
-    finally:
-        if one_core:
-            pin(os.getpid(), everything)
-            if pin_broker:
-                pin(broker, everything)
     return {
         "one_core": one_core,
         "capacity": capacity,

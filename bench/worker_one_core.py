@@ -5,12 +5,9 @@ passthrough loop on both CPUs."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
-from bench.harness import Context, listener_pid, pin, progress
-
-PIN_BROKER_ENV = "PRECAST_BENCH_PIN_BROKER"  # 0: leave a shared broker alone
+from bench.harness import Context, on_one_core, progress
 
 
 def one_core(
@@ -20,13 +17,7 @@ def one_core(
     passthrough: Callable[..., tuple[float, float]],
     run_worker: Callable[..., tuple[float, int, dict[str, float]]],
 ) -> dict:
-    broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
-    pin_broker = os.environ.get(PIN_BROKER_ENV, "1") != "0"
-    everything = f"0-{(os.cpu_count() or 1) - 1}"
-    pin(os.getpid(), "0")
-    if pin_broker:
-        pin(broker, "0")
-    try:
+    with on_one_core(ctx.bootstrap_servers) as pin_broker:
         progress("one core: passthrough loop")
         pt, pt_cpu = passthrough(ctx, topics, ends)
         alo, stages = 0.0, {}
@@ -35,10 +26,6 @@ def one_core(
             rate, _preds, st = run_worker(ctx, topics, ends)
             if rate > alo:
                 alo, stages = rate, st
-    finally:
-        pin(os.getpid(), everything)
-        if pin_broker:
-            pin(broker, everything)
     return {
         "passthrough": pt,
         "cpu": pt_cpu,
