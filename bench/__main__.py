@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         progress(f"running {name} ...")
         report = mods[name].run(ctx)
+        spare = getattr(mods[name], "SPARE_CPU", None)
+        if spare:
+            report.notes.append(f"Spare CPU: {spare}")
         print(f"\n{report.title}\n{render_table(report.columns, report.rows)}\n")
         for f in report.figures:
             print(f"  {f.name} = {f.value:.4g} {f.unit}  (vs {f.baseline})")

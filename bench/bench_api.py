@@ -22,6 +22,13 @@ NAME = "api"
 DESCRIPTION = "read API: req/s vs constant body and on-demand, fixed-rate p99, rebuild 1M, hit ratio, freshness"
 
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores free: the server, the load generators (wrk, h2load), Kafka and Redis share "
+    "them; the fixed-rate latencies are the first to move when anything else runs."
+)
+
+
 def _value(device: str, computed: int, produced: int, horizon_ms: int) -> bytes:
     return orjson.dumps(
         {

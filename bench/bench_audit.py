@@ -20,6 +20,11 @@ from bench.harness import Context, Figure, Report, progress
 NAME = "audit"
 DESCRIPTION = "audit log appends/s (checkpoint every 1 s), checkpoint lag, 1M-leaf verify, proofs"
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores free: the appender and the lag producer share them with the broker; "
+    "checkpoint lag grows with any other load."
+)
 PARTITIONS = 6
 
 

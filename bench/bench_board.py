@@ -20,6 +20,11 @@ from bench.harness import Context, Figure, Report, app_env, progress
 
 NAME = "board"
 DESCRIPTION = "board: event -> DOM latency at 1k events/s, JS heap growth over the run"
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores free: headless Chromium, the API, the worker and the broker share them; "
+    "event-to-screen latencies move first when anything else runs."
+)
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
 DEVICES = 1_000

@@ -26,6 +26,10 @@ NAME = "drift"
 DESCRIPTION = (
     "drift monitor on the simulator: false alarms, detection rate and delay, KS values/s vs scipy"
 )
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "one core for the values/s figure; detection and false-alarm counts do not depend on CPU."
+)
 
 DEVICES = 2_000
 HB_INTERVAL_S = 2.0  # 1,000 heartbeats per simulated second

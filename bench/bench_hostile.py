@@ -25,6 +25,11 @@ NAME = "hostile"
 DESCRIPTION = (
     "read API under hostile clients: 10k idle sockets, 1k streams, stream cap, precompute budget"
 )
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores free: the replicas, the idle-socket flood and the probes share them; the p99 "
+    "ratios are alternated rounds of one run."
+)
 
 READ = "/v1/devices/dev-1/prediction"
 BUDGET_PER_S, BUDGET_BURST = 100, 10

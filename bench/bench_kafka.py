@@ -10,6 +10,13 @@ NAME = "kafka"
 DESCRIPTION = "raw confluent-kafka produce/consume vs the precast.kafka wrappers, same run"
 
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores free: the loop's process and the broker each need most of one (the ratios are "
+    "within one run, so they hold on a busier machine; the msgs/s do not)."
+)
+
+
 def _produce_raw(raw, topic: str, keys: list[bytes], value: bytes) -> float:
     t0 = time.perf_counter()
     for k in keys:

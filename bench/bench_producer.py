@@ -13,6 +13,10 @@ NAME = "producer"
 DESCRIPTION = "EventPublisher and the simulator vs a bare confluent-kafka produce loop, same messages, same run"
 
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = "one core free for the loop and one for the broker."
+
+
 def _raw_loop(raw, records: list[tuple[str, bytes, bytes, list]]) -> float:
     t0 = time.perf_counter()
     for topic, key, value, headers in records:

@@ -15,6 +15,11 @@ from bench.harness import Context, Figure, Report, progress
 NAME = "replay"
 DESCRIPTION = "precast replay msgs/s vs kcat (consume | produce pipe) copying the same range"
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "both cores free: the replay (one Python process) and kcat (two C processes) share them "
+    "with the broker; with other suites running (load 3-5) the ratio fell to 0.38-0.46."
+)
 # The producer settings precast uses, given to kcat too, so both write the same way.
 KCAT_PRODUCER = [
     "-X",

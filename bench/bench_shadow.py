@@ -26,6 +26,8 @@ from bench.harness import Context, Figure, Report, progress
 
 NAME = "shadow"
 DESCRIPTION = "shadow run (live + candidate model, comparison) events/s vs the worker's, same range"
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = "one core for the run and one for the broker; the RSS figures do not depend on CPU."
 REPS = 2  # interleaved worker/shadow runs; the best of each is reported
 LONG_DEVICES = 40_000
 LONG_EVENTS = int(os.environ.get("PRECAST_BENCH_SHADOW_LONG_EVENTS", "10000000"))

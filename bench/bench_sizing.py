@@ -15,6 +15,8 @@ from bench.harness import Context, Figure, Report, progress
 
 NAME = "sizing"
 DESCRIPTION = "Redis bytes per device (single, cluster) and Kafka bytes per event on disk"
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = "none: bytes per device and per record do not depend on CPU."
 PARTITIONS = 6
 
 

@@ -34,6 +34,11 @@ from workers.settings import DEFAULT_MODEL_DIR
 NAME = "speculation"
 DESCRIPTION = "policy vs predict-on-every-event: inferences, hit ratio, answer quality"
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "one core: a single process, no broker; the savings and agreements are counts and do not "
+    "depend on CPU."
+)
 TOPICS = catalog("bench.", 1)
 ROLE_TOPIC = {
     "heartbeat": TOPICS.heartbeats.name,

@@ -24,6 +24,13 @@ NAME = "trust"
 DESCRIPTION = "worker state restore of 1M devices; unknown-ID read flood: API RSS growth, writes"
 
 
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "one core for the restore and one for the broker; the RSS growth and entry counts do not "
+    "depend on CPU."
+)
+
+
 def _fill_state(settings, topic: str, devices: int) -> None:
     import numpy as np
 

@@ -17,10 +17,18 @@ import numpy as np
 import orjson
 
 from bench.harness import Context, Figure, Report, progress
+from bench.worker_one_core import gap_rows, one_core
 
 NAME = "worker"
 DESCRIPTION = (
     "worker events/s vs passthrough, batching, EOS cost, freshness at 10k/s, per-stage profile"
+)
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "all cores free for the all-core rows (the worker and the broker use about one core each "
+    "at saturation); the one-core rows pin this process and the broker to CPU 0 and need that "
+    "core to themselves (PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). CPU per "
+    "event rows hardly move with other work; events/s and ratios of wall time do."
 )
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
@@ -45,30 +53,49 @@ def _produce_heartbeats(
     from producers.simulator import Fleet
 
     fleet, p, trace = Fleet(devices, seed=3), Producer(settings), TraceIds(seed=3).new
+    if rate is not None:
+        return _paced(p, fleet, trace, topic, devices, rate, seconds, stop)
     # Unpaced rounds step event time 1 s each: start that far back so none lies in the future
     # (a worker dead-letters event times ahead of its clock).
-    back = 0 if rate is not None else 1000 * rounds
-    t0, sent, start = int(time.time() * 1000) - back, 0, time.monotonic()
-    # Paced: a millisecond's worth at a time, as a fleet sends (a 500-record burst every 50 ms
-    # would put up to 50 ms of the load's own queueing into every freshness figure).
-    chunk = 500 if rate is None else max(1, int(rate // 1000))
-    while True:
-        if rate is None and sent >= devices * rounds:
-            break
-        if (
-            seconds is not None
-            and time.monotonic() - start >= seconds
-            or stop is not None
-            and stop.is_set()
-        ):
-            break
-        if rate is not None:
-            ahead = sent / rate - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
-        now = int(time.time() * 1000) if rate is not None else t0 + 1000 * (sent // devices)
+    back = 1000 * rounds
+    t0, sent = int(time.time() * 1000) - back, 0
+    chunk = 500
+    while sent < devices * rounds:
+        now = t0 + 1000 * (sent // devices)
         for e in fleet.heartbeats(chunk, now):
             p.produce(topic, e["device_id"].encode(), orjson.dumps(e), [("traceparent", trace())])
+        p.poll(0)
+        sent += chunk
+    p.flush()
+    return sent
+
+
+def _paced(p, fleet, trace, topic, devices, rate, seconds, stop, pool: int = 2) -> int:
+    """`rate` heartbeats/s, a millisecond's worth at a time, as a fleet sends (a 500-record
+    burst every 50 ms would put up to 50 ms of the load's own queueing into every freshness
+    figure). The load stands in for devices on other machines, so it must cost this machine as
+    little as it can: `pool` rounds of the fleet are drawn and encoded once and cycled, each
+    record sent with the current time patched into its fixed-width time fields (drawing and
+    encoding a heartbeat per record took a fifth of a core at 1,000 events/s)."""
+    base = int(time.time() * 1000)
+    marker = str(base).encode()  # 13 digits until 2286: the same width as any fresh time
+    records = [
+        (e["device_id"].encode(), orjson.dumps(e), [("traceparent", trace())])
+        for e in fleet.heartbeats(devices * pool, base)
+    ]
+    produce, n, i, sent, start = p.produce, len(records), 0, 0, time.monotonic()
+    chunk = max(1, int(rate // 1000))
+    while (seconds is None or time.monotonic() - start < seconds) and not (
+        stop is not None and stop.is_set()
+    ):
+        ahead = sent / rate - (time.monotonic() - start)
+        if ahead > 0:
+            time.sleep(ahead)
+        now = str(int(time.time() * 1000)).encode()
+        for _ in range(chunk):
+            key, value, headers = records[i]
+            produce(topic, key, value.replace(marker, now), headers)
+            i = (i + 1) % n
         p.poll(0)
         sent += chunk
     p.flush()
@@ -93,6 +120,10 @@ class LoadProcess:
         self._proc.start()
         if not self.started.wait(timeout):
             raise RuntimeError("the load process did not start")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
 
     def join(self, timeout: float = 60) -> int:
         """Records sent (after the run ends or `stop` is set)."""
@@ -160,22 +191,24 @@ def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
     w = _worker(ctx, topics, end=ends, **kw)
     tune_gc()  # as precast-worker does at start
     before, preds0 = _stage_seconds(), sum(c._value.get() for c in M.PREDICTIONS._metrics.values())
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     w.run()
-    el = time.perf_counter() - t0
+    el, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     w.close()
     after = _stage_seconds()
     preds = sum(c._value.get() for c in M.PREDICTIONS._metrics.values()) - preds0
     return (
         sum(ends.values()) / el,
         int(preds),
-        {k: after[k] - before[k] for k in after} | {"total": el},
+        {k: after[k] - before[k] for k in after} | {"total": el, "cpu": cpu},
     )
 
 
-def _passthrough(ctx, topics, ends) -> float:
-    """The bare loop: consume a batch, produce every record unchanged, flush + commit every
-    200 ms; same clients and settings as the worker."""
+def _passthrough(ctx, topics, ends) -> tuple[float, float]:
+    """The bare loop: consume a batch, produce every record unchanged, commit every 200 ms;
+    same clients, settings and commit protocol as the worker (a commit waits, without
+    blocking the loop, for a moment when every output is acknowledged, and flushes only after
+    waiting a whole interval). Returns events/s and CPU seconds (this process, all threads)."""
     from precast.kafka import Consumer, Producer, TopicPartitionOffset
 
     hb, out = topics.heartbeats.name, topics.predictions.name
@@ -183,6 +216,7 @@ def _passthrough(ctx, topics, ends) -> float:
     c.assign([TopicPartitionOffset(hb, q, 0) for q in range(PARTITIONS)])
     total, done, pos = sum(ends.values()), 0, {}
     t0 = next_commit = time.perf_counter()
+    cpu0 = time.process_time()
     while done < total:
         msgs = c.consume(5_000, 0.1)
         if msgs:
@@ -190,15 +224,19 @@ def _passthrough(ctx, topics, ends) -> float:
             done += len(msgs)
             for m in msgs:
                 pos[m.partition()] = m.offset() + 1
-        if time.perf_counter() >= next_commit:
-            p.flush()
+        now = time.perf_counter()
+        if now >= next_commit:
+            p.poll(0)
+            if p.pending() and now < next_commit + 0.2:
+                continue  # not all acknowledged yet: keep copying
+            p.flush()  # returns at once unless the wait above ran out
             c.commit([TopicPartitionOffset(hb, q, o) for q, o in pos.items()], asynchronous=True)
             next_commit = time.perf_counter() + 0.2
     p.flush()
     c.commit([TopicPartitionOffset(hb, q, o) for q, o in pos.items()])
-    el = time.perf_counter() - t0
+    el, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     c.close()
-    return total / el
+    return total / el, cpu
 
 
 def _inference_rows_per_s(sizes: list[int]) -> dict[int, float]:
@@ -326,7 +364,7 @@ def run(ctx: Context) -> Report:
         n = sum(ends.values())
         small = {p: e // 10 for p, e in ends.items()}  # batch-1 runs a tenth of the backlog
         progress("passthrough loop")
-        passthrough = _passthrough(ctx, topics, ends)
+        passthrough, passthrough_cpu = _passthrough(ctx, topics, ends)
         alo, eos, alo_preds, stages = 0.0, 0.0, 0, {}
         for rnd in (1, 2):  # alternate twice and keep the better of each (noisy shared machine)
             progress(f"round {rnd}: worker, at-least-once")
@@ -340,6 +378,7 @@ def run(ctx: Context) -> Report:
         progress(f"worker, batched, same {sum(small.values()):,} events")
         bn, _, _ = _run_worker(ctx, topics, small)
         infer = _inference_rows_per_s([1, 64, 512, 2000])
+        one = one_core(ctx, topics, ends, _passthrough, _run_worker)
     finally:
         admin.delete_topics([t.name for t in topics])
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, at-least-once")
@@ -347,7 +386,7 @@ def run(ctx: Context) -> Report:
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, exactly-once")
     f_eos, _ = _freshness(ctx, admin, True, fresh_s)
 
-    busy = sum(v for k, v in stages.items() if k != "total")
+    where = "pinned with the broker" if one["broker_pinned"] else "pinned (broker not pinned)"
     rows = [
         ["passthrough: consume -> produce unchanged", passthrough, 1.0, "-"],
         [
@@ -377,19 +416,18 @@ def run(ctx: Context) -> Report:
             ]
             for mode, f in (("at-least-once", f_alo), ("exactly-once", f_eos))
         ],
-        *[
-            [f"profile: {k}", f"{v:.2f} s", f"{100 * v / stages['total']:.0f} % of wall", "-"]
-            for k, v in sorted(stages.items(), key=lambda kv: -kv[1])
-            if k != "total"
-        ],
+        [f"one core ({where}): passthrough", one["passthrough"], 1.0, "-"],
         [
-            "profile: loop overhead (rest)",
-            f"{stages['total'] - busy:.2f} s",
-            f"{100 * (stages['total'] - busy) / stages['total']:.0f} % of wall",
+            f"one core ({where}): worker, at-least-once",
+            one["alo"],
+            one["alo"] / one["passthrough"],
             "-",
         ],
+        *gap_rows(f"profile, {os.cpu_count()} cores", stages, n, passthrough, passthrough_cpu),
+        *gap_rows("profile, one core", one["stages"], n, one["passthrough"], one["cpu"]),
     ]
     cond = f"{n:,} heartbeats of {devices:,} devices, {PARTITIONS} partitions, CPU provider 1 thread, one process"
+    cond1 = f"{cond}; this process and the broker pinned to one core (taskset)"
     return Report(
         title="Precompute worker (one process, CPU)",
         columns=["run", "events/s (or value)", "ratio to passthrough", "notes"],
@@ -402,6 +440,14 @@ def run(ctx: Context) -> Report:
                 "ratio",
                 "bare consume->produce loop",
                 cond,
+            ),
+            Figure("worker_events_per_s_one_core", round(one["alo"]), "events/s", "-", cond1),
+            Figure(
+                "worker_vs_passthrough_one_core",
+                round(one["alo"] / one["passthrough"], 3),
+                "ratio",
+                "bare consume->produce loop on the same core",
+                cond1,
             ),
             Figure(
                 "batching_speedup",
@@ -431,8 +477,10 @@ def run(ctx: Context) -> Report:
         notes=[
             "Every run reads the same backlog from offset 0 with explicit assignments (no group join in the timing); "
             "at-least-once and exactly-once alternate twice, the better of each is kept.",
-            "Profile: wall seconds per stage of the at-least-once run (precast_worker_stage_seconds_total); "
-            "'policy' is coalescing, the vectorized policy and state updates; 'commit' is flush + offset commit.",
+            "Profile: wall microseconds per event by stage of the best at-least-once run "
+            "(precast_worker_stage_seconds_total) against the passthrough loop's whole cost per "
+            "event; 'policy' is coalescing, the vectorized policy and state updates; 'consume' "
+            "includes waiting for fetches; 'commit' is acknowledgement checks and offset commits.",
             "Freshness: per input record, from its producer's CreateTime to the moment a read_committed reader "
             "held a prediction naming it in lineage; the worker runs as its own process (precast-worker). "
             "The load (its own process at nice 10, standing in for devices elsewhere) is paced 10 "

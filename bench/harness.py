@@ -6,13 +6,16 @@ own section of BENCHMARKS.md (between markers) and merges its figures into bench
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,3 +161,42 @@ def stop_processes(procs: list[Any], timeout_s: float = 30.0) -> None:
             p.wait(timeout_s)
         except Exception:  # noqa: BLE001 - a stuck child is killed
             p.kill()
+
+
+def listener_pid(port: int) -> int | None:
+    """The process listening on a local TCP port (the broker of the shared stack)."""
+    out = subprocess.run(
+        ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True
+    ).stdout
+    m = re.search(r"pid=(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def pin(pid: int | None, cpus: str) -> None:
+    """Every thread of a process onto `cpus` (threads started later inherit the mask)."""
+    if pid:
+        subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], capture_output=True)
+
+
+PIN_BROKER_ENV = "PRECAST_BENCH_PIN_BROKER"  # 0: leave a shared broker on every core
+
+
+@contextlib.contextmanager
+def on_one_core(bootstrap_servers: str, enabled: bool = True) -> Iterator[bool]:
+    """Inside: this process (and so every child it starts) and the local broker on CPU 0, the
+    slower machine of issue 27; yields whether the broker was pinned. Restored on the way out."""
+    if not enabled:
+        yield False
+        return
+    broker = listener_pid(int(bootstrap_servers.rsplit(":", 1)[1]))
+    pin_broker = os.environ.get(PIN_BROKER_ENV, "1") != "0"
+    everything = f"0-{(os.cpu_count() or 1) - 1}"
+    pin(os.getpid(), "0")
+    if pin_broker:
+        pin(broker, "0")
+    try:
+        yield pin_broker
+    finally:
+        pin(os.getpid(), everything)
+        if pin_broker:
+            pin(broker, everything)

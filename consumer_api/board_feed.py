@@ -72,7 +72,12 @@ class BoardFeed:
         rates_every_s: float = 2.0,
         info_lookback_s: float = 10.0,
     ) -> None:
-        self._consumer = Consumer(kafka, f"{group_prefix}-board-{uuid.uuid4().hex[:8]}")
+        self._consumer = Consumer(
+            kafka,
+            f"{group_prefix}-board-{uuid.uuid4().hex[:8]}",
+            bounded_prefetch=True,
+            background=True,  # device info and context: 100 ms is nothing on the board
+        )
         self.topics, self.index, self._every = topics, index, rates_every_s
         self._lookback_ms = int(info_lookback_s * 1000)
         self.rates = Rates()

@@ -55,7 +55,7 @@ class LineageReader:
 
     def _fetch(self, wanted: dict[Ref, dict[str, Any]], timeout_s: float) -> None:
         if self._consumer is None:
-            self._consumer = Consumer(self._kafka, self._group)
+            self._consumer = Consumer(self._kafka, self._group, bounded_prefetch=True)
         c = self._consumer
         left = dict(wanted)
         starts: dict[tuple[str, int], int] = {}

@@ -76,7 +76,14 @@ class Materializer:
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
         committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
-        self._consumer = Consumer(kafka, f"{group_prefix}-{uuid.uuid4().hex[:8]}", **committed_only)
+        # Bounded prefetch: a replica that falls behind (a busy machine, a slow Redis) must not
+        # hold what librdkafka fetched ahead (100-300 MiB with the defaults; docs/workers.md).
+        self._consumer = Consumer(
+            kafka,
+            f"{group_prefix}-{uuid.uuid4().hex[:8]}",
+            bounded_prefetch=True,
+            **committed_only,
+        )
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
         self._dead = (

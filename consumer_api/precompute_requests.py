@@ -49,10 +49,22 @@ class PrecomputeAsker:
         self.budget: Budget = budget if budget is not None else LocalBudget(500.0, 1_000)
         self._until: dict[str, int] = {}
         self._noted: dict[str, tuple[str, int]] = {}
+        self._sweep_at = 0  # ended windows are dropped once per window: memory follows load
+
+    @property
+    def tracked(self) -> int:
+        """Devices whose request window this replica remembers."""
+        return len(self._until)
+
+    def _sweep(self, now_ms: int) -> None:
+        if now_ms >= self._sweep_at:
+            self._sweep_at = now_ms + self.window_ms
+            self._until = {d: u for d, u in self._until.items() if u > now_ms}
 
     def request(self, device_id: str, reason: str, now_ms: int) -> str:
         """Note one request for the drain unless this replica asked within the window.
         Returns "queued", "deduplicated" or "dropped" (no producer, or too much waiting)."""
+        self._sweep(now_ms)
         until = self._until.get(device_id)
         if until is not None and until > now_ms:
             return _count(reason, "deduplicated")
@@ -66,6 +78,7 @@ class PrecomputeAsker:
         """Ask for each device now, within the budget: counts by result."""
         counts = dict.fromkeys(RESULTS, 0)
         ask = []
+        self._sweep(now_ms)
         for d in device_ids:
             until = self._until.get(d)
             if until is not None and until > now_ms:

@@ -33,6 +33,11 @@ class ReadHints:
         self.note = self._read.add  # the hot path's call: one bound method, no checks
         # (bounded by the read path itself: only devices with an answer are noted)
 
+    @property
+    def pending(self) -> int:
+        """Devices noted since the last flush."""
+        return len(self._read) + len(self._prefetched)
+
     def prefetched(self, device_id: str) -> None:
         if len(self._prefetched) < self.max_devices:
             self._prefetched.add(device_id)

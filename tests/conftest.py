@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+NO_TIME_RETENTION = {"retention.ms": "-1"}
 
 # No per-example deadline: CI shares 2 cores with Kafka and Redis, and a GC pause or a busy
 # broker must not fail a property that holds (the properties, not the timing, are under test).
@@ -77,7 +78,9 @@ def topic_factory(admin, unique) -> Iterator[Callable[..., str]]:
 
     def make(stem: str = "t", partitions: int = 3, config: dict[str, str] | None = None) -> str:
         name = unique(f"test.{stem}")
-        admin.create_topic(name, partitions, config)
+        # Never trimmed by time: the broker's retention check (every 5 min) would otherwise
+        # delete records stamped more than 7 days ago in the middle of a test.
+        admin.create_topic(name, partitions, {**NO_TIME_RETENTION, **(config or {})})
         created.append(name)
         return name
 

@@ -61,12 +61,12 @@ class WorkerOptions(Section):
         default=5_000, ge=1, le=100_000, description="records per consume() call"
     )
     linger_ms: float = Field(
-        default=1.0,
+        default=0.0,
         ge=0,
         le=1_000,
         description=(
-            "linger.ms of the predictions producer: each ms can add to an answer's freshness; "
-            "0 sends each batch at once but in more, smaller requests"
+            "linger.ms of the predictions producer: each ms adds to an answer's freshness; "
+            "with 0 a batch still leaves in one request (its records are queued together)"
         ),
     )
     poll_timeout_s: float = Field(default=0.1, gt=0, le=10)

@@ -65,7 +65,49 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.min.bytes": 1,
     "fetch.wait.max.ms": 50,
     "queued.max.messages.kbytes": 64 * 1024,
+    # Once a partition's queue passes queued.min.messages or queued.max.messages.kbytes,
+    # librdkafka postpones its next fetch by this long: 1 s by default, although a worker drains
+    # a full queue in well under a second and then sits idle for the rest of that timer. That
+    # timer, not the CPU, then set the pace of every consumer catching up (a 26x slower rebuild
+    # with the bounded prefetch below; docs/workers.md, "Where the time goes").
+    "fetch.queue.backoff.ms": 10,
     "enable.partition.eof": False,
+}
+
+
+# For a consumer that may fall behind in a process that must keep a small, flat footprint (the
+# read API's materializer and board feed share two cores with the read path). librdkafka
+# prefetches until 100,000 records wait (queued.min.messages) and checks its byte limit only
+# between fetches, and one fetch brings up to 1 MiB of lz4 per partition, which decompresses to
+# tens of thousands of records: a lagging API replica held 100-300 MiB that way (measured with
+# the consumer's own fetchq statistics; docs/workers.md, "Memory"). These keep a few thousand
+# records waiting (a few MiB) and still fill a 5,000-record batch per consume.
+BOUNDED_PREFETCH: dict[str, Any] = {
+    "queued.min.messages": 5_000,
+    "queued.max.messages.kbytes": 8 * 1024,
+    "max.partition.fetch.bytes": 64 * 1024,
+}
+
+
+def prefetch_bound(records: int) -> dict[str, Any]:
+    """BOUNDED_PREFETCH scaled to another record threshold (the worker keeps 20,000: four of
+    its consume batches, as fast over a backlog as librdkafka's 100,000, measured)."""
+    scale = max(1, records // BOUNDED_PREFETCH["queued.min.messages"])
+    return {
+        "queued.min.messages": records,
+        "queued.max.messages.kbytes": BOUNDED_PREFETCH["queued.max.messages.kbytes"] * scale,
+        "max.partition.fetch.bytes": min(1024 * 1024, 64 * 1024 * scale),
+    }
+
+
+# For a consumer nobody waits on (the board feed's device info and context, a benchmark's
+# reader): a fetch returns once 64 KiB are there or after 100 ms, instead of at every record.
+# Each fetch response is a request for the broker and a wakeup of the consumer's threads; at a
+# light load, with a record every few hundred microseconds, those per-record costs were most of
+# the CPU an event cost the read API and the broker (docs/workers.md, "Where the time goes").
+BACKGROUND_FETCH: dict[str, Any] = {
+    "fetch.min.bytes": 64 * 1024,
+    "fetch.wait.max.ms": 100,
 }
 
 

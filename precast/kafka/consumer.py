@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import confluent_kafka
 
-from precast.kafka.config import consumer_config
+from precast.kafka.config import BACKGROUND_FETCH, BOUNDED_PREFETCH, consumer_config, prefetch_bound
 from precast.kafka.errors import KafkaFailure, build_client, failure
 from precast.kafka.types import KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
@@ -46,8 +46,20 @@ class Consumer:
         on_revoke: RebalanceHook | None = None,
         on_lost: RebalanceHook | None = None,
         logger: logging.Logger | None = None,
+        bounded_prefetch: bool | int = False,
+        background: bool = False,
         **overrides: Any,
     ) -> None:
+        """`bounded_prefetch`: hold only a few thousand fetched records while the caller lags
+        (`precast.kafka.config.BOUNDED_PREFETCH`; a number: that many), for processes whose
+        memory must stay flat. `background`: records may wait up to 100 ms to be fetched in
+        fewer, larger responses (`BACKGROUND_FETCH`), for readers no answer waits on."""
+        if bounded_prefetch is True:
+            overrides = {**BOUNDED_PREFETCH, **overrides}
+        elif bounded_prefetch:
+            overrides = {**prefetch_bound(bounded_prefetch), **overrides}
+        if background:
+            overrides = {**BACKGROUND_FETCH, **overrides}
         conf = consumer_config(settings, group_id, **overrides)
         conf["error_cb"] = self._on_client_error
         self._fatal: KafkaFailure | None = None

@@ -16,10 +16,18 @@ from tests.integration.api_helpers import Served, api_settings, prediction_value
 
 
 def read_all(kafka, topic: str, partitions: int, group: str, settle_s: float = 2.0) -> list:
+    """Every record up to the end offsets seen at the call (however long a busy broker takes to
+    hand them over), then whatever else arrives until `settle_s` passes without a record."""
     c = Consumer(kafka, group)
-    c.assign([TopicPartitionOffset(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out, quiet_since = [], time.monotonic()
-    while time.monotonic() - quiet_since < settle_s:
+    parts = [TopicPartitionOffset(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+    c.assign(parts)
+    ends = {p: c.watermarks(topic, p)[1] for p in range(partitions)}
+
+    def behind() -> bool:  # the position also moves past transaction markers
+        return any(ends[q.partition] > max(q.offset, 0) for q in c.position(parts))
+
+    out, quiet_since, deadline = [], time.monotonic(), time.monotonic() + 60
+    while time.monotonic() - quiet_since < settle_s or (behind() and time.monotonic() < deadline):
         msgs = c.consume(1000, 0.2)
         if msgs:
             out += msgs

@@ -3,6 +3,8 @@ backfill with lineage inside the range, nothing from outside it, live offsets un
 
 from __future__ import annotations
 
+import time
+
 import orjson
 
 from opsctl.ranges import format_time
@@ -17,7 +19,9 @@ MODEL_110 = DEFAULT_MODEL_DIR.parent / "1.1.0"
 def test_backfill_a_time_range_through_a_chosen_model(kafka_settings, topics, tmp_path):
     fleet = Fleet(devices=40, seed=3)
     producer = Producer(kafka_settings)
-    base = 1_760_000_000_000
+    # Ten minutes back, relative to now: record time = event time, and records older than the
+    # heartbeats topic's retention (1 day) would be deleted by the broker's retention check.
+    base = (int(time.time()) - 600) * 1000
     for minute in range(3):  # 40 heartbeats per minute; the backfill takes the middle minute
         for event in fleet.heartbeats(40, base + minute * 60_000):
             # Record time = event time, as a device that publishes its own timestamps would.

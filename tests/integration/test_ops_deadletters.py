@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import pytest
 
@@ -18,7 +19,7 @@ def dead(kafka_settings, topics):
     """30 dead letters: 20 not_json from heartbeats (one keyless), 10 invalid from alarms."""
     producer = Producer(kafka_settings)
     dlq = DeadLetters(producer, topics.dead_letters.name, "test-worker")
-    originals = []
+    originals, now = [], int(time.time() * 1000)
     for i in range(30):
         src = topics.heartbeats.name if i < 20 else topics.alarms.name
         key = None if i == 3 else f"dev-{i % 7:03d}".encode()
@@ -29,7 +30,7 @@ def dead(kafka_settings, topics):
             key,
             b"\xffnot json %d" % i,
             [("traceparent", b"tp-%d" % i)],
-            1_750_000_000_000 + i,
+            now - 3_600_000 + i,  # relative to now, like every record time in tests
         )
         dlq.send(rec, Reason.NOT_JSON if i < 20 else Reason.INVALID, f"detail {i}")
         originals.append(rec)

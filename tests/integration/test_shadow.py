@@ -27,7 +27,9 @@ from workers.model.inference import ModelSession
 from workers.settings import DEFAULT_MODEL_DIR
 
 REGISTRY = DEFAULT_MODEL_DIR.parent
-BASE_MS = 1_760_000_000_000
+# An hour ago, relative to now: record time = event time here, and records older than the
+# heartbeats topic's 1-day retention would be deleted by the broker's retention check mid-test.
+BASE_MS = (int(time.time()) - 3600) * 1000
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")
 
 

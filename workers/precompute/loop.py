@@ -57,6 +57,10 @@ _TOPIC, _PARTITION, _OFFSET = (
 )
 
 
+# How often a loop with a commit waiting for acknowledgements checks them when no record comes.
+ACK_CHECK_S = 0.005
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -94,7 +98,10 @@ class Worker(Rebalancing):
         overrides: dict[str, Any] = {"partition.assignment.strategy": "range"}
         if cfg.exactly_once:
             overrides["isolation.level"] = "read_committed"
-        self.consumer = Consumer(kafka, cfg.group_id, **overrides)
+        # A bounded prefetch: a worker that lags by 100k records held them all (librdkafka
+        # fetches ahead until 100,000 wait), +15-18 % RSS in the one-core soak; 20,000 keep a
+        # backlog drain as fast (docs/workers.md, "Memory").
+        self.consumer = Consumer(kafka, cfg.group_id, bounded_prefetch=20_000, **overrides)
         self.pipeline = Pipeline(topics, pipeline or PipelineConfig(), self._reject, fleet)
         self.assignment, self.stop_at = assignment, dict(stop_at or {})
         self._first_end = min(self.stop_at.values(), default=0)
@@ -122,6 +129,10 @@ class Worker(Rebalancing):
         self.write_state = cfg.worker_state
         # at-least-once: newest state record per device key since the last commit
         self._state: dict[bytes, bytes] = {}
+        # at-least-once: offsets whose outputs and state records are on their way; committed
+        # at the next moment everything produced is acknowledged (see `_commit_acknowledged`)
+        self._held: list[TopicPartitionOffset] | None = None
+        self._due_since = 0.0  # when the commit now waiting for acknowledgements fell due
         self._restorer: StateRestorer | None = None
         self._kafka = kafka
 
@@ -170,6 +181,8 @@ class Worker(Rebalancing):
         p = self.pipeline
         mono = time.monotonic()
         timeout = min(self.cfg.poll_timeout_s, self._next_commit - mono)
+        if timeout <= 0 and not self.sink.exactly_once:  # a commit waits for acknowledgements
+            timeout = ACK_CHECK_S
         release = p.next_release_ms()
         if release is not None:  # a throttled device's window ends: wake up for it
             timeout = min(timeout, (release - self.clock()) / 1000.0)
@@ -186,6 +199,8 @@ class Worker(Rebalancing):
             msgs = self.consumer.consume_available(self.cfg.consume_max, max(0.0, timeout))
         M.STAGE["consume"].inc(time.perf_counter() - t0)
         self.last_loop = mono = time.monotonic()
+        if mono >= self._next_commit and not self.sink.exactly_once:
+            self.commit()  # before this step produces anything: earlier outputs may be acked
         now_ms = self.clock()
         if self.stop_at and msgs:
             msgs = self._within_range(msgs)
@@ -195,7 +210,7 @@ class Worker(Rebalancing):
             self._check_restored()
         p.release_deferred(now_ms, mono)
         self._run_batches(force=False)
-        if mono >= self._next_commit:
+        if mono >= self._next_commit and self.sink.exactly_once:
             self.commit()
         if mono >= self._next_lag:
             self._update_lag()
@@ -268,7 +283,10 @@ class Worker(Rebalancing):
             M.STAGE["commit"].inc(time.perf_counter() - t0)
 
     def _commit(self, sync: bool, rewind: bool) -> None:
+        if not self.sink.exactly_once and not sync and self._commit_acknowledged():
+            return
         self._next_commit = time.monotonic() + self.cfg.commit_interval_s
+        self._held = None  # what follows commits everything consumed so far
         if self.sink.exactly_once:
             self.drain()  # a transaction commits all consumed input, so nothing may wait past it
             offsets = self.pipeline.commit_offsets(include_pending=True)
@@ -282,6 +300,37 @@ class Worker(Rebalancing):
         else:
             self._flush_state()
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
+
+    def _commit_acknowledged(self) -> bool:
+        """At-least-once without blocking the loop: a commit that falls due waits for a moment
+        when every output produced so far is acknowledged (a light or moderate load leaves
+        many), the loop consuming and predicting meanwhile. Then the state records of what was
+        predicted go out and the input offsets of that moment are held; at the next such
+        moment the held offsets are committed. Both orders of the blocking commit hold: state
+        only after its predictions are acknowledged, offsets only after their state. A flush
+        would stop the loop for a broker round trip per commit (two with the state), and every
+        record arriving meanwhile waited: on a slower machine, where that round trip is longer,
+        this was a large share of the freshness tail. Returns False when the commit must block
+        after all: it has waited a whole interval (the loop never idles at saturation)."""
+        sink, mono = self.sink, time.monotonic()
+        assert isinstance(sink, AtLeastOnce)
+        if self._due_since < self._next_commit:
+            self._due_since = mono
+        if not sink.acknowledged():
+            return mono - self._due_since < self.cfg.commit_interval_s  # else: block
+        if self._held is not None:
+            sink.commit(self.consumer, self._held, flush=False)
+            self._held = None
+        elif self._state:
+            keys, values = list(self._state), list(self._state.values())
+            self._state.clear()
+            sink.produce(self.topics.worker_state.name, keys, values)
+            self._held = self.pipeline.commit_offsets()
+            return True  # committed at the next moment all of it is acknowledged
+        else:
+            sink.commit(self.consumer, self.pipeline.commit_offsets(), flush=False)
+        self._next_commit = mono + self.cfg.commit_interval_s
+        return True
 
     def _flush_state(self) -> None:
         """At-least-once: the state of the devices predicted since the last commit goes out only

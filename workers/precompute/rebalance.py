@@ -30,6 +30,7 @@ class Rebalancing:
     restoring: dict[int, int]
     _paused: list[TopicPartitionOffset]
     _state: dict[bytes, bytes]
+    _held: list[TopicPartitionOffset] | None
     _restorer: StateRestorer | None
     _kafka: KafkaSettings
 
@@ -115,6 +116,7 @@ class Rebalancing:
         self.sink.abort()
         self.sink.begin()
         self._state.clear()  # the new owner's state must not be overwritten by ours
+        self._held = None  # nor its committed offsets by ours
         self.pipeline.forget(sorted({p.partition for p in parts}))
         self.sink.forget(parts)
         gone = {(p.topic, p.partition) for p in parts}
