@@ -31,6 +31,8 @@ def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
         raise ConfigError(
             f"unknown stack component {', '.join(unknown)} (choose from {', '.join(COMPONENTS)})"
         )
+    if args.secure or settings.stack.secure:
+        return _secure_stack(args, settings)
     update = {"brokers": args.brokers} if args.brokers else {}
     if args.redis_cluster:
         update["redis_cluster"] = True
@@ -58,6 +60,37 @@ def _stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
     for r in rows:
         pid = f"pid {r.pid}" if r.pid else "-"
         print(f"{r.name:<14} {r.state:<10} {pid:<12} {r.address}")
+    return 0 if all(r.state == "healthy" for r in rows) else 1
+
+
+def _secure_stack(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    from opsctl.stack.secure import SecureStack
+
+    if args.brokers not in (None, 1) or args.redis_cluster:
+        raise ConfigError("--secure runs one Kafka node (no --brokers 3, no --redis-cluster)")
+    if args.components and args.components != ["kafka"]:
+        raise ConfigError("--secure runs only Kafka: `stack down --secure` stops it")
+    stack = SecureStack(settings.stack)
+    if args.action == "up":
+        stack.up(progress=lambda m: print(m, flush=True), topics=settings.topics)
+        env = stack.security.env_dir
+        print(f"run a component as its user: set -a; . {env}/worker.env; set +a", flush=True)
+        return 0
+    if args.action == "install":
+        stack.kafka.resolve_jars(progress=lambda m: print(m, flush=True))
+        return 0
+    if args.action == "down":
+        stopped = stack.down()
+        print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        return 0
+    if args.action == "running":
+        for name in stack.running():
+            print(name)
+        return 0
+    rows = stack.status()
+    for r in rows:
+        pid = f"pid {r.pid}" if r.pid else "-"
+        print(f"{r.name:<16} {r.state:<10} {pid:<12} {r.address}")
     return 0 if all(r.state == "healthy" for r in rows) else 1
 
 
@@ -158,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a Redis Cluster of 3 masters + 3 replicas instead of one Redis "
         "(PRECAST_STACK__REDIS_CLUSTER)",
+    )
+    st.add_argument(
+        "--secure",
+        action="store_true",
+        help="the secured Kafka: TLS + SASL/SCRAM + ACLs, no plaintext listener, under "
+        "<home>/secure on PRECAST_STACK__SECURE_KAFKA_PORT (docs/security.md)",
     )
     st.set_defaults(fn=_stack)
     tp = sub.add_parser("topics", help="topic contracts")

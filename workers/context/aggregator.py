@@ -23,12 +23,13 @@ from typing import Any, cast
 from prometheus_client import Counter, Gauge
 
 from precast.deadletter import DEAD_LETTERS, dead_letter_record
-from precast.kafka import Admin, Record
+from precast.kafka import Record
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
 from schemas.validation import Rejected
+from workers.context.faust_config import connection_options, preflight
 from workers.context.reducer import DeviceContext
 from workers.precompute.decode import validate
 from workers.settings import ContextSettings
@@ -55,7 +56,7 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     c.data_dir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         c.app_id,
-        broker=f"kafka://{settings.kafka.bootstrap_servers}",
+        **connection_options(settings.kafka),  # TLS, SASL, client id, EXTRA (faust_config)
         store="memory://",
         topic_partitions=t.partitions,
         topic_replication_factor=t.replication_factor,
@@ -147,7 +148,7 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
 def run(settings: ContextSettings) -> int:
     import faust
 
-    Admin(settings.kafka).wait_reachable()
+    preflight(settings)
     app, state = build_app(settings)
 
     def health() -> tuple[bool, dict]:
