@@ -17,6 +17,7 @@ from precast.audit.checkpoint import CheckpointError, Signer, load_or_create_sig
 from precast.audit.store import LogStore, StoreError
 from precast.errors import ConfigError, TopicContractError
 from precast.kafka import Admin, Consumer, Producer
+from precast.presence import Presence
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
@@ -93,6 +94,10 @@ def run(settings: AuditorSettings) -> int:
     built = build(settings, partitions)
     thread = threading.Thread(target=built.appender.run, name="audit-appender", daemon=True)
     thread.start()
+    # It assigns itself the predictions partitions: the guard sees it only through this.
+    presence = Presence(
+        settings.kafka, topics.presence.name, "auditor", [topics.predictions.name]
+    ).start()
     opts = settings.audit
     print(
         f"precast-auditor: log {opts.db_path} ({built.appender.tree.size} leaves), key "
@@ -117,6 +122,7 @@ def run(settings: AuditorSettings) -> int:
     try:
         server.run()
     finally:
+        presence.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         built.reader.close()  # first: the appender's connection, closed last, folds the WAL back

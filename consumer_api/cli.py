@@ -20,6 +20,7 @@ from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin, Producer
+from precast.presence import Presence
 from precast.redis_client import connect_async
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
@@ -154,6 +155,13 @@ def run(settings: ApiSettings) -> int:
     built.materializer.start()
     if built.board_feed is not None:
         built.board_feed.start()
+    # The materializer, board feed and lineage reads assign partitions: no consumer group
+    # shows them, so they say themselves what they read (the operator tools' guard).
+    topics = catalog(settings.topics.prefix)
+    reads = [topics.predictions.name]
+    if settings.api.board:
+        reads += [topics.device_context.name, *(t.name for t in topics.events())]
+    presence = Presence(settings.kafka, topics.presence.name, "api", reads).start()
     print(
         f"precast-api: serving on http://{settings.api.host}:{settings.api.port}"
         + (
@@ -173,6 +181,7 @@ def run(settings: ApiSettings) -> int:
             ServerLimits.from_options(settings.api),
         )
     finally:
+        presence.stop()
         if built.board_feed is not None:
             built.board_feed.stop()
         if built.board is not None and built.board.lineage is not None:
