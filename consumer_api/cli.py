@@ -19,7 +19,8 @@ from consumer_api.serve import ServerLimits, check_bind, serve
 from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
-from precast.kafka import Admin, Producer
+from precast.kafka import Producer
+from precast.kafka.access import connect_as
 from precast.presence import Presence
 from precast.redis_client import connect_async
 from precast.runtime import OneLineParser, run_cli, setup_logging
@@ -89,9 +90,8 @@ def build(settings: ApiSettings) -> Built:
         }
 
     def health() -> tuple[bool, dict]:
-        return mat.error is None, {} if mat.error is None else {
-            "error": f"materializer: {mat.error}"
-        }
+        # What is down, never why: the reason is logged (it may quote a broker or a record).
+        return mat.error is None, {} if mat.error is None else {"down": ["materializer"]}
 
     budget: Budget = (
         RedisBudget(
@@ -147,7 +147,7 @@ def build(settings: ApiSettings) -> Built:
 
 def run(settings: ApiSettings) -> int:
     check_bind(settings.api.host, settings.api.port)  # before the rebuild, not after it
-    Admin(settings.kafka).wait_reachable()
+    connect_as(settings, "api")  # one line for a refused password or ACL
     built = build(settings)
     # The materializer thread holds the GIL in short bursts; a shorter switch interval than
     # the default 5 ms keeps it from adding milliseconds to a read's latency.

@@ -124,6 +124,7 @@ COMPONENTS: dict[str, ComponentAccess] = {
                 "read_hints",
                 "predictions",
                 "shadow_predictions",
+                "dead_letters",  # a backfill dead-letters what it cannot read, as workers do
             ),
             create=_ALL_ROLES,
             groups=("precast-ops-", "precast-backfill-", "precast-shadow-", "precast-restore-"),

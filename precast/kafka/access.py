@@ -4,6 +4,8 @@ a stalled consumer). Used by `precast acls`, the secured local stack and the tes
 
 from __future__ import annotations
 
+from typing import Any
+
 import confluent_kafka
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import (
@@ -213,3 +215,18 @@ def require_access(admin: Admin, access: ComponentAccess, catalog: Topics) -> No
             f"{'; '.join(refusals)} (grant them: `precast acls apply`, docs/security.md)",
             code="TOPIC_AUTHORIZATION_FAILED",
         )
+
+
+def connect_as(settings: Any, component: str) -> Admin:
+    """What every entry point does first: the cluster answers, takes these credentials, and this
+    principal holds the topic ACLs `component` needs (schemas.access); one line otherwise."""
+    from schemas.access import COMPONENTS
+    from schemas.topics import catalog
+
+    admin = Admin(settings.kafka)
+    admin.wait_reachable()
+    t = settings.topics
+    require_access(
+        admin, COMPONENTS[component], catalog(t.prefix, t.partitions, t.replication_factor)
+    )
+    return admin

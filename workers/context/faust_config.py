@@ -146,14 +146,6 @@ def connection_options(kafka: KafkaSettings) -> dict[str, Any]:
 def preflight(settings: Any) -> None:
     """Before faust starts (its own errors are tracebacks, not one line): the cluster answers
     and takes these credentials, and this principal may read and write the context's topics."""
-    from precast.kafka import Admin
-    from precast.kafka.access import require_access
-    from schemas.access import COMPONENTS
-    from schemas.topics import catalog
+    from precast.kafka.access import connect_as
 
-    admin = Admin(settings.kafka)
-    admin.wait_reachable()
-    t = settings.topics
-    require_access(
-        admin, COMPONENTS["context"], catalog(t.prefix, t.partitions, t.replication_factor)
-    )
+    connect_as(settings, "context")

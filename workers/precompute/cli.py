@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from precast.kafka import Admin
+from precast.kafka.access import connect_as
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
@@ -81,7 +81,7 @@ def _load_model(path: Path, **kw: Any) -> ModelSession:
 
 
 def run(settings: WorkerSettings) -> int:
-    Admin(settings.kafka).wait_reachable()
+    connect_as(settings, "worker")  # one line for a refused password or ACL
     worker = build(settings)
 
     def health() -> tuple[bool, dict]:
