@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
+from precast.errors import ConfigError
 from precast.settings import CommonSettings, Section
+from precast.tokens import check_token
 from schemas.fleet import DEFAULT_STRATEGY, STRATEGIES
 
 
@@ -79,7 +83,14 @@ class ApiOptions(Section):
         description="at most one precompute request per device per window (miss, expiry, prefetch)",
     )
     auth_token: SecretStr | None = Field(
-        default=None, description="when set, /v1/* needs `Authorization: Bearer <token>`"
+        default=None,
+        description="one bearer token with every scope (read, prefetch, board); empty or "
+        "placeholder values are refused; prefer TOKENS_FILE (docs/security.md)",
+    )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="named tokens with scopes, stored as SHA-256 digests (`precast api-token "
+        "add`); re-read when it changes and on SIGHUP, so tokens rotate without a restart",
     )
     consume_batch: int = Field(
         default=5_000, ge=1, le=100_000, description="records per materializer poll"
@@ -216,6 +227,36 @@ class ApiOptions(Section):
         if v not in STRATEGIES:
             raise ValueError(f"must be one of {', '.join(STRATEGIES)}")
         return v
+
+    @field_validator("auth_token")
+    @classmethod
+    def _real_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            try:
+                check_token(v.get_secret_value(), "the token")
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _no_open_doors(self) -> ApiOptions:
+        # On loopback only the machine's own users reach the API; anywhere else, a token.
+        if not is_loopback(self.host) and self.auth_token is None and self.tokens_file is None:
+            raise ValueError(
+                f"the API listens on {self.host}, beyond loopback, without a token: set "
+                "PRECAST_API__TOKENS_FILE (or PRECAST_API__AUTH_TOKEN); docs/security.md"
+            )
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and "localhost"; anything else (0.0.0.0, a name, an interface) is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ApiSettings(CommonSettings):

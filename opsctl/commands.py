@@ -6,7 +6,29 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from opsctl import audit, backfill, deadletters, lag, purge, rebuild, replay, shadow
+    from opsctl import (
+        acls,
+        api_tokens,
+        audit,
+        backfill,
+        deadletters,
+        lag,
+        purge,
+        rebuild,
+        replay,
+        shadow,
+    )
 
-    for module in (replay, backfill, shadow, deadletters, purge, rebuild, lag, audit):
+    for module in (
+        replay,
+        backfill,
+        shadow,
+        deadletters,
+        purge,
+        rebuild,
+        lag,
+        audit,
+        api_tokens,
+        acls,
+    ):
         module.add_parser(sub)
