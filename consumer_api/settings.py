@@ -9,12 +9,13 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from precast.errors import ConfigError
-from precast.settings import CommonSettings, Section
+from precast.http.settings import HttpLimits
+from precast.settings import CommonSettings
 from precast.tokens import check_token
 from schemas.fleet import DEFAULT_STRATEGY, STRATEGIES
 
 
-class ApiOptions(Section):
+class ApiOptions(HttpLimits):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     server: Literal["granian", "uvicorn"] = Field(
@@ -129,33 +130,7 @@ class ApiOptions(Section):
     board_frame_ms: int = Field(
         default=25, ge=0, le=5_000, description="least time between two frames of a board stream"
     )
-    # Connection capacity (docs/api.md, "Capacity and hostile clients"). Both servers get the
-    # same numbers; the server defaults (granian: 128 connections) let 128 idle sockets stop a
-    # replica.
-    backlog: int = Field(
-        default=4_096,
-        ge=16,
-        le=65_535,
-        description="listen backlog (the kernel caps it at net.core.somaxconn)",
-    )
-    max_connections: int = Field(
-        default=16_384,
-        ge=16,
-        le=1_000_000,
-        description=(
-            "connections served at once (granian backpressure, uvicorn limit_concurrency); "
-            "each needs a file descriptor, the soft RLIMIT_NOFILE is raised to the hard limit"
-        ),
-    )
-    keepalive_s: float = Field(
-        default=5.0, gt=0, le=3600, description="an idle keep-alive connection is closed after this"
-    )
-    header_timeout_s: float = Field(
-        default=15.0,
-        gt=0,
-        le=3600,
-        description="a connection that has not sent a whole request head in this time is closed",
-    )
+    # Connection capacity (backlog, max_connections, keepalive_s, header_timeout_s): HttpLimits.
     body_timeout_s: float = Field(
         default=10.0,
         gt=0,

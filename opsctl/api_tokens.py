@@ -8,13 +8,13 @@ old) and revoking need no restart. docs/security.md."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
+from precast.files import write_private
 from precast.progress import table
 from precast.tokens import SCOPES, line_for, new_token, parse_file, parse_scopes
 
@@ -48,12 +48,8 @@ def _lines(path: Path) -> list[str]:
 
 
 def _write(path: Path, lines: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)  # the API sees the old file or the new one, never half of one
+    # atomic: the API re-reading it sees the old file or the new one, never half of one
+    write_private(path, "".join(line + "\n" for line in lines))
 
 
 def run_new(args: argparse.Namespace, settings: StackCliSettings) -> int:

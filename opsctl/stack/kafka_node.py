@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from typing import Protocol
 from opsctl.settings import StackSettings
 from opsctl.stack.process import ManagedProcess, port_in_use, tail
 from precast.errors import PrecastError, StackError, Unreachable
+from precast.files import write_private
 from precast.settings import KafkaSettings
 
 _LOG4J2 = """\
@@ -209,9 +209,7 @@ class KafkaNode:
             props.update(self.security.properties(self.port, self.controller))
         path = self.dir / "server.properties"
         # 0600: the secured broker's file holds its own SCRAM password (jaas.config).
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+        write_private(path, "".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(logs=self.logs))
         return path
 

@@ -17,7 +17,6 @@ See docs/security.md.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from opsctl.settings import StackSettings
 from opsctl.stack import ComponentStatus
 from opsctl.stack import tls as tlsfiles
 from opsctl.stack.kafka_node import KafkaNode
+from precast.files import write_private
 from precast.settings import KafkaSettings, TopicSettings
 from schemas.access import COMPONENTS, grants, principal_for
 from schemas.topics import catalog
@@ -34,15 +34,6 @@ from schemas.topics import catalog
 MECHANISM = "SCRAM-SHA-512"
 SUPER_USERS = ("broker", "admin")
 USERS = (*SUPER_USERS, *COMPONENTS)
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 class SecuredBroker:
@@ -67,7 +58,7 @@ class SecuredBroker:
         # URL-safe characters only: they pass unquoted through `--add-scram` and jaas.config.
         known.update({u: secrets.token_urlsafe(24) for u in missing})
         if missing or not self.credentials_path.exists():
-            _write_private(self.credentials_path, json.dumps(known, indent=2, sort_keys=True))
+            write_private(self.credentials_path, json.dumps(known, indent=2, sort_keys=True))
         self._passwords = known
 
     def password(self, user: str) -> str:
@@ -191,13 +182,14 @@ class SecureStack:
             wanted += grants(access, cat, principal_for(name, overrides))
         for user in USERS:
             lines = "".join(f"{k}={v}\n" for k, v in self.env_for(user).items())
-            _write_private(self.security.env_dir / f"{user}.env", lines)
+            write_private(self.security.env_dir / f"{user}.env", lines)
         return apply_grants(admin, wanted)
 
     def running(self) -> list[str]:
         return ["kafka"] if self.kafka.running() else []
 
-    def down(self) -> list[str]:
+    def down(self, only: object = None) -> list[str]:
+        """Stops the broker (its only component; `only` for LocalStack's signature)."""
         return [self.kafka.proc.name] if self.kafka.stop() else []
 
     def status(self) -> list[ComponentStatus]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from precast.files import write_private
 
 VALID_DAYS = 825  # what browsers and most TLS stacks still accept for a leaf certificate
 
@@ -35,15 +36,6 @@ class TlsFiles:
 
 def files_in(folder: Path) -> TlsFiles:
     return TlsFiles(folder / "ca.pem", folder / "ca.key", folder / "broker.pem")
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _pem(cert: x509.Certificate) -> bytes:
@@ -121,7 +113,7 @@ def make(folder: Path, broker_cn: str = "broker") -> TlsFiles:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write_private(files.ca_key, _key_pem(ca_key))
-    _write_private(files.broker, _key_pem(key) + _pem(cert) + _pem(ca))
+    write_private(files.ca_key, _key_pem(ca_key))
+    write_private(files.broker, _key_pem(key) + _pem(cert) + _pem(ca))
     files.ca.write_bytes(_pem(ca))
     return files

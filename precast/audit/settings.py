@@ -7,10 +7,12 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from precast.settings import Section
+from precast.http.settings import HttpLimits
 
 
-class AuditSettings(Section):
+class AuditSettings(HttpLimits):
+    """The log and the auditor's HTTP API, which has the read API's connection limits."""
+
     db_path: Path = Field(
         default=Path(".precast/audit/log.db"), description="the log's SQLite database (WAL)"
     )
@@ -37,26 +39,6 @@ class AuditSettings(Section):
         default="127.0.0.1", description="the auditor's HTTP API (checkpoints, proofs, probes)"
     )
     port: int = Field(default=8100, ge=1, le=65535, description="the auditor's HTTP API port")
-    # The same connection and header limits as the read API (docs/api.md, "Capacity and
-    # hostile clients"); fewer connections by default: a few auditors, not every UI.
-    backlog: int = Field(
-        default=1_024, ge=16, le=65_535, description="listen backlog of the auditor's HTTP API"
-    )
-    max_connections: int = Field(
-        default=1_024,
-        ge=16,
-        le=1_000_000,
-        description="connections the auditor's HTTP API serves at once (past it: 503)",
-    )
-    keepalive_s: float = Field(
-        default=5.0, gt=0, le=3600, description="an idle keep-alive connection is closed after this"
-    )
-    header_timeout_s: float = Field(
-        default=15.0,
-        gt=0,
-        le=3600,
-        description="a connection that has not sent a whole request head in this time is closed",
-    )
     group_id: str = Field(
         default="precast-auditor",
         description="consumer group the auditor commits to, for `precast lag` only: the log's "

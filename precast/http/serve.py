@@ -95,30 +95,15 @@ def serve(
 ) -> None:
     """Serve until SIGTERM/SIGINT; raises a one-line `PrecastError` when it cannot."""
     limits = limits or ServerLimits()
-    check_bind(host, port)
-    raise_open_files(limits.max_connections)
+    check_bind(host, port, limits.setting_prefix)
+    raise_open_files(limits.max_connections, limits.setting_prefix)
     if server == "uvicorn":
-        import uvicorn
-
-        from precast.http.uvicorn_protocol import guarded_protocol
-
         # After its graceful shutdown uvicorn re-raises the signal to the handler it found; the
         # default one would kill the process before the materializer stops. A no-op handler
         # lets it return, so both servers stop the same way (exit 0).
         previous = {sig: signal.signal(sig, _noop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            uvicorn.run(
-                app,
-                host=host,
-                port=port,
-                log_level="warning",
-                access_log=False,
-                http=guarded_protocol(limits.header_timeout_s),
-                backlog=limits.backlog,
-                limit_concurrency=limits.max_connections,
-                # uvicorn takes whole seconds; never round a short timeout down to "none"
-                timeout_keep_alive=max(1, round(limits.keepalive_s)),
-            )
+            uvicorn_server(app, host, port, limits).run()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

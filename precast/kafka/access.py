@@ -43,8 +43,9 @@ _OPERATIONS = {
 }
 
 
-def _binding(g: Grant) -> AclBinding:
-    return AclBinding(
+def _args(g: Grant) -> tuple[Any, ...]:
+    """What AclBinding and AclBindingFilter take, in order, for one ALLOW from any host."""
+    return (
         _RESOURCES[g.resource],
         g.name,
         _PATTERNS[g.pattern],
@@ -53,6 +54,10 @@ def _binding(g: Grant) -> AclBinding:
         _OPERATIONS[g.operation],
         AclPermissionType.ALLOW,
     )
+
+
+def _binding(g: Grant) -> AclBinding:
+    return AclBinding(*_args(g))
 
 
 def _grant(b: AclBinding) -> Grant | None:
@@ -91,18 +96,7 @@ def revoke_grants(admin: Admin, grants: list[Grant], timeout: float = 30.0) -> i
     """Delete exactly these ACLs; returns how many matched."""
     if not grants:
         return 0
-    filters = [
-        AclBindingFilter(
-            _RESOURCES[g.resource],
-            g.name,
-            _PATTERNS[g.pattern],
-            g.principal,
-            "*",
-            _OPERATIONS[g.operation],
-            AclPermissionType.ALLOW,
-        )
-        for g in grants
-    ]
+    filters = [AclBindingFilter(*_args(g)) for g in grants]
     deleted = 0
     for f, fut in admin.raw.delete_acls(filters, request_timeout=timeout).items():
         try:

@@ -8,7 +8,7 @@ import orjson
 from opsctl.ranges import format_time
 from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
-from tests.integration.ops_support import cli_env, precast, read_all
+from tests.integration.ops_support import cli_env, fresh_view, precast, read_all
 from workers.settings import DEFAULT_MODEL_DIR
 
 MODEL_110 = DEFAULT_MODEL_DIR.parent / "1.1.0"
@@ -101,8 +101,7 @@ def test_a_backfill_of_recent_events_never_outranks_the_live_answer_of_the_same_
     import time
     import uuid
 
-    from consumer_api.materializer import Materializer
-    from precast.serving import MemoryStore, RedisStore
+    from precast.serving import RedisStore
     from precast.settings import RedisSettings
     from schemas.predictions import PredictionSet
 
@@ -147,23 +146,8 @@ def test_a_backfill_of_recent_events_never_outranks_the_live_answer_of_the_same_
         return {e.model_version for _d, e in store.iterate()}
 
     def served_by_a_fresh_view() -> set[str]:
-        view = MemoryStore(grace_ms=30_000)
-        mat = Materializer(
-            kafka_settings,
-            topics.predictions.name,
-            3,
-            view=view,
-            group_prefix=f"test-{uuid.uuid4().hex[:6]}",
-        )
-        mat.start()
-        try:
-            deadline = time.monotonic() + 30
-            while not mat.ready and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert mat.ready
-            return {e.model_version for _d, e in view.iterate()}
-        finally:
-            mat.stop()
+        view = fresh_view(kafka_settings, topics.predictions.name, 3)
+        return {e.model_version for _d, e in view.iterate()}
 
     try:
         out = precast(env, *args, "--no-progress", timeout=180)

@@ -10,11 +10,10 @@ import uuid
 import orjson
 import pytest
 
-from consumer_api.materializer import Materializer
 from precast.kafka import Producer
-from precast.serving import MemoryStore, RedisStore
+from precast.serving import RedisStore
 from precast.settings import RedisSettings
-from tests.integration.ops_support import cli_env, precast, read_all
+from tests.integration.ops_support import cli_env, fresh_view, precast, read_all
 
 VERSIONS = {
     "dev-a": "1.3.0",
@@ -125,24 +124,9 @@ def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store
     assert all(m["candidates"] == [] and m["computed_at_ms"] == now - 30_000 for m in markers)
 
     # The read API's own rebuild (a fresh replica's materializer) keeps them purged...
-    view = MemoryStore(grace_ms=30_000)
-    mat = Materializer(
-        kafka_settings,
-        topics.predictions.name,
-        3,
-        view=view,
-        group_prefix=f"test-{uuid.uuid4().hex[:6]}",
-    )
-    mat.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not mat.ready and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert mat.ready
-        assert {d for d, e in view.iterate() if e.purge} == PURGED
-        assert {d for d, e in view.iterate() if not e.purge} == VERSIONS.keys() - PURGED
-    finally:
-        mat.stop()
+    view = fresh_view(kafka_settings, topics.predictions.name, 3)
+    assert {d for d, e in view.iterate() if e.purge} == PURGED
+    assert {d for d, e in view.iterate() if not e.purge} == VERSIONS.keys() - PURGED
     # ...and so does a clean rebuild of the shared store (which asks first: it deletes).
     held = len(_served(store))
     asked = precast(env, "rebuild", "--wipe", "--no-progress")
