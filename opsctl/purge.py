@@ -179,8 +179,16 @@ def _version_order(text: str) -> tuple[int, Any]:
 
 def _print(r: PurgeResult, dry_run: bool) -> None:
     total = sum(r.by_version.values())
+    now = int(time.time() * 1000)
+
+    def newest(v: str) -> str:
+        at = r.newest_ms.get(v)
+        if not at:
+            return "-"
+        return format_time(at) + (" (answering now?)" if now - at < 60_000 else "")
+
     rows = [
-        [v, n, format_time(r.newest_ms[v]) if r.newest_ms.get(v) else "-"]
+        [v, n, newest(v)]
         for v, n in sorted(r.by_version.items(), key=lambda kv: _version_order(kv[0]))
     ]
     head = "dry run: would purge" if dry_run else "purged"
