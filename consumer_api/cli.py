@@ -147,14 +147,6 @@ def build(settings: ApiSettings) -> Built:
 
 def run(settings: ApiSettings) -> int:
     check_bind(settings.api.host, settings.api.port)  # before the rebuild, not after it
-    if settings.api.auth_token is None and settings.api.tokens_file is None:
-        # Allowed on loopback only (ApiOptions refuses it elsewhere); never silently.
-        print(
-            f"precast-api: no token configured: /v1/* answers anyone who can reach "
-            f"{settings.api.host}:{settings.api.port} (docs/security.md)",
-            file=sys.stderr,
-            flush=True,
-        )
     connect_as(settings, "api")  # one line for a refused password or ACL
     built = build(settings)
     # The materializer thread holds the GIL in short bursts; a shorter switch interval than
@@ -170,6 +162,14 @@ def run(settings: ApiSettings) -> int:
     if settings.api.board:
         reads += [topics.device_context.name, *(t.name for t in topics.events())]
     presence = Presence(settings.kafka, topics.presence.name, "api", reads).start()
+    if settings.api.auth_token is None and settings.api.tokens_file is None:
+        # Allowed on loopback only (ApiOptions refuses it elsewhere); never silently.
+        print(
+            f"precast-api: no token configured: /v1/* answers anyone who can reach "
+            f"{settings.api.host}:{settings.api.port} (docs/security.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     print(
         f"precast-api: serving on http://{settings.api.host}:{settings.api.port}"
         + (
