@@ -181,11 +181,18 @@ def test_the_pipeline_runs_end_to_end_on_the_secured_broker(deployment, redis_se
     assert dry.returncode == 0 and "would purge" in dry.stdout, dry.stderr
     purged = d.precast("purge", "1.0", "--yes", "--no-progress")
     assert purged.returncode == 0 and "purge markers written" in purged.stdout, purged.stderr
+    # (a key prefix of its own, not the session's: other tests check theirs stays empty)
     redis = {
         "PRECAST_REDIS__URL": redis_settings.url,
-        "PRECAST_REDIS__KEY_PREFIX": f"{redis_settings.key_prefix}{d.token}:",
+        "PRECAST_REDIS__KEY_PREFIX": f"test-secure-{d.token}:",
     }
     rebuilt = d.precast("rebuild", "--no-progress", **redis)
+    from precast.serving import RedisStore
+    from precast.settings import RedisSettings
+
+    RedisStore.from_settings(
+        RedisSettings(url=redis_settings.url, key_prefix=redis["PRECAST_REDIS__KEY_PREFIX"])
+    ).clear()
     assert rebuilt.returncode == 0 and "purge markers" in rebuilt.stdout, rebuilt.stderr[-2000:]
     shadow = d.precast("shadow", "--candidate", "1.1.0", "--offsets", "*:0-", "--events",
                        "heartbeats", "--no-progress")  # fmt: skip
