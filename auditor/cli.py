@@ -13,10 +13,13 @@ from typing import Any
 from auditor.api import create_app
 from auditor.appender import Appender
 from auditor.settings import AuditorSettings
-from precast.audit.checkpoint import CheckpointError, Signer, load_or_create_signer
+from precast.audit.checkpoint import CheckpointError, Signer, load_or_create_signer, open_note
 from precast.audit.store import LogStore, StoreError
 from precast.errors import ConfigError, TopicContractError
-from precast.kafka import Admin, Consumer, Producer
+from precast.http.serve import ServerLimits, check_bind, raise_open_files, uvicorn_server
+from precast.kafka import Consumer, Producer
+from precast.kafka.access import connect_as
+from precast.presence import Presence
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import catalog
@@ -36,8 +39,22 @@ def build(settings: AuditorSettings, partitions: int) -> Built:
         settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
     )
     try:
-        signer = load_or_create_signer(opts.key_path, opts.origin)
         store = LogStore(opts.db_path)
+        if store.holds_a_log() and not opts.key_path.exists():
+            # A new key would sign a second history under the same name: never.
+            raise ConfigError(
+                f"audit log: {opts.db_path} holds a log ({store.size():,} leaves, signed by key "
+                f"{store.meta('key_id') or 'of its checkpoints'}) but its signing key "
+                f"{opts.key_path} is missing; restore the key, or start a new log with a new "
+                "PRECAST_AUDIT__ORIGIN, __KEY_PATH and __DB_PATH (docs/audit.md, key handling)"
+            )
+        signer = load_or_create_signer(opts.key_path, opts.origin)
+        latest = store.latest_checkpoint()
+        store.bind_key(
+            signer.verifier.key_id.hex(),
+            signer.verifier.encode(),
+            signs_latest=latest is not None and _signed_by(latest.note, signer),
+        )
         reader = LogStore(opts.db_path, readonly=True)
     except (CheckpointError, StoreError, OSError) as exc:
         raise ConfigError(f"audit log: {exc}") from None
@@ -60,8 +77,9 @@ def build(settings: AuditorSettings, partitions: int) -> Built:
     )
 
     def health() -> tuple[bool, dict[str, Any]]:
+        # What is down, never why: the reason is in the log (it may quote a broker or a path).
         if appender.error is not None:
-            return False, {"error": f"appender: {appender.error}"}
+            return False, {"down": ["appender"]}
         return True, {}
 
     def ready() -> tuple[bool, dict[str, Any]]:
@@ -80,10 +98,10 @@ def build(settings: AuditorSettings, partitions: int) -> Built:
 
 
 def run(settings: AuditorSettings) -> int:
-    import uvicorn
-
-    admin = Admin(settings.kafka)
-    admin.wait_reachable()
+    opts = settings.audit
+    limits = ServerLimits.from_options(opts, "PRECAST_AUDIT")
+    check_bind(opts.host, opts.port, "PRECAST_AUDIT")
+    admin = connect_as(settings, "auditor")  # one line for a refused password or ACL
     topics = catalog(settings.topics.prefix)
     existing = admin.topic_partitions()
     for needed in (topics.predictions.name, topics.audit_checkpoints.name):
@@ -93,18 +111,18 @@ def run(settings: AuditorSettings) -> int:
     built = build(settings, partitions)
     thread = threading.Thread(target=built.appender.run, name="audit-appender", daemon=True)
     thread.start()
-    opts = settings.audit
+    # It assigns itself the predictions partitions: the guard sees it only through this.
+    presence = Presence(
+        settings.kafka, topics.presence.name, "auditor", [topics.predictions.name]
+    ).start()
     print(
         f"precast-auditor: log {opts.db_path} ({built.appender.tree.size} leaves), key "
         f"{built.signer.verifier.encode()}, serving on http://{opts.host}:{opts.port}",
         file=sys.stderr,
         flush=True,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            built.app, host=opts.host, port=opts.port, log_level="warning", access_log=False
-        )
-    )
+    raise_open_files(limits.max_connections, "PRECAST_AUDIT")
+    server = uvicorn_server(built.app, opts.host, opts.port, limits)
 
     def watch() -> None:  # a dead appender stops the process (exit 1), it does not limp on
         thread.join()
@@ -117,6 +135,7 @@ def run(settings: AuditorSettings) -> int:
     try:
         server.run()
     finally:
+        presence.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         built.reader.close()  # first: the appender's connection, closed last, folds the WAL back
@@ -129,6 +148,14 @@ def run(settings: AuditorSettings) -> int:
         print(f"precast-auditor: {built.appender.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _signed_by(note: str, signer: Signer) -> bool:
+    try:
+        open_note(note, signer.verifier)
+        return True
+    except CheckpointError:
+        return False
 
 
 def _noop(*_: object) -> None:

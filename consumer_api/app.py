@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import signal
 from time import perf_counter_ns
 
 import orjson
@@ -22,7 +23,7 @@ from consumer_api import beacon as beacons
 from consumer_api import board as boards
 from consumer_api.answers import PRECOMPUTED, etag_matches, wait_timing
 from consumer_api.board_layout import BoardLayout
-from consumer_api.errors import error
+from consumer_api.errors import auth_error, error
 from consumer_api.fastpath import FastPath
 from consumer_api.hygiene import ErrorHygiene
 from consumer_api.limits import retry_after
@@ -30,6 +31,7 @@ from consumer_api.openapi import build_spec
 from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_params
 from consumer_api.service import Service, now_ms
 from consumer_api.streams import open_stream
+from precast.errors import PrecastError
 
 log = logging.getLogger("precast.api")
 
@@ -41,14 +43,12 @@ class Endpoints:
         self.svc, self.opts = svc, svc.options
         self._spec = orjson.dumps(build_spec(svc.options, board=board))
 
-    def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
-        if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
-            return error(
-                401,
-                "unauthorized",
-                "missing or wrong bearer token",
-                headers={"WWW-Authenticate": 'Bearer realm="precast"'},
-            )
+    def guard(
+        self, request: Request, allowed: tuple[str, ...], scope: str = "read"
+    ) -> Response | None:
+        status = self.svc.check(request.headers.get("authorization", "").encode() or None, scope)
+        if status:
+            return auth_error(status, scope)
         return unknown_params(request, allowed)
 
     async def batch(self, request: Request) -> Response:
@@ -109,7 +109,7 @@ class Endpoints:
             svc.hub.unsubscribe(sub)
 
     async def prefetch(self, request: Request) -> Response:
-        if (bad := self.guard(request, ())) is not None:
+        if (bad := self.guard(request, (), "prefetch")) is not None:
             return bad
         hint = await read_json(
             request, Prefetch, self.opts.max_body_bytes, self.opts.body_timeout_s
@@ -151,7 +151,7 @@ class Endpoints:
         return Response(orjson.dumps(counts), 202, media_type="application/json")
 
     async def beacon(self, request: Request) -> Response:
-        if (bad := self.guard(request, ())) is not None:
+        if (bad := self.guard(request, (), "prefetch")) is not None:
             return bad
         keys = self.svc.limits.keys(request)
         if wait := self.svc.limits.take("beacon", keys):
@@ -207,13 +207,23 @@ def create_app(svc: Service, board: boards.Board | None = None):
                 if svc.hints is not None:
                     svc.hints.flush(now_ms(), svc.hub.watched())
 
+        async def tokens():  # rotation without a restart: the file is re-read when it changes
+            while True:
+                await asyncio.sleep(TOKENS_RELOAD_S)
+                reload_tokens(svc)
+
         task = asyncio.create_task(poll())
         hints_task = asyncio.create_task(hint())
+        tokens_task = asyncio.create_task(tokens())
+        with contextlib.suppress(RuntimeError, ValueError, NotImplementedError):
+            # SIGHUP re-reads it at once (only where this loop runs on the main thread)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_tokens, svc)
         try:
             yield
         finally:
             task.cancel()
             hints_task.cancel()
+            tokens_task.cancel()
             with contextlib.suppress(Exception):
                 await svc.asker.drain()
             svc.asker.flush()
@@ -239,6 +249,25 @@ def create_app(svc: Service, board: boards.Board | None = None):
     # A trailing-slash redirect would build its Location from the client's Host header.
     app.router.redirect_slashes = False
     return FastPath(svc, app)
+
+
+TOKENS_RELOAD_S = 1.0
+_last_token_error: list[str] = []
+
+
+def reload_tokens(svc: Service) -> None:
+    """Re-read the tokens file if it changed; a broken file keeps the previous tokens and is
+    logged once per distinct error (the message names a line, never its content)."""
+    if svc.tokens is None:
+        return
+    try:
+        if svc.tokens.reload():
+            log.info("tokens file re-read: %d tokens", len(svc.tokens))
+        _last_token_error.clear()
+    except PrecastError as exc:
+        if _last_token_error != [str(exc)]:
+            log.error("tokens file not re-read, the previous tokens stay valid: %s", exc)
+            _last_token_error[:] = [str(exc)]
 
 
 async def _http_error(_: Request, exc: Exception) -> Response:

@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from consumer_api.board_feed import BoardFeed
 from consumer_api.board_layout import ALARM, SOURCES
-from consumer_api.errors import error
+from consumer_api.errors import auth_error, error
 from consumer_api.fleet import FleetIndex
 from consumer_api.lineage import LineageReader
 from consumer_api.requests_in import unknown_params
@@ -91,13 +91,9 @@ class BoardEndpoints:
         self._config = self.layout.config()
 
     def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
-        if not self.svc.authorized(request.headers.get("authorization", "").encode() or None):
-            return error(
-                401,
-                "unauthorized",
-                "missing or wrong bearer token",
-                headers={"WWW-Authenticate": 'Bearer realm="precast"'},
-            )
+        status = self.svc.check(request.headers.get("authorization", "").encode() or None, "board")
+        if status:
+            return auth_error(status, "board")
         return unknown_params(request, allowed)
 
     # -- the page --------------------------------------------------------------------------------
@@ -284,17 +280,23 @@ class BoardEndpoints:
     async def stream(self, request: Request) -> Response:
         if (bad := self.guard(request, ("last_event_id",))) is not None:
             return bad
-        raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        # Both are checked when both are given (the header wins): a bad value is never ignored.
         last: int | None = None
-        if raw:
-            last = _int(raw, 0, 0, 2**62)
-            if last is None:
+        for where, raw in (
+            ("last_event_id", request.query_params.get("last_event_id")),
+            ("Last-Event-ID", request.headers.get("last-event-id")),
+        ):
+            if raw is None:
+                continue
+            value = _int(raw, 0, 0, 10**19 - 1)
+            if value is None:
                 return error(
                     400,
                     "invalid_parameter",
-                    "Last-Event-ID must be a change sequence number",
-                    "last_event_id",
+                    f"{where} must be a change sequence number (up to 19 digits)",
+                    where,
                 )
+            last = value
         # One slot of the replica's stream cap and of the client's, as for /v1/stream.
         return open_stream(self.svc, request, self._events(last))
 

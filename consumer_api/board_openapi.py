@@ -20,9 +20,38 @@ from consumer_api.device_view import label
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERROR = {"description": "bad request", "content": {"application/json": {"schema": _ERR}}}
 _AUTH = {
-    "description": "bearer token missing or wrong",
+    "description": "bearer token missing or unknown",
     "content": {"application/json": {"schema": _ERR}},
 }
+_ID = {"type": "string", "pattern": "^[0-9]+$"}
+# The board's data operations: they need the `board` scope (consumer_api.openapi adds it).
+DATA_PATHS = (
+    "/v1/board/fleet",
+    "/v1/board/devices/{device_id}",
+    "/v1/board/devices/{device_id}/events",
+    "/v1/board/panel",
+    "/v1/board/stream",
+)
+
+
+def _frame(event: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A board stream frame (as consumer_api.openapi._frame; every frame may carry an id: SSE
+    gives a frame without one the last id seen)."""
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"const": event},
+            "id": _ID,
+            "retry": {"type": "integer", "minimum": 0},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": data,
+            },
+        },
+        "additionalProperties": False,
+    }
 
 
 def _q(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -151,19 +180,60 @@ _PATHS: dict[str, Any] = {
                 _q(
                     "last_event_id",
                     "resume after this change sequence",
-                    {"type": "integer", "minimum": 0},
+                    {"type": "integer", "minimum": 0, "maximum": 10**19 - 1},
                 ),
                 {
                     "name": "Last-Event-ID",
                     "in": "header",
                     "required": False,
-                    "schema": {"type": "string"},
+                    "description": "what EventSource sends on a reconnect; wins over the query",
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
                 },
             ],
             "responses": {
                 "200": {
-                    "description": "text/event-stream",
-                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    "description": "text/event-stream: hello (retry, id = the sequence it starts "
+                    "at), panel, rows (id = change sequence), reset",
+                    "content": {
+                        "text/event-stream": {
+                            "itemSchema": {
+                                "oneOf": [
+                                    _frame(
+                                        "hello",
+                                        {
+                                            "type": "object",
+                                            "required": ["seq"],
+                                            "properties": {
+                                                "seq": {"type": "integer", "minimum": 0}
+                                            },
+                                        },
+                                    ),
+                                    _frame("panel", {"$ref": "#/components/schemas/Panel"}),
+                                    _frame(
+                                        "rows",
+                                        {
+                                            "type": "object",
+                                            "required": ["rows"],
+                                            "properties": {
+                                                "rows": {
+                                                    "type": "array",
+                                                    "items": {"type": "array"},
+                                                }
+                                            },
+                                        },
+                                    ),
+                                    _frame(
+                                        "reset",
+                                        {
+                                            "type": "object",
+                                            "required": ["reason"],
+                                            "properties": {"reason": {"type": "string"}},
+                                        },
+                                    ),
+                                ]
+                            }
+                        }
+                    },
                 },
                 "400": _ERROR,
                 "401": _AUTH,

@@ -21,7 +21,9 @@ from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.fleet import load_fleet
-from precast.kafka import Admin, Producer
+from precast.kafka import Producer
+from precast.kafka.access import connect_as
+from precast.presence import Presence
 from precast.redis_client import connect_async
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
@@ -99,9 +101,8 @@ def build(settings: ApiSettings) -> Built:
         }
 
     def health() -> tuple[bool, dict]:
-        return mat.error is None, {} if mat.error is None else {
-            "error": f"materializer: {mat.error}"
-        }
+        # What is down, never why: the reason is logged (it may quote a broker or a record).
+        return mat.error is None, {} if mat.error is None else {"down": ["materializer"]}
 
     budget: Budget = (
         RedisBudget(
@@ -155,7 +156,7 @@ def build(settings: ApiSettings) -> Built:
 
 def run(settings: ApiSettings) -> int:
     check_bind(settings.api.host, settings.api.port)  # before the rebuild, not after it
-    Admin(settings.kafka).wait_reachable()
+    connect_as(settings, "api")  # one line for a refused password or ACL
     built = build(settings)
     # The materializer thread holds the GIL in short bursts; a shorter switch interval than
     # the default 5 ms keeps it from adding milliseconds to a read's latency.
@@ -163,6 +164,21 @@ def run(settings: ApiSettings) -> int:
     built.materializer.start()
     if built.board_feed is not None:
         built.board_feed.start()
+    # The materializer, board feed and lineage reads assign partitions: no consumer group
+    # shows them, so they say themselves what they read (the operator tools' guard).
+    topics = catalog(settings.topics.prefix)
+    reads = [topics.predictions.name]
+    if settings.api.board:
+        reads += [topics.device_context.name, *(t.name for t in topics.events())]
+    presence = Presence(settings.kafka, topics.presence.name, "api", reads).start()
+    if settings.api.auth_token is None and settings.api.tokens_file is None:
+        # Allowed on loopback only (ApiOptions refuses it elsewhere); never silently.
+        print(
+            f"precast-api: no token configured: /v1/* answers anyone who can reach "
+            f"{settings.api.host}:{settings.api.port} (docs/security.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     print(
         f"precast-api: serving on http://{settings.api.host}:{settings.api.port}"
         + (
@@ -182,6 +198,7 @@ def run(settings: ApiSettings) -> int:
             ServerLimits.from_options(settings.api),
         )
     finally:
+        presence.stop()
         if built.board_feed is not None:
             built.board_feed.stop()
         if built.board is not None and built.board.lineage is not None:

@@ -26,3 +26,20 @@ def error(
     return Response(
         error_body(code, detail, parameter), status, headers=headers, media_type="application/json"
     )
+
+
+def auth_refusal(status: int, scope: str) -> tuple[bytes, dict[str, str]]:
+    """(body, headers) of a 401 (no or unknown bearer token) or 403 (a token without `scope`),
+    as RFC 6750 words them."""
+    if status == 401:
+        return error_body("unauthorized", "missing or unknown bearer token"), {
+            "www-authenticate": 'Bearer realm="precast"'
+        }
+    return error_body("forbidden", f"this token lacks the scope {scope!r}"), {
+        "www-authenticate": f'Bearer realm="precast", error="insufficient_scope", scope="{scope}"'
+    }
+
+
+def auth_error(status: int, scope: str) -> Response:
+    body, headers = auth_refusal(status, scope)
+    return Response(body, status, headers=headers, media_type="application/json")

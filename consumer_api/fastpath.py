@@ -21,7 +21,7 @@ from time import perf_counter_ns
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumer_api.answers import PRECOMPUTED, etag_matches, fresh
-from consumer_api.errors import error_body
+from consumer_api.errors import auth_refusal, error_body
 from consumer_api.service import Service, count_read, now_ms
 from precast.serving import valid_device_id
 
@@ -29,7 +29,6 @@ PREFIX, SUFFIX = "/v1/devices/", "/prediction"
 _CUT, _SUFFIX_LEN = len(PREFIX), len(SUFFIX)
 _MIN_LEN = _CUT + _SUFFIX_LEN
 _JSON = (b"content-type", b"application/json")
-_UNAUTHORIZED = [_JSON, (b"www-authenticate", b'Bearer realm="precast"')]
 _START, _BODY = "http.response.start", "http.response.body"
 
 
@@ -57,7 +56,7 @@ class FastPath:
                     peek is None
                     or scope["method"] != "GET"
                     or scope["query_string"]
-                    or not (self._open or self.service.authorized(auth))
+                    or not (self._open or self.service.check(auth, "read") == 0)
                 ):
                     return await self.checked(scope, send, path[_CUT:-_SUFFIX_LEN], auth, inm, t0)
                 now = time.time_ns() // 1_000_000
@@ -98,12 +97,10 @@ class FastPath:
                 error_body("method_not_allowed", "use GET"),
                 [_JSON, (b"allow", b"GET, HEAD")],
             )
-        if not svc.authorized(auth):
+        if status := svc.check(auth, "read"):
+            body, extra = auth_refusal(status, "read")
             return await _send(
-                send,
-                401,
-                error_body("unauthorized", "missing or wrong bearer token"),
-                _UNAUTHORIZED,
+                send, status, body, [_JSON, *((k.encode(), v.encode()) for k, v in extra.items())]
             )
         if scope["query_string"]:
             name = (

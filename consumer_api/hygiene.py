@@ -14,6 +14,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_api.errors import error_body
+from precast.hygiene import printable
 
 log = logging.getLogger("precast.api")
 
@@ -52,7 +53,8 @@ class ErrorHygiene:
                 started = True
             await send(message)
 
-        where = f"{scope['method']} {scope['path'][:80]}"
+        # The path is the client's: escaped, so it cannot forge or repaint a log line.
+        where = f"{printable(scope['method'], 16)} {printable(scope['path'], 80)}"
         try:
             await self.app(scope, receive, tracked)
         except (ClientDisconnect, ConnectionError) as exc:
@@ -72,7 +74,7 @@ class ErrorHygiene:
             ERRORS.labels(kind or "internal").inc()
             if self._throttle.allow():
                 if kind:
-                    log.info("unreadable request body in %s: %s", where, str(exc)[:200])
+                    log.info("unreadable request body in %s: %s", where, printable(exc, 200))
                 else:
                     log.exception("internal error in %s", where)
             if started:

@@ -1,9 +1,12 @@
-"""The OpenAPI document served at /openapi.json, generated from the pydantic models the handlers
-validate with (`requests_in.Prefetch`, `beacon.Beacon`) and the response models
-(`consumer_api.contract`), with limits taken from the running options. The bearer scheme is
-declared exactly when a token is configured. schemathesis fuzzes a live API against it
-(tests/integration/test_api_contract.py); tests/unit/test_api_app.py checks that every route is
-documented and every documented path exists."""
+"""The OpenAPI 3.2 document served at /openapi.json, generated from the pydantic models the
+handlers validate with (`requests_in.Prefetch`, `beacon.Beacon`) and the response models
+(`consumer_api.contract`), with limits taken from the running options. It declares exactly what
+the server enforces: with tokens configured, each operation's bearer scope (read, prefetch,
+board) and its 401/403 answers; without, no security at all. Event streams declare each frame
+(`itemSchema`, new in 3.2: event name, id, and the JSON their `data` carries). schemathesis
+fuzzes a live API against it with every token setting (tests/integration/test_api_contract.py);
+tests/unit/test_api_app.py checks that every route is documented and every documented path
+exists."""
 
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ def _json(name: str, description: str) -> dict[str, Any]:
 def _errors(*codes: int, auth: bool) -> dict[str, Any]:
     why = {
         400: "bad parameter (the body names it)",
-        401: "bearer token missing or wrong",
+        401: "bearer token missing or unknown",
+        403: "the token lacks this operation's scope",
         404: "no such path (e.g. an empty device ID)",
         405: "method not allowed",
         408: "body not received in time (PRECAST_API__BODY_TIMEOUT_S)",
@@ -63,7 +67,7 @@ def _errors(*codes: int, auth: bool) -> dict[str, Any]:
         429: "past this client's allowance (PRECAST_API__CLIENT_*); Retry-After says when",
         503: "unavailable (see Retry-After)",
     }
-    listed = [*codes, 405] + ([401] if auth else [])
+    listed = [*codes, 405] + ([401, 403] if auth else [])
     out = {str(c): _json("Error", why[c]) for c in sorted(set(listed))}
     if "429" in out:
         out["429"]["headers"] = {
@@ -101,10 +105,49 @@ _TIMING_HEADERS = {
 }
 
 
+def _frame(event: str, data: dict[str, Any], id_schema: dict[str, Any] | None) -> dict[str, Any]:
+    """One kind of event-stream frame as OpenAPI 3.2 describes an item: `event`, `data` (JSON
+    text of `data`'s schema) and, where frames carry one, `id`."""
+    props: dict[str, Any] = {
+        "event": {"const": event},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": data,
+        },
+        "retry": {"type": "integer", "minimum": 0},
+    }
+    if id_schema is not None:
+        props["id"] = id_schema
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
+def event_stream(*frames: dict[str, Any]) -> dict[str, Any]:
+    item = frames[0] if len(frames) == 1 else {"oneOf": list(frames)}
+    return {
+        "description": "text/event-stream; comment lines (`: keepalive`) between frames",
+        "content": {"text/event-stream": {"itemSchema": item}},
+    }
+
+
+SCOPE_OF = {
+    "/v1/devices/{device_id}/prediction": "read",
+    "/v1/predictions": "read",
+    "/v1/stream": "read",
+    "/v1/prefetch": "prefetch",
+    "/v1/beacon": "prefetch",
+}
+
+
 def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[str, Any]:
     """The document for a replica with these options (`board`: it serves the board of this
     layout, or of the built-in fleet for True; `consumer_api.board_openapi`)."""
-    auth = opts.auth_token is not None
+    auth = opts.auth_token is not None or opts.tokens_file is not None
     one = {
         "summary": "The newest answer for one device (precomputed, stale or fallback)",
         "parameters": [
@@ -134,7 +177,7 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
         },
     }
     spec: dict[str, Any] = {
-        "openapi": "3.1.0",
+        "openapi": "3.2.0",
         "info": {
             "title": "precast read API",
             "version": "1",
@@ -161,10 +204,13 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
                     "newer one (event: prediction, id: device ID, data: Answer)",
                     "parameters": [_ids(opts.sse_max_devices, "PRECAST_API__SSE_MAX_DEVICES")],
                     "responses": {
-                        "200": {
-                            "description": "text/event-stream",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                        },
+                        "200": event_stream(
+                            _frame(
+                                "prediction",
+                                _ref("Answer"),
+                                {"type": "string", "pattern": DEVICE_ID_PATTERN},
+                            )
+                        ),
                         **_errors(400, 429, 503, auth=auth),
                     },
                 }
@@ -196,7 +242,7 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
                 "Readiness: the view has caught up with the predictions topic", "ok", 503
             ),
             "/metrics": _plain("Prometheus metrics", "text exposition format"),
-            "/openapi.json": _plain("This document", "OpenAPI 3.1"),
+            "/openapi.json": _plain("This document", "OpenAPI 3.2"),
         },
         "components": {"schemas": _schemas(opts.batch_max)},
     }
@@ -205,11 +251,27 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
         paths, schemas = board_openapi.document(layout, opts.board_max_rows)
         spec["paths"].update(paths)
         spec["components"]["schemas"].update(schemas)
-    if auth:  # declared exactly when the server checks it
-        spec["security"] = [{"bearer": []}]
+    if auth:  # declared exactly when the server checks it, with each operation's scope
+        scopes = {**SCOPE_OF, **dict.fromkeys(board_openapi.DATA_PATHS, "board")}
+        for path, scope in scopes.items():
+            for op in spec["paths"].get(path, {}).values():
+                op["security"] = [{"bearer": [scope]}]
+                for code, text in ((401, "bearer token missing or unknown"),
+                                   (403, f"the token lacks the scope {scope!r}")):  # fmt: skip
+                    op["responses"].setdefault(str(code), _json("Error", text))
         spec["components"]["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "PRECAST_API__AUTH_TOKEN"}
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "a token of PRECAST_API__TOKENS_FILE or PRECAST_API__AUTH_TOKEN; "
+                "each operation names the scope it needs (read, prefetch, board)",
+            }
         }
+    else:  # nothing asks for a token: say so, operation by operation
+        for path in (*SCOPE_OF, *(board_openapi.DATA_PATHS if board else ())):
+            for op in spec["paths"].get(path, {}).values():
+                op["security"] = []
+                op["responses"].pop("401", None)
     return spec
 
 

@@ -3,7 +3,6 @@ precompute requests, and the live-update hub. Built once per process (consumer_a
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,10 @@ from consumer_api.settings import ApiOptions
 from consumer_api.signals import Signals
 from precast.fleet import load_fleet
 from precast.serving import AsyncReader, Entry, LocalView
+from precast.tokens import TokenTable
+
+# Results of `Service.check`: a status code to answer with, or 0 to go on.
+ALLOWED, UNAUTHORIZED, FORBIDDEN = 0, 401, 403
 
 # Reads are counted in a plain dict on the event loop (the only thread that serves) and
 # exported by a collector: a prometheus_client Counter takes a lock per increment, which
@@ -65,6 +68,7 @@ class Service:
     hub: Hub = field(default_factory=Hub)
     signals: Signals = field(default_factory=Signals)
     hints: ReadHints | None = None
+    tokens: TokenTable | None = None  # built from the options when not given
 
     def __post_init__(self) -> None:
         if (self.view is None) == (self.reader is None):
@@ -74,18 +78,27 @@ class Service:
         self.renderer = Renderer(fallback, self.options.expired)
         self.hub.max_streams = self.options.sse_max_streams
         self.limits = ClientLimits(self.options)
-        tok = self.options.auth_token
-        self._token = b"Bearer " + tok.get_secret_value().encode() if tok else None
+        if self.tokens is None:
+            tok = self.options.auth_token
+            self.tokens = TokenTable(
+                self.options.tokens_file, tok.get_secret_value() if tok else None
+            )
         beacon.export(self.signals)
 
-    def authorized(self, header: bytes | None) -> bool:
-        return self._token is None or (
-            header is not None and hmac.compare_digest(header, self._token)
-        )
+    def check(self, header: bytes | None, scope: str) -> int:
+        """ALLOWED, UNAUTHORIZED (no or unknown token) or FORBIDDEN (a token without `scope`)."""
+        tokens = self.tokens
+        assert tokens is not None  # set in __post_init__
+        if not tokens.enabled:
+            return ALLOWED
+        token = tokens.lookup(header)
+        if token is None:
+            return UNAUTHORIZED
+        return ALLOWED if token.allows(scope) else FORBIDDEN
 
     @property
     def auth_enabled(self) -> bool:
-        return self._token is not None
+        return self.tokens is not None and self.tokens.enabled
 
     async def answer(self, device_id: str, now_ms: int, started_ns: int | None = None) -> Answer:
         """One device's answer; also asks the workers for a precompute when the answer needs one.

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ipaddress
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from precast.settings import CommonSettings, Section
+from precast.errors import ConfigError
+from precast.http.settings import HttpLimits
+from precast.settings import CommonSettings
+from precast.tokens import check_token
 
 
-class ApiOptions(Section):
+class ApiOptions(HttpLimits):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     server: Literal["granian", "uvicorn"] = Field(
@@ -79,7 +84,14 @@ class ApiOptions(Section):
         description="at most one precompute request per device per window (miss, expiry, prefetch)",
     )
     auth_token: SecretStr | None = Field(
-        default=None, description="when set, /v1/* needs `Authorization: Bearer <token>`"
+        default=None,
+        description="one bearer token with every scope (read, prefetch, board); empty or "
+        "placeholder values are refused; prefer TOKENS_FILE (docs/security.md)",
+    )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="named tokens with scopes, stored as SHA-256 digests (`precast api-token "
+        "add`); re-read when it changes and on SIGHUP, so tokens rotate without a restart",
     )
     consume_batch: int = Field(
         default=5_000, ge=1, le=100_000, description="records per materializer poll"
@@ -118,33 +130,7 @@ class ApiOptions(Section):
     board_frame_ms: int = Field(
         default=25, ge=0, le=5_000, description="least time between two frames of a board stream"
     )
-    # Connection capacity (docs/api.md, "Capacity and hostile clients"). Both servers get the
-    # same numbers; the server defaults (granian: 128 connections) let 128 idle sockets stop a
-    # replica.
-    backlog: int = Field(
-        default=4_096,
-        ge=16,
-        le=65_535,
-        description="listen backlog (the kernel caps it at net.core.somaxconn)",
-    )
-    max_connections: int = Field(
-        default=16_384,
-        ge=16,
-        le=1_000_000,
-        description=(
-            "connections served at once (granian backpressure, uvicorn limit_concurrency); "
-            "each needs a file descriptor, the soft RLIMIT_NOFILE is raised to the hard limit"
-        ),
-    )
-    keepalive_s: float = Field(
-        default=5.0, gt=0, le=3600, description="an idle keep-alive connection is closed after this"
-    )
-    header_timeout_s: float = Field(
-        default=15.0,
-        gt=0,
-        le=3600,
-        description="a connection that has not sent a whole request head in this time is closed",
-    )
+    # Connection capacity (backlog, max_connections, keepalive_s, header_timeout_s): HttpLimits.
     body_timeout_s: float = Field(
         default=10.0,
         gt=0,
@@ -209,6 +195,36 @@ class ApiOptions(Section):
         le=3_600_000,
         description="beacon values above this are clipped to it (implausible for one view)",
     )
+
+    @field_validator("auth_token")
+    @classmethod
+    def _real_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            try:
+                check_token(v.get_secret_value(), "the token")
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _no_open_doors(self) -> ApiOptions:
+        # On loopback only the machine's own users reach the API; anywhere else, a token.
+        if not is_loopback(self.host) and self.auth_token is None and self.tokens_file is None:
+            raise ValueError(
+                f"the API listens on {self.host}, beyond loopback, without a token: set "
+                "PRECAST_API__TOKENS_FILE (or PRECAST_API__AUTH_TOKEN); docs/security.md"
+            )
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and "localhost"; anything else (0.0.0.0, a name, an interface) is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ApiSettings(CommonSettings):

@@ -2,6 +2,12 @@
 into the predictions topic (e.g. to warm a new version before switching to it); the outputs are
 marked as backfill in their lineage.
 
+A backfill ranks below a live answer computed from the same data (schemas.predictions.order_key):
+it fills devices whose live answer is older or missing and never replaces what the live workers
+serve, however recent the range. `--outrank-live` makes its outputs rank like live answers (the
+new model is then served for every device whose newest data is in the range, before anyone
+switched the workers to it), so it acts only with `--yes`.
+
 This side resolves the range (UTC times or offsets, on each event topic) and hands it to the
 workers' own entry point, `python -m workers.precompute.backfill`, as a subprocess: the shared package
 never imports an application."""
@@ -41,6 +47,12 @@ def add_parser(sub: Any) -> None:
         action="append",
         help=f"event topics by role (default all: {', '.join(EVENT_ROLES)})",
     )
+    bp.add_argument(
+        "--outrank-live",
+        action="store_true",
+        help="let the outputs replace live answers of the same data (needs --yes)",
+    )
+    bp.add_argument("--yes", action="store_true", help="with --outrank-live: really do it")
     bp.add_argument("--dry-run", action="store_true", help="show the resolved ranges; run nothing")
     bp.add_argument("--no-progress", action="store_true")
     bp.set_defaults(fn=run)
@@ -84,6 +96,13 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     total = sum(row[3] for row in rows)
     print(f"backfill through {version}: {total:,} event records")
     print(table(["topic", "partition", "offsets", "records"], rows))
+    if args.outrank_live and not args.yes and not args.dry_run and total:
+        print(
+            f"dry run: with --outrank-live the outputs of {version} replace the live answer of "
+            f"every device whose newest data is in these ranges ({cat.predictions.name}); "
+            "nothing run: add --yes to do it"
+        )
+        return 0
     if args.dry_run or not total:
         print("dry run: nothing run" if args.dry_run else "nothing to backfill")
         return 0
@@ -98,6 +117,8 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     ]
     if args.no_progress:
         cmd.append("--no-progress")
+    if args.outrank_live:
+        cmd.append("--outrank-live")
     try:
         return subprocess.run(cmd, check=False).returncode
     except FileNotFoundError as exc:

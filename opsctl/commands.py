@@ -7,6 +7,8 @@ from typing import Any
 
 def register(sub: Any) -> None:
     from opsctl import (
+        acls,
+        api_tokens,
         audit,
         backfill,
         deadletters,
@@ -19,6 +21,19 @@ def register(sub: Any) -> None:
         train,
     )
 
-    modules = (fleet, train, replay, backfill, shadow, deadletters, purge, rebuild, lag, audit)
+    modules = (
+        fleet,
+        train,
+        replay,
+        backfill,
+        shadow,
+        deadletters,
+        purge,
+        rebuild,
+        lag,
+        audit,
+        api_tokens,
+        acls,
+    )
     for module in modules:
         module.add_parser(sub)

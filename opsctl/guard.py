@@ -1,10 +1,15 @@
 """Checks before an SRE command writes anything: the topics exist, and a replay does not pour
-old records into a topic that live consumers read unless the operator says so."""
+old records into a topic that live consumers read unless the operator says so. Live readers
+are the consumer groups that hold the topic now and the assign-based readers (API
+materializer, board feed, auditor) whose presence records are fresh (precast.presence)."""
 
 from __future__ import annotations
 
+import time
+
 from precast.errors import ConfigError
 from precast.kafka import Admin
+from precast.presence import Reader, live
 from precast.settings import TopicSettings
 from schemas.topics import catalog
 
@@ -39,8 +44,34 @@ def refuse_live_target(admin: Admin, topics: TopicSettings, topic: str) -> None:
     groups = [g.group_id for g in admin.consumer_groups() if g.consumes(topic)]
     if groups:
         reasons.append(f"consumer group(s) {', '.join(groups)} read it now")
+    readers = [r for r in present_readers(admin, topics) if topic in r.reads]
+    if readers:
+        names = ", ".join(sorted(r.instance for r in readers)[:5])
+        reasons.append(f"{len(readers)} assign-based reader(s) read it now ({names})")
     if reasons:
         raise LiveTargetRefused(
             f"refusing to write into live input topic {topic!r}: {'; '.join(reasons)} "
             f"(pass --allow-live-target to do it anyway)"
         )
+
+
+def present_readers(admin: Admin, topics: TopicSettings) -> list[Reader]:
+    """The assign-based readers alive now, from the compacted presence topic (none when the
+    deployment has no presence topic yet)."""
+    from opsctl.ranges import OffsetRange
+    from opsctl.reader import RangeReader, range_consumer
+
+    name = catalog(topics.prefix, topics.partitions, topics.replication_factor).presence.name
+    parts = admin.topic_partitions().get(name)
+    if not parts:
+        return []
+    ends = admin.end_offsets([(name, p) for p in range(parts)])
+    c = range_consumer(admin.settings, "presence")
+    records: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        ranges = [OffsetRange(p, 0, ends[(name, p)]) for p in range(parts)]
+        for msgs in RangeReader(c, name, ranges):
+            records += [(m.key(), m.value()) for m in msgs]
+    finally:
+        c.close()
+    return live(records, int(time.time() * 1000))

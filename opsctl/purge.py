@@ -5,7 +5,11 @@ It finds the newest entry per device whose model version the selector matches (s
 compacted topic, every replica's view and any rebuild keep them purged), waits until the
 markers are acknowledged, and then deletes the entries from the shared store (compare-and-
 delete: an entry a newer prediction replaced meanwhile is kept). A newer real prediction
-later wins over the marker as usual. `--schedule` repeats it (e.g. daily at 04:00 UTC)."""
+later wins over the marker as usual. `--schedule` repeats it (e.g. daily at 04:00 UTC).
+
+Without `--yes` it is a dry run: it prints what it would touch (the predictions topic, each
+matching version with its device count and when it last produced an answer, the store) and
+writes nothing."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from opsctl.ranges import format_time
 from opsctl.schedule import parse_schedule, run_forever
 from opsctl.settings import StackCliSettings
 from opsctl.versions import Selector, parse_selector, parse_version
+from precast.errors import ConfigError
 from precast.kafka import Producer
 from precast.progress import bar, table
 from schemas.predictions import PredictionSet
@@ -49,9 +54,14 @@ def add_parser(sub: Any) -> None:
         "selector", help="a line (1.3, v1.3.), an exact version (=1.3.7) or a range (>=1.2 <1.4)"
     )
     pp.add_argument(
+        "--yes",
+        action="store_true",
+        help="do it: write the purge markers and delete the entries (without it: a dry run)",
+    )
+    pp.add_argument(
         "--dry-run",
         action="store_true",
-        help="count what would be purged per version; change nothing",
+        help="count what would be purged per version; change nothing (the default without --yes)",
     )
     pp.add_argument(
         "--source",
@@ -73,6 +83,8 @@ class PurgeResult:
     scanned: int = 0
     unparseable: int = 0
     by_version: Counter[str] = field(default_factory=Counter)
+    newest_ms: dict[str, int] = field(default_factory=dict)  # newest produced_at per version
+    topic: str = ""
     markers: int = 0
     deleted: int = 0
     elapsed_s: float = 0.0
@@ -112,6 +124,8 @@ def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
         if hit:
             victims[device_id] = e
             result.by_version[e.model_version] += 1
+            v = e.model_version
+            result.newest_ms[v] = max(result.newest_ms.get(v, 0), e.produced_at_ms)
     return victims
 
 
@@ -134,10 +148,11 @@ def purge(
         else topic_view(settings, progress).iterate()
     )
     victims = find(entries, sel, result)
+    result.topic = predictions_topic(settings)[0]
     if dry_run or not victims:
         result.elapsed_s = time.monotonic() - t0
         return result
-    topic, _parts = predictions_topic(settings)
+    topic = result.topic
     producer = Producer(settings.kafka)
     now = int(time.time() * 1000)
     pb = bar(len(victims), "purge markers", enabled=progress)
@@ -164,15 +179,30 @@ def _version_order(text: str) -> tuple[int, Any]:
 
 def _print(r: PurgeResult, dry_run: bool) -> None:
     total = sum(r.by_version.values())
-    rows = sorted(r.by_version.items(), key=lambda kv: _version_order(kv[0]))
+    now = int(time.time() * 1000)
+
+    def newest(v: str) -> str:
+        at = r.newest_ms.get(v)
+        if not at:
+            return "-"
+        return format_time(at) + (" (answering now?)" if now - at < 60_000 else "")
+
+    rows = [
+        [v, n, newest(v)]
+        for v, n in sorted(r.by_version.items(), key=lambda kv: _version_order(kv[0]))
+    ]
     head = "dry run: would purge" if dry_run else "purged"
     print(
         f"{head} {total:,} served predictions matching {r.selector!r} (of {r.scanned:,} entries in the {r.source})"
     )
     if rows:
-        print(table(["model version", "devices"], rows))
+        # A version that produced an answer moments ago is probably what the workers serve now.
+        print(table(["model version", "devices", "newest answer produced"], rows))
     if r.unparseable:
         print(f"{r.unparseable} stored version(s) are not semantic versions and were never matched")
+    if dry_run and total:
+        store = " and delete them from the shared store (Redis)" if r.source == "store" else ""
+        print(f"nothing written; with --yes: {total:,} purge markers to {r.topic}{store}")
     if not dry_run and total:
         print(
             f"{r.markers:,} purge markers written to the predictions topic; "
@@ -182,18 +212,15 @@ def _print(r: PurgeResult, dry_run: bool) -> None:
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     sel = parse_selector(args.selector)
+    dry = args.dry_run or not args.yes
     if args.schedule is None:
         _print(
-            purge(
-                settings,
-                sel,
-                dry_run=args.dry_run,
-                source=args.source,
-                progress=not args.no_progress,
-            ),
-            args.dry_run,
+            purge(settings, sel, dry_run=dry, source=args.source, progress=not args.no_progress),
+            dry,
         )
         return 0
+    if dry and not args.dry_run:
+        raise ConfigError("a scheduled purge acts on its own: add --yes (or --dry-run to watch)")
     expr = parse_schedule(args.schedule)
     probe = None
     if settings.metrics.port:
@@ -203,10 +230,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     def job() -> None:
         try:
-            _print(
-                purge(settings, sel, dry_run=args.dry_run, source=args.source, progress=False),
-                args.dry_run,
-            )
+            _print(purge(settings, sel, dry_run=dry, source=args.source, progress=False), dry)
             RUNS.labels(str(sel), "ok").inc()
             LAST_OK.labels(str(sel)).set(time.time())
         except Exception as exc:  # noqa: BLE001 - the schedule goes on; the failure is counted and logged

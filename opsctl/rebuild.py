@@ -3,7 +3,8 @@
 Writes go through the store's newest-wins compare-and-set, so a rebuild is safe while API
 replicas write too, and purge markers on the topic come back as purge markers (a purged
 prediction stays purged). `--wipe` empties the store first (a clean rebuild; reads miss until
-the load has passed their device)."""
+the load has passed their device); it deletes, so it acts only with `--yes` and otherwise says
+what it would delete (Redis, the key prefix, how many entries) and stops."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ def add_parser(sub: Any) -> None:
         help="rebuild the shared serving store from the predictions topic",
         description=__doc__,
     )
-    rp.add_argument("--wipe", action="store_true", help="delete every stored prediction first")
+    rp.add_argument(
+        "--wipe", action="store_true", help="delete every stored prediction first (with --yes)"
+    )
+    rp.add_argument("--yes", action="store_true", help="with --wipe: really delete them")
     rp.add_argument("--no-progress", action="store_true")
     rp.set_defaults(fn=run)
 
@@ -62,6 +66,18 @@ def rebuild(
 
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    if args.wipe and not args.yes:
+        from opsctl.store import predictions_topic, shared_store
+
+        store = shared_store(settings, "rebuild")
+        topic = predictions_topic(settings)[0]
+        print(
+            f"dry run: --wipe would delete {store.count():,} stored predictions from Redis "
+            f"(prefix {settings.redis.key_prefix!r}, {settings.redis.url.split('@')[-1]}) and "
+            f"reload them from {topic}; reads that go to Redis miss until the load passes "
+            "their device. Nothing deleted: add --yes to do it"
+        )
+        return 0
     r = rebuild(settings, wipe_first=args.wipe, progress=not args.no_progress)
     print(
         f"rebuilt the serving store (Redis, prefix {settings.redis.key_prefix!r}) from {r['topic']}"

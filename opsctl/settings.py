@@ -59,6 +59,20 @@ class StackSettings(Section):
         le=55530,
         description="first Redis Cluster port; each node also uses its port + 10000 (cluster bus)",
     )
+    secure: bool = Field(
+        default=False,
+        description="`precast stack up --secure`: the secured Kafka (TLS, SASL/SCRAM, ACLs, no "
+        "plaintext listener) under home/secure, beside the plaintext stack (docs/security.md)",
+    )
+    secure_kafka_port: int = Field(
+        default=9192, ge=1, le=65535, description="SASL_SSL listener of the secured Kafka"
+    )
+    secure_controller_port: int = Field(
+        default=9193,
+        ge=1,
+        le=65535,
+        description="controller listener (mutual TLS) of the secured Kafka",
+    )
     start_timeout_s: float = Field(default=90.0, gt=0)
     # Where resolved Kafka jars are kept, shared by every clone on this machine.
     jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"

@@ -41,7 +41,10 @@ class ProbeServer:
                 if path == "/metrics":
                     self._send(200, generate_latest(probe.registry), CONTENT_TYPE_LATEST)
                 elif path in ("/healthz", "/readyz"):
-                    ok, details = (probe.health if path == "/healthz" else probe.ready)()
+                    try:
+                        ok, details = (probe.health if path == "/healthz" else probe.ready)()
+                    except Exception:  # noqa: BLE001 - a check that fails says "down", not why
+                        ok, details = False, {"down": ["probe"]}
                     body = orjson.dumps({"status": "ok" if ok else "unavailable", **details})
                     self._send(200 if ok else 503, body, "application/json")
                 else:

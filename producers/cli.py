@@ -17,7 +17,8 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from precast.fleet import load_fleet
-from precast.kafka import Admin, Producer
+from precast.kafka import Producer
+from precast.kafka.access import connect_as
 from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
@@ -63,7 +64,7 @@ def _describe(t: Tally[str]) -> str:
 
 def run(settings: SimulatorSettings) -> int:
     opts = settings.simulator
-    Admin(settings.kafka).wait_reachable()
+    connect_as(settings, "simulator")  # one line for a refused password or ACL
     topics = catalog(
         settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
     )

@@ -40,8 +40,8 @@ class PredictionSet(BaseModel):
     """Top-K service strategies for one device.
 
     `computed_at_ms` is the event time of the newest input it was computed from (not the wall
-    clock), so "newest" means newest data; ties are broken by `produced_at_ms`, then
-    `model_version` (documented in docs/architecture.md).
+    clock), so "newest" means newest data; ties are broken by live before backfill, then
+    `produced_at_ms`, then `model_version` (`order_key`, docs/architecture.md).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -55,6 +55,8 @@ class PredictionSet(BaseModel):
     produced_at_ms: EpochMs
     trigger: Trigger
     lineage: list[LineageRef] = Field(default_factory=list)
+    # True: computed by a backfill, and ranked below a live answer computed from the same data
+    # (see `order_key`); a backfill run with --outrank-live writes false.
     backfill: bool = False
     # Model time of the batch this prediction came from, when the worker reports it; lets the
     # read API split "event -> produced" into queue and model delay (docs/api.md).
@@ -75,13 +77,27 @@ class PrecomputeRequest(BaseModel):
     model_version: str | None = None
 
 
-OrderKey = tuple[int, int, str]
+OrderKey = tuple[int, int, int, str]
+
+# Rank of an answer among answers computed from the same data (equal computed_at_ms): a
+# backfill ranks below a live answer, so warming a new model over recent events never replaces
+# what the live workers serve unless the operator asks (`precast backfill --outrank-live`,
+# which writes `backfill: false`). docs/architecture.md, "Contracts".
+BACKFILL_RANK, LIVE_RANK = 0, 1
 
 
-def order_key(computed_at_ms: int, produced_at_ms: int, model_version: str) -> OrderKey:
-    """The newest-wins ordering of docs/architecture.md: data time, then production time, then
-    model version (string order), so every store and every replica resolves ties the same way."""
-    return (computed_at_ms, produced_at_ms, model_version)
+def order_key(
+    computed_at_ms: int, produced_at_ms: int, model_version: str, backfill: bool = False
+) -> OrderKey:
+    """The newest-wins ordering of docs/architecture.md: data time, then live before backfill,
+    then production time, then model version (string order), so every store and every replica
+    resolves ties the same way."""
+    return (
+        computed_at_ms,
+        BACKFILL_RANK if backfill else LIVE_RANK,
+        produced_at_ms,
+        model_version,
+    )
 
 
 def supersedes(new: OrderKey, current: OrderKey | None) -> bool:

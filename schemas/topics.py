@@ -127,6 +127,16 @@ _CATALOG: dict[str, tuple[str, CleanupPolicy, int | None, bool, str, dict[str, s
         "signed checkpoints of the predictions audit log, keyed by log origin (newest kept)",
         {},
     ),
+    "presence": (
+        "presence",
+        "compact",
+        None,
+        False,
+        "readers that assign partitions instead of joining a group (API materializer and board "
+        "feed, auditor) say every few seconds which topics they read; the live-target guard "
+        "reads it",
+        {"segment.ms": str(HOUR_MS), "min.cleanable.dirty.ratio": "0.2"},
+    ),
 }
 
 EVENT_ROLES = ("heartbeats", "work_orders", "alarms")
@@ -147,6 +157,7 @@ class Topics:
     worker_state: TopicSpec
     dead_letters: TopicSpec
     audit_checkpoints: TopicSpec
+    presence: TopicSpec
 
     def __iter__(self) -> Iterator[TopicSpec]:
         return iter(getattr(self, role) for role in _CATALOG)

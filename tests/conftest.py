@@ -189,3 +189,27 @@ def cluster_topics(cluster_admin, unique):
     cluster_admin.ensure_topics(list(cat))
     yield cat
     cluster_admin.delete_topics([t.name for t in cat])
+
+
+@pytest.fixture(scope="session")
+def secure_stack(tmp_path_factory):
+    """A private secured Kafka (TLS + SASL/SCRAM + ACLs, no plaintext listener: `precast stack
+    up --secure`) on free ports, for this session only; stopped at the end."""
+    from opsctl.settings import StackSettings
+    from opsctl.stack.process import free_port_block
+    from opsctl.stack.secure import SecureStack
+
+    base = free_port_block(2)
+    s = SecureStack(
+        StackSettings(
+            home=tmp_path_factory.mktemp("secure-stack"),
+            secure_kafka_port=base,
+            secure_controller_port=base + 1,
+            kafka_heap="512m",
+        )
+    )
+    try:
+        s.up(progress=lambda m: print(m))
+        yield s
+    finally:
+        s.down()

@@ -10,10 +10,12 @@ import time
 import uuid
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
 from opsctl.settings import StackSettings
 from opsctl.stack.process import ManagedProcess, port_in_use, tail
-from precast.errors import StackError, Unreachable
+from precast.errors import PrecastError, StackError, Unreachable
+from precast.files import write_private
 from precast.settings import KafkaSettings
 
 _LOG4J2 = """\
@@ -65,17 +67,34 @@ def new_cluster_id() -> str:
             return cid
 
 
+class BrokerSecurity(Protocol):
+    """What makes a node the secured broker (opsctl.stack.secure): its folder, listeners and
+    TLS/SASL/ACL properties, the SCRAM users formatted into its storage, and the credentials
+    its own health checks connect with."""
+
+    folder: Path
+
+    def properties(self, port: int, controller: int) -> dict[str, str]: ...
+    def format_args(self) -> list[str]: ...
+    def admin_settings(self, bootstrap: str) -> KafkaSettings: ...
+
+
 class KafkaNode:
     """One combined broker/controller. `index` numbers the nodes of a 3-node stack (node.id is
-    index + 1); a single-node stack keeps its original folder and ports."""
+    index + 1); a single-node stack keeps its original folder and ports. With `security`, the
+    secured broker of `precast stack up --secure`: its own folder and ports, no plaintext
+    listener."""
 
-    def __init__(self, settings: StackSettings, index: int = 0) -> None:
+    def __init__(
+        self, settings: StackSettings, index: int = 0, security: BrokerSecurity | None = None
+    ) -> None:
         self.s = settings
         self.index = index
         self.node_id = index + 1
-        self.clustered = settings.brokers > 1
+        self.clustered = settings.brokers > 1 and security is None
+        self.security = security
         suffix = f"-{self.node_id}" if self.clustered else ""
-        self.dir = settings.home / f"kafka{suffix}"
+        self.dir = security.folder / "kafka" if security else settings.home / f"kafka{suffix}"
         self.data = self.dir / "data"
         self.logs = self.dir / "logs"
         self.libs = settings.jar_cache / settings.kafka_version / "libs"
@@ -83,9 +102,13 @@ class KafkaNode:
         self.cluster_id_file = (
             settings.home / "kafka-cluster.id" if self.clustered else self.dir / "cluster.id"
         )
-        self.port = broker_port(settings, index)
-        self.controller = controller_port(settings, index)
+        self.port = settings.secure_kafka_port if security else broker_port(settings, index)
+        self.controller = (
+            settings.secure_controller_port if security else controller_port(settings, index)
+        )
         name = f"Kafka broker {self.node_id}" if self.clustered else "Kafka broker"
+        if security:
+            name = "Kafka (secured)"
         self.proc = ManagedProcess(name, self.dir / "kafka.pid", f"{self.dir}/server.properties")
 
     @property
@@ -182,8 +205,11 @@ class KafkaNode:
             # node is fenced (docs/cluster.md, "Failover time").
             props["broker.session.timeout.ms"] = "3000"
             props["broker.heartbeat.interval.ms"] = "500"
+        if self.security is not None:
+            props.update(self.security.properties(self.port, self.controller))
         path = self.dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        # 0600: the secured broker's file holds its own SCRAM password (jaas.config).
+        write_private(path, "".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(logs=self.logs))
         return path
 
@@ -207,6 +233,8 @@ class KafkaNode:
         if not cluster_file.exists() or cluster_file.read_text().startswith("-"):
             cluster_file.write_text(new_cluster_id() + "\n")
         standalone = [] if self.clustered else ["--standalone"]
+        if self.security is not None:  # SCRAM users the broker needs before it can start
+            standalone += self.security.format_args()
         run = subprocess.run(
             self._java(
                 "-Dlog4j2.configurationFile=" + str(self.dir / "log4j2.yaml"),
@@ -266,10 +294,16 @@ class KafkaNode:
         )
         self.proc.start(argv, self.logs / "stdout.log", self.dir)
 
+    def client_settings(self) -> KafkaSettings:
+        """What the stack's own checks connect with (the admin user on the secured broker)."""
+        if self.security is not None:
+            return self.security.admin_settings(self.bootstrap)
+        return KafkaSettings(bootstrap_servers=self.bootstrap)
+
     def wait_ready(self, timeout: float) -> None:
         from precast.kafka import Admin
 
-        admin = Admin(KafkaSettings(bootstrap_servers=self.bootstrap))
+        admin = Admin(self.client_settings())
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.exited_early():
@@ -277,19 +311,19 @@ class KafkaNode:
             try:
                 admin.wait_reachable(timeout=2.0)
                 return
-            except Unreachable:
+            except (Unreachable, PrecastError) as exc:  # also a refusal while SCRAM loads
                 if time.monotonic() > deadline:
                     raise StackError(
-                        f"{self.proc.name} not ready after {timeout:g}s: {self.last_log()}"
+                        f"{self.proc.name} not ready after {timeout:g}s: {exc}; {self.last_log()}"
                     ) from None
 
     def healthy(self, timeout: float = 3.0) -> bool:
         from precast.kafka import Admin
 
         try:
-            Admin(KafkaSettings(bootstrap_servers=self.bootstrap)).wait_reachable(timeout=timeout)
+            Admin(self.client_settings()).wait_reachable(timeout=timeout)
             return True
-        except Unreachable:
+        except (Unreachable, PrecastError):
             return False
 
     def stop(self, hard: bool = False) -> bool:

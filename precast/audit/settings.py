@@ -7,17 +7,19 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from precast.settings import Section
+from precast.http.settings import HttpLimits
 
 
-class AuditSettings(Section):
+class AuditSettings(HttpLimits):
+    """The log and the auditor's HTTP API, which has the read API's connection limits."""
+
     db_path: Path = Field(
         default=Path(".precast/audit/log.db"), description="the log's SQLite database (WAL)"
     )
     key_path: Path = Field(
         default=Path(".precast/audit/signing.key"),
         description="the auditor's Ed25519 signing key (note format); created with mode 0600 "
-        "and a .pub verifier key beside it when missing",
+        "and a .pub verifier key beside it for a new log only: a log is bound to its key",
     )
     public_key: Path | None = Field(
         default=None,

@@ -83,6 +83,35 @@ class LogStore:
             elif have != want:
                 raise StoreError(f"{self.path} is the log of {key} {have!r}, not {want!r}")
 
+    def holds_a_log(self) -> bool:
+        """Anything a signing key has vouched for, or will: leaves, checkpoints, a bound key."""
+        return (
+            self.size() > 0
+            or self.latest_checkpoint() is not None
+            or self.meta("key_id") is not None
+        )
+
+    def bind_key(self, key_id: str, verifier: str, signs_latest: bool) -> None:
+        """Tie the log to its signing key (key ID and verifier key): a log is signed by one key
+        for its whole life, so another key is refused. A log from before this binding is bound
+        to the given key only when that key signed its newest checkpoint (`signs_latest`)."""
+        have = self.meta("key_id")
+        if have is None:
+            if self.latest_checkpoint() is not None and not signs_latest:
+                raise StoreError(
+                    f"{self.path}'s newest checkpoint is not signed by key {key_id}: this is "
+                    "not the key of this log"
+                )
+            self.db.execute(
+                "INSERT INTO meta(k, v) VALUES (?, ?), (?, ?)",
+                ("key_id", key_id, "verifier", verifier),
+            )
+        elif have != key_id:
+            raise StoreError(
+                f"{self.path} is signed by key {have} ({self.meta('verifier')}), not {key_id}: "
+                "a log keeps its key; to change keys start a new log (docs/audit.md, key handling)"
+            )
+
     # -- state --------------------------------------------------------------------------------------
     def size(self) -> int:
         value = self.meta("size")

@@ -13,7 +13,15 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 
 from precast.errors import TopicContractError, Unreachable
 from precast.kafka.config import admin_config
-from precast.kafka.errors import KafkaFailure, build_client, failure
+from precast.kafka.errors import (
+    AUTHENTICATION_CODES,
+    KafkaFailure,
+    build_client,
+    failure,
+    is_refusal,
+    principal_of,
+    refused,
+)
 from precast.kafka.retry import retry_settling
 from precast.kafka.types import TopicPartitionOffset
 from schemas.topics import TopicSpec
@@ -53,26 +61,56 @@ class PartitionReplicas:
 class Admin:
     def __init__(self, settings: Any, *, quiet: bool = True) -> None:
         self._settings = settings
+        self._client_errors: list[confluent_kafka.KafkaError] = []
         self._a = build_client(
             AdminClient,
             "admin client",
-            admin_config(settings),
+            {**admin_config(settings), "error_cb": self._on_client_error},
             logger=_quiet if quiet else logging.getLogger("precast.kafka.librdkafka"),
         )
 
+    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
+        if len(self._client_errors) < 16:
+            self._client_errors.append(err)
+
     def wait_reachable(self, timeout: float | None = None) -> int:
-        """Block until the cluster answers a metadata request; return the broker count."""
+        """Block until the cluster answers a metadata request; return the broker count. A
+        cluster that answers but refuses these credentials (or this TLS setup) raises
+        `AccessRefused`, not `Unreachable`: waiting longer would not help."""
         timeout = self._settings.connect_timeout_s if timeout is None else timeout
+        self._client_errors.clear()
         try:
             md = self._a.list_topics(timeout=timeout)
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
+            self._a.poll(0)  # serves error_cb: why the connections failed
+            for seen in self._client_errors:
+                if seen.name() in AUTHENTICATION_CODES:
+                    raise refused(seen.name(), self._settings, detail=seen.str()) from None
+            down = any("Connection refused" in e.str() for e in self._client_errors)
+            hint = (
+                " (it accepts connections but no PLAINTEXT client: does it want TLS or SASL? "
+                "PRECAST_KAFKA__SECURITY_PROTOCOL)"
+                if self._settings.security_protocol == "PLAINTEXT"
+                and self._client_errors
+                and not down
+                else ""
+            )
             raise Unreachable(
                 "Kafka broker",
                 self._settings.bootstrap_servers,
-                f"no metadata within {timeout:g}s: {err.name()}",
+                f"no metadata within {timeout:g}s: {err.name()}{hint}",
             ) from None
         return len(md.brokers)
+
+    def _failure(
+        self, err: confluent_kafka.KafkaError, what: str, action: str, resource: str
+    ) -> KafkaFailure:
+        """A refusal as `AccessRefused` naming `action` on `resource`, anything else as the
+        usual `KafkaFailure`."""
+        if is_refusal(err.name()):
+            return refused(err.name(), self._settings, action, resource)
+        return KafkaFailure(f"{what}: {err.str()}", code=err.name())
 
     def topic_partitions(self, timeout: float = 10.0) -> dict[str, int]:
         md = self._a.list_topics(timeout=timeout)
@@ -101,8 +139,8 @@ class Admin:
                 except confluent_kafka.KafkaException as exc:
                     err = exc.args[0]
                     if err.code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise KafkaFailure(
-                            f"create topic {s.name}: {err.str()}", code=err.name()
+                        raise self._failure(
+                            err, f"create topic {s.name}", "create", s.name
                         ) from None
                     raced.append(s)
         visible = self._wait_visible([s.name for s in missing], timeout) if missing else existing
@@ -190,9 +228,7 @@ class Admin:
             except confluent_kafka.KafkaException as exc:
                 err = exc.args[0]
                 if err.code() != confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise KafkaFailure(
-                        f"delete topic {name}: {err.str()}", code=err.name()
-                    ) from None
+                    raise self._failure(err, f"delete topic {name}", "delete", name) from None
 
     def create_topic(
         self,
@@ -212,7 +248,7 @@ class Admin:
             fut.result()
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
-            raise KafkaFailure(f"create topic {name}: {err.str()}", code=err.name()) from None
+            raise self._failure(err, f"create topic {name}", "create", name) from None
         self._wait_visible([name], timeout)
 
     # -- consumer groups and offsets (lag, the replay guard) ------------------------------------
@@ -238,7 +274,7 @@ class Admin:
             return sorted(out, key=lambda g: g.group_id)
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
-            raise KafkaFailure(f"describe consumer groups: {err.str()}", code=err.name()) from None
+            raise self._failure(err, "describe consumer groups", "describe", "") from None
 
     def delete_consumer_groups(self, group_ids: list[str], timeout: float = 10.0) -> None:
         """Remove groups that are done (e.g. a finished backfill's own group)."""
@@ -250,9 +286,7 @@ class Admin:
             except confluent_kafka.KafkaException as exc:
                 err = exc.args[0]
                 if err.name() not in ("GROUP_ID_NOT_FOUND", "NON_EMPTY_GROUP"):
-                    raise KafkaFailure(
-                        f"delete group {gid}: {err.str()}", code=err.name()
-                    ) from None
+                    raise self._failure(err, f"delete group {gid}", "delete", gid) from None
 
     def committed_offsets(self, group_id: str, timeout: float = 10.0) -> list[TopicPartitionOffset]:
         """The group's committed next-offsets, for every partition it has committed on."""
@@ -263,9 +297,7 @@ class Admin:
             ].result()
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
-            raise KafkaFailure(
-                f"offsets of group {group_id}: {err.str()}", code=err.name()
-            ) from None
+            raise self._failure(err, f"offsets of group {group_id}", "describe", group_id) from None
         return sorted(
             (
                 TopicPartitionOffset(tp.topic, tp.partition, tp.offset)
@@ -285,18 +317,31 @@ class Admin:
         req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in parts}
 
         def ask() -> dict[tuple[str, int], int]:
-            try:
-                futures = self._a.list_offsets(
-                    req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
-                )
-                return {
-                    (tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()
-                }
-            except confluent_kafka.KafkaException as exc:
-                raise failure(exc.args[0], "end offsets") from None
+            out = {}
+            futures = self._a.list_offsets(
+                req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+            )
+            for tp, fut in futures.items():
+                try:
+                    out[(tp.topic, tp.partition)] = fut.result().offset
+                except confluent_kafka.KafkaException as exc:
+                    err = exc.args[0]
+                    if is_refusal(err.name()):
+                        raise refused(err.name(), self._settings, "describe", tp.topic) from None
+                    raise failure(err, "end offsets") from None
+            return out
 
         return retry_settling(ask, patience_s=timeout, interval_s=0.1, what="end offsets")
 
     @property
     def raw(self) -> AdminClient:
         return self._a
+
+    @property
+    def settings(self) -> Any:
+        return self._settings
+
+    @property
+    def principal(self) -> str:
+        """How the cluster knows this client (for messages; never the password)."""
+        return principal_of(self._settings)

@@ -10,7 +10,15 @@ from typing import Any, cast
 import confluent_kafka
 
 from precast.kafka.config import BACKGROUND_FETCH, BOUNDED_PREFETCH, consumer_config, prefetch_bound
-from precast.kafka.errors import KafkaFailure, build_client, failure
+from precast.kafka.errors import (
+    AUTHENTICATION_CODES,
+    AccessRefused,
+    KafkaFailure,
+    build_client,
+    failure,
+    is_refusal,
+    refused,
+)
 from precast.kafka.types import KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
 
@@ -63,6 +71,7 @@ class Consumer:
         conf = consumer_config(settings, group_id, **overrides)
         conf["error_cb"] = self._on_client_error
         self._fatal: KafkaFailure | None = None
+        self._settings = settings
         self._hooks = (on_assign, on_revoke, on_lost)
         self.group_id = group_id
         self._c = build_client(
@@ -75,8 +84,16 @@ class Consumer:
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
         if err.fatal():
             self._fatal = failure(err, "consumer fatal error")
+        elif err.name() in AUTHENTICATION_CODES:
+            # Wrong credentials do not pass by themselves: stop at the next consume.
+            self._fatal = refused(err.name(), self._settings, detail=err.str())
         else:
             log.debug("consumer: %s", err.str())
+
+    def _refusal(self, err: confluent_kafka.KafkaError, topic: str | None) -> AccessRefused:
+        if err.name() == "GROUP_AUTHORIZATION_FAILED":
+            return refused(err.name(), self._settings, "use", self.group_id)
+        return refused(err.name(), self._settings, "read", topic or "", err.str())
 
     # -- subscription ---------------------------------------------------------------------------
     def subscribe(
@@ -156,6 +173,8 @@ class Consumer:
                 continue
             elif err.fatal():
                 raise failure(err, "consume")
+            elif is_refusal(err.name()):
+                raise self._refusal(err, m.topic())
             else:
                 log.warning("consume error on %s[%s]: %s", m.topic(), m.partition(), err.str())
         return good
@@ -176,6 +195,8 @@ class Consumer:
             err = exc.args[0]
             if err.code() == confluent_kafka.KafkaError._NO_OFFSET:
                 return
+            if is_refusal(err.name()):
+                raise self._refusal(err, None) from None
             raise failure(err, "commit") from None
 
     def committed(

@@ -12,11 +12,15 @@ from prometheus_client import Counter
 
 from precast.kafka.config import producer_config
 from precast.kafka.errors import (
+    AUTHENTICATION_CODES,
+    AccessRefused,
     DeliveryFailed,
     EmptyKeyError,
     KafkaFailure,
     build_client,
     failure,
+    is_refusal,
+    refused,
 )
 from precast.kafka.types import Headers, KafkaMessage
 from precast.settings import KafkaSettings
@@ -66,6 +70,8 @@ class Producer:
         self._on_backpressure = on_backpressure
         self._on_delivery_error = on_delivery_error
         self._fatal: KafkaFailure | None = None
+        self._settings = settings
+        self._txn_id = str(conf.get("transactional.id", ""))
         self._p = build_client(
             confluent_kafka.Producer,
             "producer",
@@ -78,6 +84,9 @@ class Producer:
         if err is None:
             return
         failed = failure(err, f"delivery to {msg.topic()} failed")
+        if is_refusal(err.name()) and self._fatal is None:
+            # No ACL to write there: every later record would fail the same way.
+            self._fatal = refused(err.name(), self._settings, "write to", msg.topic() or "")
         self._failed_total += 1
         DELIVERY_FAILURES.labels(msg.topic() or "", err.name()).inc()
         if len(self._failures) < 1000:  # keep a sample, not an unbounded list
@@ -89,6 +98,8 @@ class Producer:
         if err.fatal():
             self._fatal = failure(err, "producer fatal error")
             log.error("%s", self._fatal)
+        elif err.name() in AUTHENTICATION_CODES:
+            self._fatal = refused(err.name(), self._settings, detail=err.str())
         else:
             log.debug("producer: %s", err.str())
 
@@ -212,6 +223,8 @@ class Producer:
         """Wait for every queued record; raise if any failed or some are still in flight."""
         remaining = self._p.flush(timeout)
         failures, self._failures = self._failures, []
+        if self._fatal is not None and isinstance(self._fatal, AccessRefused):
+            raise self._fatal
         if failures:
             raise DeliveryFailed(
                 f"{len(failures)} record(s) not delivered; first: {failures[0]}",
@@ -250,7 +263,13 @@ class Producer:
         try:
             getattr(self._p, name)(*args)
         except confluent_kafka.KafkaException as exc:
-            raise failure(exc.args[0], name) from None
+            err = exc.args[0]
+            if is_refusal(err.name()):
+                txn = err.name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+                raise refused(
+                    err.name(), self._settings, "use", self._txn_id if txn else ""
+                ) from None
+            raise failure(err, name) from None
 
     @property
     def raw(self) -> confluent_kafka.Producer:

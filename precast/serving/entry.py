@@ -3,11 +3,17 @@ origin, and the response bytes the read path serves without any JSON work.
 
 Redis encoding (one string value per device; the Lua script parses the header line):
 
-    "<computed 13d> <produced 13d> <valid_until 13d> <received 13d> <inference_ms|-> <P|-> <model_version>\\n<body>"
+    "<computed 13d> <produced 13d> <valid_until 13d> <received 13d> <inference_ms|-> <flags> <model_version>\\n<body>"
 
 Times are zero-padded epoch milliseconds so they compare as text and parse exactly as Lua
-numbers; `P` marks a purge marker; the model version ends the line so it may hold any
-character but a newline. `body` is the PredictionSet JSON as the worker published it.
+numbers; flags are `-` or letters: `P` a purge marker, `B` a backfill (ranked below a live
+answer of the same data time; values written before that letter existed read as live); the
+model version ends the line. `body` is the PredictionSet JSON as the worker published it.
+
+What a record may carry into a response is checked here, once, at ingestion: the model
+version becomes the `X-Model-Version` header and part of the `ETag` (no control character,
+space, quote or backslash), and the body is spliced into event-stream `data:` lines (a record
+whose JSON has raw line breaks between tokens is re-encoded compactly, so it stays one line).
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ import re
 from typing import Annotated
 
 import msgspec
+import orjson
 
 from schemas.deadletters import Reason
 from schemas.events import DEVICE_ID_PATTERN
 from schemas.predictions import OrderKey, order_key
 
 _DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
+# Not allowed in a model version: it becomes a response header and part of a quoted ETag.
+_UNSAFE_VERSION = re.compile(r'[\x00-\x20\x7f"\\]')
 _WIDTH = 13
 _MAX_MS = 10**_WIDTH - 1
 
@@ -48,10 +57,13 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     inference_ms: int  # model time reported by the worker; -1 when not reported
     purge: bool  # a purge marker: served like a miss (docs/architecture.md)
     body: bytes  # the PredictionSet JSON, served as is
+    backfill: bool = False  # ranks below a live answer of the same data time (order_key)
 
     @property
     def key(self) -> OrderKey:
-        return order_key(self.computed_at_ms, self.produced_at_ms, self.model_version)
+        return order_key(
+            self.computed_at_ms, self.produced_at_ms, self.model_version, self.backfill
+        )
 
     def expires_at_ms(self, grace_ms: int) -> int:
         """When the store drops it: `valid_until` plus the configured grace period."""
@@ -85,6 +97,7 @@ class _Served(msgspec.Struct, gc=False):  # freshly decoded JSON holds no cycles
     trigger: object
     candidates: list[msgspec.Raw]  # a list; its items are served as they are
     inference_ms: object = None  # optional; anything but a non-negative int means "unknown"
+    backfill: object = None  # only `true` ranks it as a backfill
 
 
 _DECODER = msgspec.json.Decoder(_Served)
@@ -108,14 +121,20 @@ def prediction_item(
     except msgspec.DecodeError as exc:
         raise InvalidPrediction(Reason.NOT_JSON, str(exc)) from None
     mv, device_id = p.model_version, p.device_id
-    if "\n" in mv:
-        raise InvalidPrediction(Reason.INVALID, "model_version must be a one-line string")
+    if _UNSAFE_VERSION.search(mv) is not None or len(mv) > 128:
+        raise InvalidPrediction(
+            Reason.INVALID,
+            "model_version must be at most 128 characters without control characters, "
+            "spaces, quotes or backslashes",
+        )
     if _DEVICE_ID.fullmatch(device_id) is None:
         raise InvalidPrediction(Reason.INVALID, "device_id does not match the device ID pattern")
     if key is not None and key != device_id.encode():
         raise InvalidPrediction(Reason.KEY_MISMATCH, f"key {key[:64]!r} != device_id {device_id!r}")
     inf = p.inference_ms
-    if value[-1:] != b"}":  # the read path splices fields before the closing brace
+    if b"\n" in value or b"\r" in value:  # valid JSON whitespace, but it would end a data: line
+        value = orjson.dumps(orjson.loads(value))
+    elif value[-1:] != b"}":  # the read path splices fields before the closing brace
         value = value.rstrip()
     return device_id, Entry(
         p.computed_at_ms,
@@ -126,6 +145,7 @@ def prediction_item(
         inf if type(inf) is int and inf >= 0 else -1,
         p.trigger == "purge",
         value,
+        p.backfill is True,
     )
 
 
@@ -137,7 +157,7 @@ def encode(e: Entry) -> bytes:
         e.valid_until_ms,
         e.received_at_ms,
         b"%d" % e.inference_ms if e.inference_ms >= 0 else b"-",
-        b"P" if e.purge else b"-",
+        (b"P" if e.purge else b"") + (b"B" if e.backfill else b"") or b"-",
         e.model_version.encode(),
         e.body,
     )
@@ -145,7 +165,15 @@ def encode(e: Entry) -> bytes:
 
 def decode(raw: bytes) -> Entry:
     head, _, body = raw.partition(b"\n")
-    c, pr, v, r, inf, purge, mv = head.decode().split(" ", 6)
+    c, pr, v, r, inf, flags, mv = head.decode().split(" ", 6)
     return Entry(
-        int(c), int(pr), mv, int(v), int(r), -1 if inf == "-" else int(inf), purge == "P", body
+        int(c),
+        int(pr),
+        mv,
+        int(v),
+        int(r),
+        -1 if inf == "-" else int(inf),
+        "P" in flags,
+        body,
+        "B" in flags,
     )

@@ -44,11 +44,14 @@ local function bytes_gt(a, b)
   end
   return #a > #b
 end
+-- order_key: data time, then a live answer before a backfill (flag B), production time, version
 local function newer(new, cur)
-  local nc, np, nv = string.match(new, '^(%d+) (%d+) %d+ %d+ %S+ %S+ ([^\n]*)\n')
-  local cc, cp, cv = string.match(cur, '^(%d+) (%d+) %d+ %d+ %S+ %S+ ([^\n]*)\n')
+  local nc, np, nf, nv = string.match(new, '^(%d+) (%d+) %d+ %d+ %S+ (%S+) ([^\n]*)\n')
+  local cc, cp, cf, cv = string.match(cur, '^(%d+) (%d+) %d+ %d+ %S+ (%S+) ([^\n]*)\n')
   if cc == nil then return true end
   if nc ~= cc then return tonumber(nc) > tonumber(cc) end
+  local nlive, clive = string.find(nf, 'B', 1, true) == nil, string.find(cf, 'B', 1, true) == nil
+  if nlive ~= clive then return nlive end
   if np ~= cp then return tonumber(np) > tonumber(cp) end
   return bytes_gt(nv, cv)
 end

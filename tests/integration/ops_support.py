@@ -84,3 +84,26 @@ def end_total(kafka: KafkaSettings, topic: str) -> int:
 
 
 __all__ = ["Consumer", "cli_env", "content", "end_total", "precast", "produce", "read_all", "spawn"]
+
+
+def fresh_view(kafka: KafkaSettings, topic: str, partitions: int):
+    """What a fresh API replica serves: its materializer's view built from the predictions topic."""
+    import time
+    import uuid
+
+    from consumer_api.materializer import Materializer
+    from precast.serving import MemoryStore
+
+    view = MemoryStore(grace_ms=30_000)
+    mat = Materializer(
+        kafka, topic, partitions, view=view, group_prefix=f"test-{uuid.uuid4().hex[:6]}"
+    )
+    mat.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not mat.ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mat.ready
+        return view
+    finally:
+        mat.stop()

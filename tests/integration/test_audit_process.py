@@ -217,3 +217,46 @@ def test_kill_9_leaves_no_gap_and_no_duplicate(kafka_settings, topics, audit_env
     db.close()
     r = precast(env, "audit", "verify")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_auditor_api_has_the_read_apis_limits(audit_env):
+    """A silent socket is closed after the head deadline, a huge head gets 431, a body 413, and
+    the auditor keeps answering; a log without its key is refused in one line."""
+    import socket
+    import time
+
+    env = {**audit_env, "PRECAST_AUDIT__HEADER_TIMEOUT_S": "1"}
+    proc = start(env)
+    port = int(env["PRECAST_AUDIT__PORT"])
+    try:
+        wait_for(lambda: get(env["URL"] + "/healthz")[0] == 200, what="auditor up")
+        silent = socket.create_connection(("127.0.0.1", port))
+        silent.settimeout(10)
+        t0 = time.monotonic()
+        assert silent.recv(1) == b""  # closed by the server, not by our timeout
+        assert time.monotonic() - t0 < 8
+        big = socket.create_connection(("127.0.0.1", port))
+        big.settimeout(10)
+        big.sendall(b"GET /v1/checkpoint HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 80_000)
+        assert big.recv(100).startswith(b"HTTP/1.1 431")
+        body = socket.create_connection(("127.0.0.1", port))
+        body.settimeout(10)
+        body.sendall(b"GET /v1/checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        assert body.recv(100).startswith(b"HTTP/1.1 413")
+        for s in (silent, big, body):
+            s.close()
+        assert get(env["URL"] + "/healthz")[0] == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    Path(env["PRECAST_AUDIT__KEY_PATH"]).unlink()
+    again = subprocess.run(
+        [sys.executable, "-m", "auditor"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 2 and again.stderr.count("\n") == 1, again.stderr
+    assert "signing key" in again.stderr and "is missing" in again.stderr

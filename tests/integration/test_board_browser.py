@@ -343,10 +343,13 @@ def test_a_burst_of_updates_to_every_device_is_applied_and_the_page_stays_usable
     WebDriverWait(browser, 10).until(lambda d: _rows(d)[0][0] == "dev-00000")
 
 
+BOARD_TOKEN = "pct_board-browser-test-token-0123456789"
+
+
 def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, kafka_settings):
     now = int(time.time() * 1000)
     publish(kafka_settings, [(topics.predictions.name, "dev-t1", prediction("dev-t1", now))])
-    with ApiProcess(kafka_settings, topics, PRECAST_API__AUTH_TOKEN="s3cret") as api:
+    with ApiProcess(kafka_settings, topics, PRECAST_API__AUTH_TOKEN=BOARD_TOKEN) as api:
         driver = chrome(1366, 768)
         try:
             driver.get(api.url + "/board/")
@@ -354,7 +357,7 @@ def test_with_a_token_the_board_asks_for_it_and_uses_it_for_every_call(topics, k
             assert driver.find_element(By.ID, "conn").text == "token needed"
             token = driver.find_element(By.ID, "token")
             assert driver.find_element(By.CSS_SELECTOR, "label[for=token]").text == "API token"
-            token.send_keys("s3cret", Keys.ENTER)
+            token.send_keys(BOARD_TOKEN, Keys.ENTER)
             WebDriverWait(driver, 20).until(lambda d: [r[0] for r in _rows(d)] == ["dev-t1"])
             WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "conn").text == "live")
             assert not driver.find_element(By.ID, "auth").is_displayed()

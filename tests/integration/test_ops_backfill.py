@@ -10,7 +10,7 @@ import orjson
 from opsctl.ranges import format_time
 from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
-from tests.integration.ops_support import cli_env, precast, read_all
+from tests.integration.ops_support import cli_env, fresh_view, precast, read_all
 from workers.settings import DEFAULT_MODEL_DIR
 
 MODEL_110 = DEFAULT_MODEL_DIR.parent / "1.1.0"
@@ -94,3 +94,88 @@ def test_backfill_refuses_a_missing_model(kafka_settings, topics, tmp_path):
     )
     out = precast(env, "backfill", "--model", str(tmp_path / "nope"), "--offsets", "*:0-")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no model at" in out.stderr
+
+
+def test_a_backfill_of_recent_events_never_outranks_the_live_answer_of_the_same_data(
+    kafka_settings, redis_settings, topics, tmp_path
+):
+    """The runbook's `--from <an hour ago>`: every device's newest data is in the range. The
+    live answers (model 1.0.0, computed from those heartbeats) stay served by a rebuild of Redis
+    from the compacted topic and by a fresh API view; only `--outrank-live --yes` replaces them."""
+    import time
+    import uuid
+
+    from precast.serving import RedisStore
+    from precast.settings import RedisSettings
+    from schemas.predictions import PredictionSet
+
+    fleet = Fleet(devices=12, seed=5)
+    producer = Producer(kafka_settings)
+    now = int(time.time() * 1000)
+    events = list(fleet.heartbeats(12, now - 2_000))
+    for event in events:
+        producer.produce(topics.heartbeats.name, event["device_id"].encode(), orjson.dumps(event))
+    for event in events:  # what the live workers answered from exactly these heartbeats
+        live = PredictionSet(
+            device_id=event["device_id"],
+            candidates=[{"strategy": "monitor_only", "score": 0.9}],
+            model_version="1.0.0",
+            computed_at_ms=event["event_time_ms"],
+            valid_until_ms=event["event_time_ms"] + 600_000,
+            produced_at_ms=now - 1_000,
+            trigger="heartbeat",
+        )
+        producer.produce(
+            topics.predictions.name, event["device_id"].encode(), live.model_dump_json().encode()
+        )
+    producer.flush()
+    prefix = topics.heartbeats.name.removesuffix("heartbeats")
+    key_prefix = f"{redis_settings.key_prefix}{uuid.uuid4().hex[:6]}:"
+    env = cli_env(
+        kafka_settings,
+        tmp_path / "state",
+        PRECAST_TOPICS__PREFIX=prefix,
+        PRECAST_TOPICS__PARTITIONS="3",
+        PRECAST_MODEL__PROVIDER="cpu",
+        PRECAST_WORKER__HORIZON_S="600",
+        PRECAST_REDIS__URL=redis_settings.url,
+        PRECAST_REDIS__KEY_PREFIX=key_prefix,
+    )
+    store = RedisStore.from_settings(RedisSettings(url=redis_settings.url, key_prefix=key_prefix))
+    args = ["backfill", "--model", str(MODEL_110), "--offsets", "*:0-", "--events", "heartbeats"]
+
+    def served_by_rebuild() -> set[str]:
+        out = precast(env, "rebuild", "--wipe", "--yes", "--no-progress")
+        assert out.returncode == 0, out.stderr
+        return {e.model_version for _d, e in store.iterate()}
+
+    def served_by_a_fresh_view() -> set[str]:
+        view = fresh_view(kafka_settings, topics.predictions.name, 3)
+        return {e.model_version for _d, e in view.iterate()}
+
+    try:
+        out = precast(env, *args, "--no-progress", timeout=180)
+        assert out.returncode == 0, out.stderr
+        backfilled = [
+            orjson.loads(r[2])
+            for recs in read_all(kafka_settings, topics.predictions.name).values()
+            for r in recs
+            if b'"backfill":true' in r[2]
+        ]
+        # same data time as the live answers, produced later: it would have won before
+        assert len(backfilled) == 12
+        live_at = {e["device_id"]: e["event_time_ms"] for e in events}
+        assert all(p["computed_at_ms"] == live_at[p["device_id"]] for p in backfilled)
+        assert all(p["produced_at_ms"] > now - 1_000 for p in backfilled)
+        assert served_by_rebuild() == {"1.0.0"}
+        assert served_by_a_fresh_view() == {"1.0.0"}
+
+        asked = precast(env, *args, "--outrank-live", "--no-progress")
+        assert asked.returncode == 0 and "add --yes" in asked.stdout, asked.stdout
+        assert served_by_rebuild() == {"1.0.0"}
+        done = precast(env, *args, "--outrank-live", "--yes", "--no-progress", timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert served_by_rebuild() == {"1.1.0"}
+        assert served_by_a_fresh_view() == {"1.1.0"}
+    finally:
+        store.clear()

@@ -110,7 +110,12 @@ def test_redrive_sends_originals_back_once(dead, env, kafka_settings, topics):
     assert "20 dead letters would be sent" in dry.stdout
     assert sum(len(v) for v in read_all(kafka_settings, topics.heartbeats.name).values()) == 0
 
-    out = precast(env, "deadletters", "redrive", "--reason", "not_json", "--no-progress")
+    # without --yes it only counts, like --dry-run
+    asked = precast(env, "deadletters", "redrive", "--reason", "not_json", "--no-progress")
+    assert asked.returncode == 0 and "20 dead letters would be sent" in asked.stdout
+    assert sum(len(v) for v in read_all(kafka_settings, topics.heartbeats.name).values()) == 0
+
+    out = precast(env, "deadletters", "redrive", "--reason", "not_json", "--yes", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "sent 20 dead letters" in out.stdout
     back = [r for recs in read_all(kafka_settings, topics.heartbeats.name).values() for r in recs]
@@ -120,6 +125,42 @@ def test_redrive_sends_originals_back_once(dead, env, kafka_settings, topics):
     assert any(k is None for _o, k, _v, _h, _t in back)
     assert sum(len(v) for v in read_all(kafka_settings, topics.alarms.name).values()) == 0
 
-    again = precast(env, "deadletters", "redrive", "--reason", "not_json", "--no-progress")
+    again = precast(env, "deadletters", "redrive", "--reason", "not_json", "--yes", "--no-progress")
     assert again.returncode == 0 and "nothing to do" in again.stdout
     assert sum(len(v) for v in read_all(kafka_settings, topics.heartbeats.name).values()) == 20
+
+
+def test_redrive_goes_only_back_to_the_catalog_topic_a_record_came_from(
+    env, kafka_settings, topics, topic_factory
+):
+    producer = Producer(kafka_settings)
+    dlq = DeadLetters(producer, topics.dead_letters.name, "test-worker")
+    elsewhere = topic_factory("elsewhere", 3)
+    ts = 1_750_000_000_000
+    for source, key in (
+        (elsewhere, b"dev-1"),  # outside the catalog
+        (topics.dead_letters.name, b"dev-2"),  # would pour the topic into itself
+        (topics.alarms.name, b"dev-3"),  # the one that goes back
+    ):
+        dlq.send(Record(source, 0, 7, key, b"{}", [], ts), Reason.INVALID, "detail")
+    producer.flush()
+
+    out = precast(env, "deadletters", "redrive", "--yes", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert "2 selected dead letters stay where they are" in out.stdout, out.stdout
+    assert "outside this deployment's catalog" in out.stdout
+    assert "dead-letter topic itself" in out.stdout
+    assert "sent 1 dead letters" in out.stdout
+    total = lambda t: sum(len(v) for v in read_all(kafka_settings, t).values())  # noqa: E731
+    assert (total(elsewhere), total(topics.alarms.name), total(topics.dead_letters.name)) == (
+        0,
+        1,
+        3,
+    )
+
+    # no other source topic, and no other target than the record's own source
+    other = precast(env, "deadletters", "redrive", "--topic", elsewhere, "--yes")
+    assert other.returncode == 2 and "only this deployment's dead-letter topic" in other.stderr
+    assert other.stderr.count("\n") == 1
+    gone = precast(env, "deadletters", "redrive", "--to-topic", elsewhere, "--yes")
+    assert gone.returncode == 2 and "--to-topic" in gone.stderr

@@ -10,11 +10,10 @@ import uuid
 import orjson
 import pytest
 
-from consumer_api.materializer import Materializer
 from precast.kafka import Producer
-from precast.serving import MemoryStore, RedisStore
+from precast.serving import RedisStore
 from precast.settings import RedisSettings
-from tests.integration.ops_support import cli_env, precast, read_all
+from tests.integration.ops_support import cli_env, fresh_view, precast, read_all
 
 VERSIONS = {
     "dev-a": "1.3.0",
@@ -92,13 +91,21 @@ def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store
     assert built.returncode == 0, built.stderr
     assert {d: v for d, (v, _p) in _served(store).items()} == VERSIONS
 
-    dry = precast(env, "purge", "v1.3.", "--dry-run", "--no-progress")
+    # Without --yes a purge only says what it would touch: topic, versions, counts.
+    dry = precast(env, "purge", "v1.3.", "--no-progress")
     assert dry.returncode == 0, dry.stderr
     assert "would purge 4 served predictions" in dry.stdout
     assert "1 stored version(s) are not semantic versions" in dry.stdout
+    assert f"4 purge markers to {topics.predictions.name}" in dry.stdout
+    assert "newest answer produced" in dry.stdout and "1.3.7-rc.1" in dry.stdout
     assert all(not purged for _v, purged in _served(store).values()) and len(_served(store)) == 9
+    assert not any(
+        b'"purge"' in r[2]
+        for rs in read_all(kafka_settings, topics.predictions.name).values()
+        for r in rs
+    )
 
-    out = precast(env, "purge", "v1.3.", "--no-progress")
+    out = precast(env, "purge", "v1.3.", "--yes", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "purged 4 served predictions" in out.stdout
     served = _served(store)
@@ -117,26 +124,15 @@ def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store
     assert all(m["candidates"] == [] and m["computed_at_ms"] == now - 30_000 for m in markers)
 
     # The read API's own rebuild (a fresh replica's materializer) keeps them purged...
-    view = MemoryStore(grace_ms=30_000)
-    mat = Materializer(
-        kafka_settings,
-        topics.predictions.name,
-        3,
-        view=view,
-        group_prefix=f"test-{uuid.uuid4().hex[:6]}",
-    )
-    mat.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not mat.ready and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert mat.ready
-        assert {d for d, e in view.iterate() if e.purge} == PURGED
-        assert {d for d, e in view.iterate() if not e.purge} == VERSIONS.keys() - PURGED
-    finally:
-        mat.stop()
-    # ...and so does a clean rebuild of the shared store.
-    wiped = precast(env, "rebuild", "--wipe", "--no-progress")
+    view = fresh_view(kafka_settings, topics.predictions.name, 3)
+    assert {d for d, e in view.iterate() if e.purge} == PURGED
+    assert {d for d, e in view.iterate() if not e.purge} == VERSIONS.keys() - PURGED
+    # ...and so does a clean rebuild of the shared store (which asks first: it deletes).
+    held = len(_served(store))
+    asked = precast(env, "rebuild", "--wipe", "--no-progress")
+    assert asked.returncode == 0 and f"--wipe would delete {held} stored" in asked.stdout
+    assert len(_served(store)) == held and held > 0
+    wiped = precast(env, "rebuild", "--wipe", "--yes", "--no-progress")
     assert wiped.returncode == 0, wiped.stderr
     served = _served(store)
     assert {d for d, (_v, p) in served.items() if p} == PURGED
@@ -146,10 +142,10 @@ def test_purge_matrix_sticks_through_rebuilds(kafka_settings, topics, env, store
     _publish(kafka_settings, topics.predictions.name, [("dev-a", "1.3.8", now - 1_000)])
     assert precast(env, "rebuild", "--no-progress").returncode == 0
     assert _served(store)["dev-a"] == ("1.3.8", False)
-    again = precast(env, "purge", "1.3", "--no-progress")
+    again = precast(env, "purge", "1.3", "--yes", "--no-progress")
     assert "purged 1 served predictions" in again.stdout, again.stdout
     assert "dev-a" not in _served(store) or _served(store)["dev-a"][1]
-    assert precast(env, "rebuild", "--wipe", "--no-progress").returncode == 0
+    assert precast(env, "rebuild", "--wipe", "--yes", "--no-progress").returncode == 0
     assert {d for d, (_v, p) in _served(store).items() if p} == PURGED
 
 
@@ -162,7 +158,7 @@ def test_purge_from_the_topic_without_redis(kafka_settings, topics, env):
     dry = precast(no_redis, "purge", "1.3", "--dry-run", "--no-progress")
     assert dry.returncode == 0, dry.stderr
     assert "would purge 4 served predictions" in dry.stdout and "in the topic" in dry.stdout
-    out = precast(no_redis, "purge", "=1.3.7", "--no-progress")
+    out = precast(no_redis, "purge", "=1.3.7", "--yes", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "purged 1 served predictions" in out.stdout  # 1.3.7+build.5 only: no pre-releases
     rebuild = precast(no_redis, "rebuild")

@@ -296,3 +296,43 @@ def test_refuses_a_live_input_topic_unless_allowed(kafka_settings, topic_factory
         assert end_total(kafka_settings, dst) == 90
     finally:
         live.close()
+
+
+def test_the_guard_sees_assign_based_readers_through_their_presence(
+    kafka_settings, topic_factory, topics, tmp_path
+):
+    """A reader that assigns partitions (API materializer, board feed, auditor) is in no
+    consumer group: its presence record is what the guard sees; its tombstone clears it."""
+    from opsctl.guard import present_readers
+    from precast.kafka import Admin
+    from precast.presence import Presence
+    from precast.settings import TopicSettings
+
+    src, dst = topic_factory("rp-src", 3), topic_factory("rp-dst", 3)
+    produce(kafka_settings, src, _varied(30))
+    prefix = topics.heartbeats.name.removesuffix("heartbeats")
+    env = cli_env(
+        kafka_settings,
+        tmp_path / "state",
+        PRECAST_TOPICS__PREFIX=prefix,
+        PRECAST_TOPICS__PARTITIONS="3",
+    )
+    reader = Presence(kafka_settings, topics.presence.name, "api", [dst], interval_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 20
+        seen = TopicSettings(prefix=prefix, partitions=3)
+        while reader.instance not in {
+            r.instance for r in present_readers(Admin(kafka_settings), seen)
+        }:
+            assert time.monotonic() < deadline, "the presence record never arrived"
+            time.sleep(0.2)
+        refused = precast(env, "replay", src, dst, "--offsets", "*:0-", "--no-progress")
+        assert refused.returncode == 2, refused.stdout
+        assert "assign-based reader" in refused.stderr and reader.instance in refused.stderr
+        assert refused.stderr.count("\n") == 1
+        assert end_total(kafka_settings, dst) == 0
+    finally:
+        reader.stop()
+    allowed = precast(env, "replay", src, dst, "--offsets", "*:0-", "--no-progress")
+    assert allowed.returncode == 0, allowed.stderr
+    assert end_total(kafka_settings, dst) == 30

@@ -397,20 +397,72 @@ AUTH_CALLS = [
 ]
 
 
+TOKEN = "pct_unit-test-token-0123456789abcdef"
+SCOPE_OF_CALL = {
+    "/v1/prefetch": "prefetch",
+    "/v1/beacon": "prefetch",
+    "/v1/board/fleet": "board",
+    "/v1/board/panel": "board",
+    "/v1/board/stream": "board",
+}
+
+
 @pytest.mark.parametrize("method, path, kwargs", AUTH_CALLS, ids=[p for _, p, _ in AUTH_CALLS])
 def test_bearer_token_guards_every_v1_endpoint(method, path, kwargs):
-    client = TestClient(make_app(make_service(auth_token="s3cret")))
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+    client = TestClient(make_app(make_service(auth_token=TOKEN)))
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
         r = client.request(method, path, headers=headers, **kwargs)
         assert r.status_code == 401 and r.json()["error"] == "unauthorized"
         assert r.headers["www-authenticate"].startswith("Bearer")
     if "stream" not in path:  # an accepted stream never ends; tested over HTTP elsewhere
-        r = client.request(method, path, headers={"Authorization": "Bearer s3cret"}, **kwargs)
+        r = client.request(method, path, headers={"Authorization": f"Bearer {TOKEN}"}, **kwargs)
         assert r.status_code < 300
 
 
+@pytest.mark.parametrize("method, path, kwargs", AUTH_CALLS, ids=[p for _, p, _ in AUTH_CALLS])
+def test_each_named_token_may_do_only_what_its_scopes_say(method, path, kwargs, tmp_path):
+    from precast.tokens import line_for, new_token
+
+    tokens = {scope: new_token() for scope in ("read", "prefetch", "board")}
+    path_file = tmp_path / "tokens"
+    path_file.write_text(
+        "".join(line_for(f"t-{s}", frozenset({s}), t) + "\n" for s, t in tokens.items())
+    )
+    client = TestClient(make_app(make_service(tokens_file=path_file)))
+    needed = SCOPE_OF_CALL.get(path.split("?")[0], "read")
+    for scope, token in tokens.items():
+        if scope == needed and "stream" in path:
+            continue  # an accepted stream never ends
+        r = client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
+        if scope == needed:
+            assert r.status_code < 300, (scope, r.text)
+        else:
+            assert r.status_code == 403 and r.json()["error"] == "forbidden", (scope, r.text)
+            assert f'scope="{needed}"' in r.headers["www-authenticate"]
+    assert not any(t in path_file.read_text() for t in tokens.values())
+
+
+def test_tokens_rotate_without_a_restart(tmp_path):
+    from consumer_api.app import reload_tokens
+    from precast.tokens import line_for, new_token
+
+    old, new = new_token(), new_token()
+    f = tmp_path / "tokens"
+    f.write_text(line_for("ui", frozenset({"read"}), old) + "\n")
+    svc = make_service(tokens_file=f)
+    client = TestClient(make_app(svc))
+    get = lambda t: client.get("/v1/predictions?ids=a", headers={"Authorization": f"Bearer {t}"})  # noqa: E731
+    assert get(old).status_code == 200 and get(new).status_code == 401
+    f.write_text(line_for("ui-2", frozenset({"read"}), new) + "\n")
+    reload_tokens(svc)  # what the API does every second (and on SIGHUP)
+    assert get(new).status_code == 200 and get(old).status_code == 401
+    f.write_text("garbage that is not a token line\n")
+    reload_tokens(svc)  # a broken file keeps the last good tokens
+    assert get(new).status_code == 200
+
+
 def test_probes_need_no_token():
-    client = TestClient(make_app(make_service(auth_token="s3cret")))
+    client = TestClient(make_app(make_service(auth_token=TOKEN)))
     for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
         assert client.get(path).status_code == 200
 
@@ -506,12 +558,23 @@ def test_served_answers_match_the_models_the_openapi_document_is_generated_from(
 
 def test_the_bearer_scheme_is_declared_exactly_when_a_token_is_configured():
     open_doc = TestClient(make_app(make_service())).get("/openapi.json").json()
+    assert open_doc["openapi"] == "3.2.0"
     assert "security" not in open_doc and "securitySchemes" not in open_doc["components"]
-    svc = make_service(auth_token="tok")
+    ops = [op for item in open_doc["paths"].values() for op in item.values()]
+    assert all(op.get("security") == [] for op in ops)
+    assert not any("401" in op["responses"] or "403" in op["responses"] for op in ops)
+    svc = make_service(auth_token=TOKEN)
     doc = TestClient(make_app(svc)).get("/openapi.json").json()
-    assert doc["security"] == [{"bearer": []}]
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert all(doc["paths"][p]["get"]["security"] == [] for p in ("/healthz", "/metrics"))
+    for path, item in doc["paths"].items():
+        for op in item.values():
+            if path.startswith("/v1/"):
+                scope = SCOPE_OF_CALL.get(path, "board" if "/board/" in path else "read")
+                assert op["security"] == [{"bearer": [scope]}], path
+                assert {"401", "403"} <= set(op["responses"]), path
+            else:
+                assert op["security"] == [] and "401" not in op["responses"], path
 
 
 def test_the_contract_literals_list_exactly_what_answers_render():

@@ -18,9 +18,9 @@ from consumer_api.budget import LocalBudget
 from consumer_api.hub import Hub
 from consumer_api.hygiene import ErrorHygiene
 from consumer_api.limits import Buckets, ClientLimits, retry_after
-from consumer_api.reaper import silent_for_ms, sweep
-from consumer_api.serve import raise_open_files
 from consumer_api.settings import ApiOptions
+from precast.http.reaper import silent_for_ms, sweep
+from precast.http.serve import raise_open_files
 from tests.api_fixtures import make_app, make_service, now_ms, prediction
 
 

@@ -366,10 +366,10 @@ def test_board_page_is_served_with_a_strict_content_security_policy():
 
 
 def test_board_endpoints_over_an_in_memory_service():
-    svc = make_service(auth_token="t0k")
+    svc = make_service(auth_token="pct_board-unit-test-token-0123")
     board = make_board(svc, panel_s=0)
     client = TestClient(make_app(svc, board))
-    auth = {"Authorization": "Bearer t0k"}
+    auth = {"Authorization": "Bearer pct_board-unit-test-token-0123"}
     now = now_ms()
     board.index.stored([("dev-1", prediction("dev-1", now - 50))])
     assert client.get("/board/").status_code == 200  # the page holds no data: no token

@@ -59,3 +59,33 @@ def test_kafka_configuration_librdkafka_refuses_is_one_line(module):
         len(lines) == 1
         and 'configuration refused: No such configuration property: "no.such.prop"' in lines[0]
     )
+
+
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        ({"PRECAST_API__AUTH_TOKEN": ""}, "set but empty"),
+        ({"PRECAST_API__AUTH_TOKEN": "change-me"}, "placeholder"),
+        ({"PRECAST_API__AUTH_TOKEN": "  "}, "set but empty"),
+        ({"PRECAST_API__HOST": "0.0.0.0"}, "beyond loopback, without a token"),
+        (
+            {"PRECAST_API__HOST": "::", "PRECAST_API__PORT": "8111"},
+            "beyond loopback, without a token",
+        ),
+    ],
+)
+def test_the_api_refuses_open_doors_in_one_line(env, says):
+    """An empty token (what `${VAR:-}` in a compose file gives), a placeholder, or a
+    non-loopback address without any token: the API does not start."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PRECAST_API__")}
+    run = subprocess.run(
+        [sys.executable, "-m", "consumer_api.cli"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, **env},
+    )
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], run.stderr
+    assert "change-me" not in lines[0]  # a refused value is never echoed

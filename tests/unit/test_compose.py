@@ -19,6 +19,11 @@ from workers.settings import ContextSettings, DriftSettings, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+NGINX = (ROOT / "compose" / "nginx.conf").read_text()
+FILES = ["docker-compose.yml", "docker-compose.cluster.yml"]
+# ${NAME}, ${NAME:-default}, ${NAME:?message} and the other forms compose interpolates
+INTERPOLATED = re.compile(r"\$\{([A-Z0-9_]+)(:?[-?+])?([^}]*)\}")
+SECRET = re.compile(r"TOKEN|PASSWORD|SECRET|KEY")
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 SETTINGS_OF = {
     "precast": StackCliSettings,
@@ -73,7 +78,10 @@ def test_commands_and_env_exist_in_code(name):
 def test_ports_and_healthchecks_match_settings():
     api = COMPOSE["services"]["api"]
     port = api["environment"]["PRECAST_API__PORT"]
-    assert f"{port}:{port}" in api["ports"]
+    assert "ports" not in api  # reached through the proxy only
+    assert f"proxy_pass http://api:{port};" in NGINX
+    auditor = COMPOSE["services"]["auditor"]["environment"]["PRECAST_AUDIT__PORT"]
+    assert f"proxy_pass http://auditor:{auditor}/;" in NGINX
     assert f":{port}/readyz" in " ".join(api["healthcheck"]["test"])
     for name in ("simulator", "worker"):
         svc = COMPOSE["services"][name]
@@ -130,3 +138,59 @@ def test_prometheus_scrapes_every_precast_service_and_loads_the_rules():
     assert len(dashboards) >= 7
     for d in dashboards:
         assert f'"uid": "{datasource["uid"]}"' in d.read_text(), d.name
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_required_secrets_fail_fast_when_unset(name):
+    """A secret has no default: `${VAR:?why}` stops `docker compose up` with that message, where
+    `${VAR:-change-me}` (or an empty `${VAR:-}`) would open a door."""
+    text = (ROOT / "compose" / name).read_text()
+    secrets = [m for m in INTERPOLATED.finditer(text) if SECRET.search(m.group(1))]
+    assert secrets, "no secret is interpolated at all?"
+    for m in secrets:
+        assert m.group(2) == ":?" and m.group(3).strip(), f"{m.group(0)} must be ${{VAR:?why}}"
+    assert "change-me" not in text and "admin/admin" not in text
+    assert 'ANONYMOUS_ENABLED: "true"' not in text
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_only_the_proxy_is_published_and_on_loopback_by_default(name):
+    doc = yaml.safe_load((ROOT / "compose" / name).read_text())
+    published = {n: s["ports"] for n, s in doc["services"].items() if "ports" in s}
+    assert set(published) == {"proxy"}
+    for port in published["proxy"]:
+        m = INTERPOLATED.match(port)
+        assert m and m.group(1) == "PRECAST_PUBLISH_ADDRESS" and m.group(2) == ":-", port
+        assert m.group(3) == "127.0.0.1", port
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_everything_else_stays_on_the_internal_network(name):
+    doc = yaml.safe_load((ROOT / "compose" / name).read_text())
+    assert doc["networks"]["internal"] == {"internal": True}
+    for n, svc in doc["services"].items():
+        want = ["internal", "edge"] if n == "proxy" else ["internal"]
+        assert svc.get("networks") == want, n
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_api_runs_beyond_loopback_only_with_tokens(name):
+    doc = yaml.safe_load((ROOT / "compose" / name).read_text())
+    env = {
+        k: v for k, v in doc["services"]["api"]["environment"].items() if k.startswith("PRECAST_")
+    }
+    api = {k.removeprefix("PRECAST_API__").lower(): v for k, v in env.items() if "_API__" in k}
+    assert api["host"] == "0.0.0.0" and api["tokens_file"].startswith("/run/precast/tokens/")
+    assert "auth_token" not in api  # a plain token in the environment: the file holds digests
+    mounts = " ".join(doc["services"]["api"]["volumes"])
+    assert ":/run/precast/tokens:ro" in mounts  # the folder: api-token replaces the file
+    ApiSettings(api=api)
+    with pytest.raises(ValueError, match="without a token"):
+        ApiSettings(api={k: v for k, v in api.items() if k != "tokens_file"})
+
+
+def test_grafana_has_a_login_and_sits_behind_the_proxy():
+    env = COMPOSE["services"]["grafana"]["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    assert "proxy_pass http://grafana:3000;" in NGINX

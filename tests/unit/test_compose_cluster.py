@@ -73,7 +73,7 @@ def test_precast_services_point_at_the_whole_topology(name):
     s = settings_of(svc)
     assert s.kafka.bootstrap_servers.split(",") == [f"{k}:9092" for k in KAFKA]
     assert s.topics.replication_factor == len(KAFKA)
-    assert s.redis.cluster and re.match(rf"redis://({'|'.join(REDIS)}):6379", s.redis.url)
+    assert s.redis.cluster and re.match(rf"redis://:[^@]+@({'|'.join(REDIS)}):6379", s.redis.url)
 
 
 def test_redis_cluster_nodes_and_init():

@@ -21,7 +21,7 @@ from precast.serving import (
     encode,
     entry_from_prediction,
 )
-from schemas.predictions import supersedes
+from schemas.predictions import order_key, supersedes
 from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
 
 keys = st.tuples(
@@ -37,10 +37,16 @@ def test_rule_is_a_strict_total_order(a, b):
     assert supersedes(a, None)
 
 
-def test_rule_compares_data_time_then_production_then_version():
-    assert supersedes((2, 0, "a"), (1, 9, "z"))
-    assert supersedes((1, 2, "a"), (1, 1, "z"))
-    assert supersedes((1, 1, "1.9.0"), (1, 1, "1.10.0"))  # string order, documented
+def test_rule_compares_data_time_then_live_before_backfill_then_production_then_version():
+    k = order_key
+    assert supersedes(k(2, 0, "a"), k(1, 9, "z"))
+    assert supersedes(k(1, 2, "a"), k(1, 1, "z"))
+    assert supersedes(k(1, 1, "1.9.0"), k(1, 1, "1.10.0"))  # string order, documented
+    # a backfill of the same data never replaces the live answer, however late it is produced
+    assert supersedes(k(1, 1, "1.0.0"), k(1, 5, "1.1.0", backfill=True))
+    assert not supersedes(k(1, 5, "1.1.0", backfill=True), k(1, 1, "1.0.0"))
+    # but newer data wins whatever made it
+    assert supersedes(k(2, 0, "1.1.0", backfill=True), k(1, 9, "1.0.0"))
 
 
 @settings(max_examples=300)
@@ -128,11 +134,12 @@ def test_purge_and_delete():
     st.integers(-1, 10**6),
     st.booleans(),
     st.binary(),
+    st.booleans(),
 )
-def test_codec_round_trip(c, p, version, inf, purge, body):
+def test_codec_round_trip(c, p, version, inf, purge, body, backfill):
     from precast.serving import Entry
 
-    e = Entry(c, p, version, c + 1 if c < 10**13 - 1 else c, p, inf, purge, body)
+    e = Entry(c, p, version, c + 1 if c < 10**13 - 1 else c, p, inf, purge, body, backfill)
     assert decode(encode(e)) == e
 
 

@@ -6,7 +6,7 @@ from schemas.topics import Topics, catalog
 def test_catalog_contract():
     t = catalog("p.", partitions=12, replication_factor=3)
     names = [s.name for s in t]
-    assert len(names) == len(set(names)) == len(fields(Topics)) == 11
+    assert len(names) == len(set(names)) == len(fields(Topics)) == 12
     assert all(n.startswith("p.") for n in names)
     assert t.predictions.cleanup_policy == "compact"
     assert t.device_context.cleanup_policy == "compact"
@@ -19,3 +19,5 @@ def test_catalog_contract():
     assert t.by_name("p.alarms") is t.alarms
     # read hints are advice with a short life, keyed by device like the events they steer
     assert t.read_hints.keyed_by_device and t.read_hints.cleanup_policy == "delete"
+    # presence: one record per assign-based reader instance, the newest kept
+    assert t.presence.cleanup_policy == "compact" and not t.presence.keyed_by_device

@@ -31,6 +31,7 @@ from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from schemas.topics import TopicSpec, catalog
 from schemas.validation import Rejected
+from workers.context.faust_config import connection_options, preflight
 from workers.settings import ContextSettings
 
 log = logging.getLogger("precast.context")
@@ -61,7 +62,7 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     c.data_dir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id,
-        broker=f"kafka://{settings.kafka.bootstrap_servers}",
+        **connection_options(settings.kafka),  # TLS, SASL, client id, EXTRA (faust_config)
         store="memory://",
         topic_partitions=t.partitions,
         topic_replication_factor=t.replication_factor,
@@ -172,7 +173,7 @@ def prepare_topics(settings: ContextSettings, app: Any) -> None:
 def run(settings: ContextSettings) -> int:
     import faust
 
-    Admin(settings.kafka).wait_reachable()
+    preflight(settings)
     app, state = build_app(settings)
     prepare_topics(settings, app)
 

@@ -1,6 +1,8 @@
 """`python -m workers.precompute.backfill --model DIR --ranges JSON`: run bounded offset ranges of the
 event topics through one model version into the predictions topic, every output marked as a
-backfill (trigger "backfill", `backfill: true`, lineage to the input records).
+backfill (trigger "backfill", `backfill: true`, lineage to the input records). A backfill ranks
+below a live answer computed from the same data (schemas.predictions.order_key); with
+`--outrank-live` its records say `backfill: false` and rank like live answers.
 
 `precast backfill` resolves time ranges to offsets and runs this (precast never imports the
 workers package). The run uses a consumer group of its own, deleted at the end, so the live
@@ -25,6 +27,7 @@ from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from workers.precompute.cli import build
+from workers.precompute.encode import backfill_outranks_live
 from workers.precompute.loop import Worker
 from workers.settings import WorkerSettings
 
@@ -121,11 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--ranges", required=True, help='{"topic": [[partition, start, end], ...]} (ends exclusive)'
     )
+    p.add_argument(
+        "--outrank-live",
+        action="store_true",
+        help="rank the outputs like live answers (they then replace live answers of the same data)",
+    )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
 
     def body() -> int:
         assignment, stop_at = parse_ranges(args.ranges)
+        backfill_outranks_live(args.outrank_live)
         settings = load(
             WorkerSettings,
             model={"path": args.model, "registry": None},

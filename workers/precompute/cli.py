@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from precast.fleet import load_fleet
-from precast.kafka import Admin
+from precast.kafka.access import connect_as
 from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
@@ -86,7 +86,7 @@ def _load_model(path: Path, **kw: Any) -> ModelSession:
 
 
 def run(settings: WorkerSettings) -> int:
-    Admin(settings.kafka).wait_reachable()
+    connect_as(settings, "worker")  # one line for a refused password or ACL
     worker = build(settings)
 
     def health() -> tuple[bool, dict]:

@@ -185,6 +185,13 @@ _TRIGGERS = {
 }
 
 
+def backfill_outranks_live(outrank: bool) -> None:
+    """Process-wide, for a backfill run only (`precast backfill --outrank-live`): its records
+    say `backfill: false`, so they rank like live answers and win a tie on data time by being
+    produced later (schemas.predictions.order_key). The trigger stays "backfill"."""
+    _TRIGGERS[True] = (_TRIGGERS[True][0], dict.fromkeys(TRIGGER, b"false" if outrank else b"true"))
+
+
 def encode(
     items: Sequence[Pending],
     idx: np.ndarray,

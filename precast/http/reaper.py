@@ -2,7 +2,7 @@
 
 Granian (hyper) times a request head only from its first byte, so a socket that connects and
 stays silent is held for ever: enough of them take every connection slot. uvicorn gets a head
-deadline from consumer_api.uvicorn_protocol; for granian, a thread looks at this process's own
+deadline from precast.http.uvicorn_protocol; for granian, a thread looks at this process's own
 sockets on the API port every few seconds and shuts down those that have received nothing for
 longer than `header_timeout_s` (the kernel's TCP_INFO: bytes received, ms since the last data).
 Event streams and keep-alive connections have received their request, so they are never

@@ -1,0 +1,89 @@
+"""`precast api-token new | add | list | revoke`: the read API's bearer tokens (precast.tokens).
+
+`add` makes a token, writes only its SHA-256 digest to the tokens file (mode 0600, replaced
+atomically) and prints the token once; `revoke` removes a line; a running API re-reads the file
+within a second (or on SIGHUP), so adding, rotating (add a new name, move the clients, revoke the
+old) and revoking need no restart. docs/security.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from opsctl.settings import StackCliSettings
+from precast.errors import ConfigError
+from precast.files import write_private
+from precast.progress import table
+from precast.tokens import SCOPES, line_for, new_token, parse_file, parse_scopes
+
+
+def add_parser(sub: Any) -> None:
+    tp = sub.add_parser("api-token", help="the read API's bearer tokens", description=__doc__)
+    acts = tp.add_subparsers(dest="action", required=True)
+    acts.add_parser("new", help="print a fresh token (stored nowhere)").set_defaults(fn=run_new)
+    for name, hlp, fn in (
+        ("add", "make a token, store its digest, print it once", run_add),
+        ("list", "names and scopes in the tokens file", run_list),
+        ("revoke", "remove a token from the tokens file", run_revoke),
+    ):
+        ap = acts.add_parser(name, help=hlp)
+        ap.add_argument(
+            "--file", required=True, type=Path, help="the tokens file (PRECAST_API__TOKENS_FILE)"
+        )
+        if name != "list":
+            ap.add_argument("name")
+        if name == "add":
+            ap.add_argument("--scopes", required=True, help=f"comma-separated: {', '.join(SCOPES)}")
+        ap.set_defaults(fn=fn)
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    text = path.read_text()
+    parse_file(text, path)  # refuse to edit a file the API would refuse
+    return text.splitlines()
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    # atomic: the API re-reading it sees the old file or the new one, never half of one
+    write_private(path, "".join(line + "\n" for line in lines))
+
+
+def run_new(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    print(new_token())
+    return 0
+
+
+def run_add(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    lines = _lines(args.file)
+    if any(ln.split()[:1] == [args.name] for ln in lines):
+        raise ConfigError(f"{args.file} already has a token named {args.name!r}; revoke it first")
+    token = new_token()
+    header = ["# name scopes digest (precast api-token; the tokens themselves are never stored)"]
+    _write(args.file, (lines or header) + [line_for(args.name, parse_scopes(args.scopes), token)])
+    print(token)
+    print(
+        f"added {args.name!r} ({args.scopes}) to {args.file}; this is the only time the token "
+        "is shown",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    tokens = parse_file(args.file.read_text(), args.file) if args.file.exists() else []
+    print(table(["name", "scopes"], [[t.name, ",".join(sorted(t.scopes))] for t in tokens]))
+    return 0
+
+
+def run_revoke(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    lines = _lines(args.file)
+    kept = [ln for ln in lines if ln.split()[:1] != [args.name]]
+    if len(kept) == len(lines):
+        raise ConfigError(f"{args.file} has no token named {args.name!r}")
+    _write(args.file, kept)
+    print(f"revoked {args.name!r}: the API refuses it from its next re-read (about a second)")
+    return 0

@@ -1,0 +1,126 @@
+"""Presence records: readers that assign partitions instead of joining a consumer group (the
+read API's materializer, board feed and lineage reads; the auditor) are invisible to the
+broker's group listing, so the live-target guard of the operator tools could not see them.
+Each such process publishes, every `INTERVAL_S`, one small record to the compacted presence
+topic (key = its instance) naming the topics it reads; on a clean stop it writes a tombstone.
+A record older than `ttl_ms` is a process that died without one.
+
+Value: JSON `{"component", "instance", "reads": [topics], "at_ms", "ttl_ms"}`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import orjson
+
+from precast.kafka import KafkaFailure, Producer
+from precast.settings import KafkaSettings
+
+log = logging.getLogger("precast.presence")
+
+INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Reader:
+    component: str
+    instance: str
+    reads: tuple[str, ...]
+    at_ms: int
+    ttl_ms: int
+
+    def alive(self, now_ms: int) -> bool:
+        return now_ms - self.at_ms <= self.ttl_ms
+
+
+def decode(value: bytes | None) -> Reader | None:
+    """A presence record, or None for a tombstone or anything malformed (never trusted further
+    than its shape: the guard only compares topic names)."""
+    if not value:
+        return None
+    try:
+        doc = orjson.loads(value)
+        reads = doc["reads"]
+        if not (isinstance(reads, list) and all(isinstance(t, str) for t in reads)):
+            return None
+        return Reader(
+            str(doc["component"])[:64],
+            str(doc["instance"])[:200],
+            tuple(reads),
+            int(doc["at_ms"]),
+            int(doc["ttl_ms"]),
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def live(values: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> list[Reader]:
+    """The readers alive now from (key, value) records in log order (newest per key wins)."""
+    last: dict[bytes, Reader | None] = {}
+    for key, value in values:
+        if key:
+            last[key] = decode(value)
+    return [r for r in last.values() if r is not None and r.alive(now_ms)]
+
+
+class Presence:
+    """Publishes this process's presence on its own thread until `stop()`."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        component: str,
+        reads: Iterable[str],
+        interval_s: float = INTERVAL_S,
+    ) -> None:
+        self.topic, self.component, self.reads = topic, component, sorted(set(reads))
+        self.interval_s = interval_s
+        self.instance = f"{component}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._producer = Producer(kafka)
+        self._stop = threading.Event()
+        self._warned = False
+        self._thread = threading.Thread(target=self._run, name="presence", daemon=True)
+
+    def _value(self) -> bytes:
+        return orjson.dumps(
+            {
+                "component": self.component,
+                "instance": self.instance,
+                "reads": self.reads,
+                "at_ms": int(time.time() * 1000),
+                "ttl_ms": int(self.interval_s * 3 * 1000),
+            }
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(self.topic, self.instance.encode(), self._value())
+                self._producer.poll(0)
+            except KafkaFailure as exc:  # the guard then sees it as gone; the reader goes on
+                if not self._warned:  # once: the reader's own work is not affected
+                    log.warning("presence records not sent (the guard cannot see us): %s", exc)
+                    self._warned = True
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> Presence:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self._producer.produce(self.topic, self.instance.encode(), None)  # gone now
+            self._producer.flush(5)
+        except KafkaFailure as exc:
+            log.warning("presence tombstone not sent: %s", exc)
