@@ -18,7 +18,8 @@ def register(sub: Any) -> None:
         shadow,
         train,
     )
+    from opsctl.dataset import cli as dataset
 
     modules = (fleet, train, replay, backfill, shadow, deadletters, purge, rebuild, lag, audit)
-    for module in modules:
+    for module in (*modules, dataset):
         module.add_parser(sub)

@@ -14,6 +14,7 @@ from precast.fleet import Fleet as CompiledFleet
 from precast.fleet.outcomes import PartitionRows, Window
 from precast.kafka import Record
 from producers.simulator import Fleet, Resolutions
+from schemas.partitioning import partition_for
 from schemas.topics import Topics, catalog
 
 T0 = 1_700_000_000_000
@@ -42,6 +43,7 @@ def simulate(
     delay_s: float = 600,
     step_ms: int = 7,
     topics: Topics = TOPICS,
+    t0: int = T0,
 ) -> Simulated:
     """`rounds` heartbeats per device with work orders resolved after `delay_s` simulated
     seconds on average (fast simulated time: many of them), event times `step_ms` apart."""
@@ -54,24 +56,25 @@ def simulate(
         resolutions=Resolutions(wrong_share=0.05, missing_share=0.1, delay_s=delay_s),
     )
     out = Simulated(fleet, topics)
-    offsets: Counter[str] = Counter()
-    t = T0
+    offsets: Counter[tuple[str, int]] = Counter()
+    parts = topics.heartbeats.partitions
+    t = t0
     for _ in range(rounds):
         for e in sim.sim.step(devices, 0):
             t += step_ms
             e.event["event_time_ms"] = e.event["produced_at_ms"] = t
             w = sim.wire(e)
-            name = getattr(topics, w.role).name
-            out.records.append(
-                Record(name, 0, offsets[name], w.device_id.encode(), orjson.dumps(w), [], t)
-            )
-            offsets[name] += 1
+            name, key = getattr(topics, w.role).name, w.device_id.encode()
+            p = partition_for(key, parts)
+            out.records.append(Record(name, p, offsets[(name, p)], key, orjson.dumps(w), [], t))
+            offsets[(name, p)] += 1
     out.last_ms = t
     return out
 
 
 def window(s: Simulated, lookback_ms: int = 10**12) -> Window:
-    return Window(T0, s.last_ms + 1, s.last_ms + 1, lookback_ms, lookback_ms)
+    first = min((r.timestamp()[1] for r in s.records), default=T0)
+    return Window(first, s.last_ms + 1, s.last_ms + 1, lookback_ms, lookback_ms)
 
 
 def build(s: Simulated, w: Window | None = None) -> PartitionRows:

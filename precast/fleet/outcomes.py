@@ -102,10 +102,10 @@ class PartitionRows:
             raise ValueError(f"fleet spec {fleet.name!r} declares no [outcomes]")
         self.fleet, self.w, self.o = fleet, window, o
         streams = fleet.spec.streams
-        self.outcome_role = streams[o.stream].topic
+        self.outcome_role: str = streams[o.stream].topic
         self.stream_of: dict[str, str] = {s.topic: name for name, s in streams.items()}
         # the topic roles pass 2 reads: what the context reads, and the outcome stream
-        self.context_roles = tuple(
+        self.context_roles: tuple[str, ...] = tuple(
             dict.fromkeys(
                 [*(streams[n].topic for n in sorted(fleet.context.streams)), self.outcome_role]
             )
