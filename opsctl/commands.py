@@ -12,6 +12,7 @@ def register(sub: Any) -> None:
         deadletters,
         fleet,
         lag,
+        promote,
         purge,
         rebuild,
         replay,
@@ -21,5 +22,5 @@ def register(sub: Any) -> None:
     from opsctl.dataset import cli as dataset
 
     modules = (fleet, train, replay, backfill, shadow, deadletters, purge, rebuild, lag, audit)
-    for module in (*modules, dataset):
+    for module in (*modules, dataset, promote):
         module.add_parser(sub)
