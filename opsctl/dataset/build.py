@@ -19,7 +19,7 @@ from opsctl.reader import RangeReader, range_consumer
 from precast.errors import ConfigError
 from precast.fleet import Fleet
 from precast.fleet.outcomes import PartitionRows, Window
-from precast.kafka import Admin, KafkaMessage
+from precast.kafka import Admin, Consumer, KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.topics import Topics
 
@@ -102,21 +102,23 @@ def make_plan(
 
 
 def build_partition(
-    kafka: KafkaSettings, fleet: Fleet, plan: Plan, p: int, progress: Callable[[int], None]
+    consumer: Consumer, fleet: Fleet, plan: Plan, p: int, progress: Callable[[int], None]
 ) -> PartitionRows:
-    """The rows of partition p; `progress(n)` after each batch (and for skipped ranges)."""
+    """The rows of partition p, read with `consumer` (one for the whole build: its metadata
+    and connections are reused by every pass); `progress(n)` after each batch and for the
+    ranges a pass can skip."""
     rows = PartitionRows(fleet, plan.window)
-    _read(kafka, plan, "outcomes", rows.outcome_role, p, rows.outcomes, progress)
+    _read(consumer, plan, "outcomes", rows.outcome_role, p, rows.outcomes, progress)
     labelled = bool(rows.plan())
     for role in rows.context_roles:
-        _read(kafka, plan, "context", role, p, partial(rows.context, role), progress, labelled)
+        _read(consumer, plan, "context", role, p, partial(rows.context, role), progress, labelled)
     rows.fold()
-    _read(kafka, plan, "heartbeats", "heartbeats", p, rows.heartbeats, progress, labelled)
+    _read(consumer, plan, "heartbeats", "heartbeats", p, rows.heartbeats, progress, labelled)
     return rows
 
 
 def _read(
-    kafka: KafkaSettings,
+    consumer: Consumer,
     plan: Plan,
     what: str,
     role: str,
@@ -129,10 +131,11 @@ def _read(
     if not needed or end <= start:  # no outcomes in this partition: nothing else to read
         progress(max(0, end - start))
         return
-    c = range_consumer(kafka, f"dataset-{what}")
+    topic = plan.topics[role]
     try:
-        for batch in RangeReader(c, plan.topics[role], [OffsetRange(p, start, end)]):
+        for batch in RangeReader(consumer, topic, [OffsetRange(p, start, end)]):
             sink(batch)
             progress(len(batch))
     finally:
-        c.close()
+        # the reader pauses a partition it finished; the next pass may assign it again
+        consumer.resume([TopicPartitionOffset(topic, p)])

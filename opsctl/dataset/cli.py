@@ -20,6 +20,7 @@ from opsctl.checkpoint import fingerprint, save_json
 from opsctl.dataset import parts
 from opsctl.dataset.build import Plan, build_partition, make_plan
 from opsctl.ranges import format_time, parse_time, parse_time_range
+from opsctl.reader import range_consumer
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
@@ -186,9 +187,10 @@ def _build(
     progress = bar(sum(plan.size(p) for p in todo), "dataset", enabled=not args.no_progress)
     t0 = time.monotonic()
     read = 0
+    consumer = range_consumer(settings.kafka, "dataset")
     try:
         for p in todo:
-            rows = build_partition(settings.kafka, fleet, plan, p, progress.update)
+            rows = build_partition(consumer, fleet, plan, p, progress.update)
             n = parts.write_part(args.out, p, rows.rows(), fleet.features.names)
             read += sum(rows.read.values())
             cp["done"][str(p)] = {
@@ -202,6 +204,7 @@ def _build(
             parts.save_checkpoint(args.out, cp)
     finally:
         progress.close()
+        consumer.close()
     elapsed = time.monotonic() - t0
     manifest = _manifest(fleet, plan, cp, args.out)
     save_json(args.out / parts.MANIFEST, manifest)

@@ -41,6 +41,7 @@ import orjson
 from precast.fleet.runtime import Fleet
 from precast.kafka import KafkaMessage
 from schemas.normalize import Rejection
+from schemas.wire import StreamReader
 
 CANDIDATES = 3  # raw heartbeats kept per open (newest first): room for rejected ones
 # Columns every dataset has besides the features (a feature of the same name is refused).
@@ -116,6 +117,7 @@ class PartitionRows:
         self._closes: dict[tuple[str, str], _Close] = {}
         self._by_device: dict[str, list[_Open]] = {}  # labelled devices, opens by time
         self._keys: set[bytes] = set()
+        self._last_open: dict[bytes, int] = {}
         self._events: dict[str, list[tuple[int, int, str, dict[str, Any]]]] = {}
         self._seq = 0
         self.read = Counter[str]()
@@ -175,6 +177,9 @@ class PartitionRows:
         if outside:
             self.dropped["opened_outside_range"] += outside
         self._keys = {d.encode() for d in self._by_device}
+        self._last_open = {
+            d.encode(): max(op.label.opened_ms for op in ops) for d, ops in self._by_device.items()
+        }
         return self.labels
 
     # -- pass 2: context ---------------------------------------------------------------------------
@@ -183,9 +188,16 @@ class PartitionRows:
         keys, stream = self._keys, self.stream_of[role]
         lo = self.w.from_ms - self.w.context_lookback_ms
         count = role != self.outcome_role  # pass 1 counted that topic's rejections
+        reader = self.fleet.validator.readers[role]
         for m in msgs:
             self.read[f"context:{role}"] += 1
-            if m.key() not in keys:
+            key = m.key()
+            if key not in keys:
+                continue
+            # a cheap look at the time first: an event after the device's last open (or before
+            # the lookback) can change none of its rows, so it is not worth a full validation
+            t = _time_of(reader, m.value())
+            if t is not None and not lo <= t <= self._last_open[key]:
                 continue
             e = self._judge(role, m, count)
             if e is None or e["device_id"] not in self._by_device:
@@ -214,14 +226,12 @@ class PartitionRows:
     def heartbeats(self, msgs: Iterable[KafkaMessage]) -> None:
         keys, reader = self._keys, self.fleet.validator.readers["heartbeats"]
         lookback = self.w.heartbeat_lookback_ms
-        wanted = [m for m in msgs if m.key() in keys]
+        batch = list(msgs)
+        self.read["heartbeats"] += len(batch)
+        wanted = [m for m in batch if m.key() in keys]
         for m in wanted:
             value = m.value()
-            try:
-                data = orjson.loads(value) if value is not None else None
-                t = reader.event_time(data) if isinstance(data, dict) else None
-            except (orjson.JSONDecodeError, Rejection):
-                t = None
+            t = _time_of(reader, value)
             if t is None or value is None:
                 continue  # the validator rejects it too; the worker never uses it
             self._seq += 1
@@ -272,6 +282,18 @@ class PartitionRows:
             if got.ok:
                 return t, self.fleet.features.state_row(got.event)
             self.rejected[f"heartbeats:{got.reason.value}"] += 1
+        return None
+
+
+def _time_of(reader: StreamReader, value: bytes | None) -> int | None:
+    """The event time of a raw record as the validator would read it; None when it has none
+    a reader can find (the validator rejects such a record)."""
+    if value is None:
+        return None
+    try:
+        data = orjson.loads(value)
+        return reader.event_time(data) if isinstance(data, dict) else None
+    except (orjson.JSONDecodeError, Rejection):
         return None
 
 
