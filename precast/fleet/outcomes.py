@@ -20,7 +20,8 @@ Three passes over a partition, each in read order:
    parse for the others.
 
 Memory: the opens and resolutions of the partition's range, the context events of labelled
-devices, and a few raw heartbeats per label; nothing grows with the heartbeats read.
+devices up to their last open (only the fields the reducer reads), and a few raw heartbeats
+per label; nothing grows with the heartbeats read.
 
 Leakage is excluded by construction (no event after an open reaches its row; the context is
 folded in event-time order whatever order the topics hold); the skew test
@@ -111,6 +112,12 @@ class PartitionRows:
                 [*(streams[n].topic for n in sorted(fleet.context.streams)), self.outcome_role]
             )
         )
+        # what the reducer reads of each stream's events: all a held event keeps
+        self._reads: dict[str, tuple[str, ...]] = {}
+        for c in fleet.spec.context.values():
+            named = (getattr(c, a, None) for a in ("entity", "status", "distinct", "field"))
+            keep = [*self._reads.get(c.stream, ()), *c.where, *(n for n in named if n)]
+            self._reads[c.stream] = tuple(dict.fromkeys(keep))
         self.rejected: Counter[str] = Counter()  # "role:reason"
         self.dropped: Counter[str] = Counter()
         self._opens: dict[tuple[str, str], int] = {}
@@ -206,7 +213,8 @@ class PartitionRows:
             if t < lo or t >= self.w.to_ms:
                 continue
             self._seq += 1
-            self._events.setdefault(e["device_id"], []).append((t, self._seq, stream, e))
+            held = {k: e.get(k) for k in (*_ENVELOPE, *self._reads.get(stream, ()))}
+            self._events.setdefault(e["device_id"], []).append((t, self._seq, stream, held))
 
     def fold(self) -> None:
         """Each labelled device's context as of each of its opens, events in event-time order."""
@@ -283,6 +291,9 @@ class PartitionRows:
                 return t, self.fleet.features.state_row(got.event)
             self.rejected[f"heartbeats:{got.reason.value}"] += 1
         return None
+
+
+_ENVELOPE = ("device_id", "event_id", "event_time_ms")
 
 
 def _time_of(reader: StreamReader, value: bytes | None) -> int | None:
