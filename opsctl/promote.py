@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> None:
         "--truth",
         default="outcomes",
         help="what accuracy is measured against (default outcomes: resolved work orders; "
-        "DEVICES:SEED for a simulated fleet)",
+        "DEVICES:SEED for a simulated fleet; none: gate on agreement and counts only)",
     )
     pp.add_argument(
         "--all-triggers",
@@ -151,13 +151,13 @@ def _gated(
         events=None,
         all_triggers=args.all_triggers,
         context_lookback=24.0,
-        truth=args.truth,
+        truth=None if args.truth == "none" else args.truth,
         require_agreement=args.require_agreement,
         require_top3_overlap=args.require_top3_overlap,
         require_accuracy=None,
         max_calibration_error=None,
-        max_accuracy_drop=args.max_accuracy_drop,
-        min_scored=args.min_scored,
+        max_accuracy_drop=None if args.truth == "none" else args.max_accuracy_drop,
+        min_scored=None if args.truth == "none" else args.min_scored,
         min_predictions=args.min_predictions,
         report_dir=report_dir,
         json=False,
