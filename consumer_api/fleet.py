@@ -316,6 +316,7 @@ class FleetIndex:
         latest, grace = self._latest, self.grace_ms
         counts = dict.fromkeys(SOURCES, 0)
         ages = []
+        models: dict[str, list[int]] = {}  # version -> [answers, oldest produced_at_ms]
         for d in devices:
             e = latest.get(d)
             if e is None or e.purge or e.valid_until_ms + grace <= now_ms:
@@ -326,14 +327,24 @@ class FleetIndex:
             else:
                 counts[STALE if self.serve_stale else FALLBACK] += 1
             ages.append(now_ms - e.computed_at_ms)
+            m = models.setdefault(e.model_version, [0, e.produced_at_ms])
+            m[0] += 1
+            m[1] = min(m[1], e.produced_at_ms)
+        scale = n / len(devices) if sampled else 1.0
         if sampled:
-            counts = {k: round(v * n / len(devices)) for k, v in counts.items()}
+            counts = {k: round(v * scale) for k, v in counts.items()}
         ages.sort()
         return {
             "devices": n,
             "by_source": counts,
             "median_age_ms": ages[len(ages) // 2] if ages else None,
             "sampled": sampled,
+            # which model versions the served answers come from, and the oldest answer of each
+            # (since when it serves, as far as the answers held here tell)
+            "models": [
+                {"version": v, "devices": round(k * scale), "since_ms": since}
+                for v, (k, since) in sorted(models.items(), key=lambda kv: -kv[1][0])
+            ],
         }
 
 

@@ -27,6 +27,23 @@ def fingerprint(params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def save_json(path: Path, doc: Any) -> None:
+    """Write a JSON document atomically and durably: a kill leaves the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    # The rename itself must be durable too, or a crash can bring back the old file.
+    dirfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
 def target_key(topic: str, partition: int) -> str:
     return f"{partition}@{topic}"
 
@@ -67,19 +84,7 @@ class Checkpoint:
 
     def save(self, path: Path) -> None:
         self.updated_at_ms = int(time.time() * 1000)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(asdict(self), f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        # The rename itself must be durable too, or a crash can bring back the old file.
-        dirfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
+        save_json(path, asdict(self))
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint | None:

@@ -8,6 +8,7 @@ precast fleet check FILE | schema | show           (fleet specs, docs/fleets.md)
 precast train --version V --simulate ROWS | --data FILE
 precast observe generate | check   (alert rules and dashboards as code, docs/observability.md)
 precast replay | backfill | shadow | deadletters | purge | lag | rebuild   (SRE tools, docs/sre.md)
+precast dataset build | show, precast promote   (learn from outcomes, docs/sre.md)
 precast audit checkpoint | prove | verify                       (audit log, docs/audit.md)
 """
 

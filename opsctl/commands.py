@@ -14,12 +14,14 @@ def register(sub: Any) -> None:
         deadletters,
         fleet,
         lag,
+        promote,
         purge,
         rebuild,
         replay,
         shadow,
         train,
     )
+    from opsctl.dataset import cli as dataset
 
     modules = (
         fleet,
@@ -35,5 +37,5 @@ def register(sub: Any) -> None:
         api_tokens,
         acls,
     )
-    for module in modules:
+    for module in (*modules, dataset, promote):
         module.add_parser(sub)

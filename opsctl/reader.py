@@ -66,7 +66,11 @@ class RangeReader:
     def __iter__(self) -> Iterator[list[KafkaMessage]]:
         idle_since = time.monotonic()
         while self.active:
-            msgs = self.consumer.consume(self.batch, 0.2)
+            # never ask for more than the ranges hold: consume() waits until it has the count
+            # or times out, so a range's last batch would wait out the timeout every time (a
+            # build that reads many small ranges, one partition after another, paid 0.2 s each)
+            left = sum(e - self.positions[p] for p, e in self.active.items())
+            msgs = self.consumer.consume(max(1, min(self.batch, left)), 0.2)
             if not msgs:
                 self._check_positions()
                 if self.active and time.monotonic() - idle_since > self.idle_timeout_s:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from precast.audit.settings import AuditSettings
 from precast.settings import CommonSettings, KafkaSettings, Section
@@ -115,7 +115,24 @@ class OpsSettings(Section):
     )
 
 
+class ModelLocation(BaseModel):
+    """Where the workers' models are, as `precast promote` needs it: the worker's own
+    PRECAST_MODEL__REGISTRY (the worker's other model settings are its own, so ignored here)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    registry: Path | None = Field(
+        default=None, description="the model registry folder `precast promote` writes ACTIVE in"
+    )
+
+    @field_validator("registry", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        return None if v == "" else v
+
+
 class StackCliSettings(CommonSettings):
     stack: StackSettings = StackSettings()
     ops: OpsSettings = OpsSettings()
     audit: AuditSettings = AuditSettings()
+    model: ModelLocation = ModelLocation()

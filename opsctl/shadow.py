@@ -17,25 +17,30 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from opsctl.checkpoint import fingerprint
 from opsctl.filters import split_list
 from opsctl.guard import partitions_of
+from opsctl.outcome_truth import write_truth
 from opsctl.ranges import TimeRange, add_range_args, range_inputs
 from opsctl.reader import resolve
 from opsctl.settings import StackCliSettings
 from opsctl.shadow_report import Thresholds, gate, render_html, render_text
 from precast.errors import ConfigError
+from precast.fleet import Fleet, load_fleet
 from precast.kafka import Admin
 from precast.progress import table
+from schemas.spec import SpecError
 from schemas.topics import EVENT_ROLES, catalog
 
 GATE_FAILED = 1  # distinct from 2 (bad input) so a deploy script can tell them apart
 
 
-def _share(text: str) -> float:
+def share(text: str) -> float:
+    """argparse type: a share between 0 and 1."""
     try:
         v = float(text)
     except ValueError:
@@ -86,24 +91,37 @@ def add_parser(sub: Any) -> None:
     )
     sp.add_argument(
         "--truth",
-        metavar="DEVICES:SEED[:DRIFT]",
-        help="the range came from `precast-simulator --devices DEVICES --seed SEED`: score "
-        "both models against its hidden ground truth",
+        metavar="outcomes|DEVICES:SEED[:DRIFT]",
+        help="score both models against a truth: `outcomes`, the range's resolved work orders "
+        "(a device's predictions between an open and its resolution); or DEVICES:SEED, the "
+        "range came from `precast-simulator --devices DEVICES --seed SEED`",
     )
     g = sp.add_argument_group("gate (exit 1 when one falls short)")
-    g.add_argument("--require-agreement", type=_share, metavar="SHARE", help="top-1 agreement")
-    g.add_argument("--require-top3-overlap", type=_share, metavar="SHARE", help="top-3 overlap")
+    g.add_argument("--require-agreement", type=share, metavar="SHARE", help="top-1 agreement")
+    g.add_argument("--require-top3-overlap", type=share, metavar="SHARE", help="top-3 overlap")
     g.add_argument(
         "--require-accuracy",
-        type=_share,
+        type=share,
         metavar="SHARE",
         help="candidate top-1 accuracy against the ground truth (needs --truth)",
     )
     g.add_argument(
         "--max-calibration-error",
-        type=_share,
+        type=share,
         metavar="ECE",
         help="candidate expected calibration error (needs --truth)",
+    )
+    g.add_argument(
+        "--max-accuracy-drop",
+        type=share,
+        metavar="SHARE",
+        help="candidate top-1 accuracy at most this far below the live model's (needs --truth)",
+    )
+    g.add_argument(
+        "--min-scored",
+        type=int,
+        metavar="N",
+        help="fewer predictions scored against the truth than this fails (needs --truth)",
     )
     g.add_argument(
         "--min-predictions",
@@ -132,10 +150,12 @@ def add_parser(sub: Any) -> None:
 
 
 def thresholds(args: argparse.Namespace) -> Thresholds:
-    if (args.require_accuracy is not None or args.max_calibration_error is not None) and not (
-        args.truth
-    ):
-        raise ConfigError("--require-accuracy and --max-calibration-error need --truth")
+    needs = (args.require_accuracy, args.max_calibration_error, args.max_accuracy_drop)
+    if (any(v is not None for v in needs) or args.min_scored is not None) and not args.truth:
+        raise ConfigError(
+            "--require-accuracy, --max-calibration-error, --max-accuracy-drop and --min-scored "
+            "need --truth"
+        )
     if not 0 <= args.context_lookback <= 24 * 90:
         raise ConfigError(f"--context-lookback {args.context_lookback:g} is not 0-2160 hours")
     if args.min_predictions is not None and args.min_predictions < 0:
@@ -146,6 +166,8 @@ def thresholds(args: argparse.Namespace) -> Thresholds:
         min_predictions=args.min_predictions,
         accuracy=args.require_accuracy,
         max_ece=args.max_calibration_error,
+        max_accuracy_drop=args.max_accuracy_drop,
+        min_scored=args.min_scored,
     )
 
 
@@ -194,7 +216,16 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     report_dir = args.report_dir or state / f"shadow-{job}"
     summary_path = report_dir / "summary.json"
     checkpoint = args.checkpoint or state / f"shadow-{job}.json"
-    cmd = _command(args, job, ranges, warmup, summary_path, checkpoint)
+    truth_file = None
+    if args.truth == "outcomes":
+        if tr is None:
+            raise ConfigError("--truth outcomes needs a time range (--from [--to])")
+        truth_file = report_dir / "outcomes.json"
+        n = write_truth(
+            settings.kafka, admin, _fleet(settings), cat, tr, int(time.time() * 1000), truth_file
+        )
+        print(f"truth: {n:,} work orders resolved since they opened in the range", file=out)
+    cmd = _command(args, job, ranges, warmup, summary_path, checkpoint, truth_file)
     summary_path.unlink(missing_ok=True)  # a stale summary must never stand in for this run
     try:
         rc = subprocess.run(cmd, check=False).returncode
@@ -229,15 +260,18 @@ def _command(
     warmup: dict[str, list[list[int]]],
     summary: Path,
     checkpoint: Path,
+    truth_file: Path | None = None,
 ) -> list[str]:
     cmd = [sys.executable, "-m", "workers.shadow.run", "--candidate", args.candidate, "--job", job]
     cmd += ["--ranges", json.dumps(ranges), "--warmup", json.dumps(warmup)]
     cmd += ["--summary", str(summary), "--checkpoint", str(checkpoint)]
+    if truth_file is not None:
+        cmd += ["--truth-file", str(truth_file)]
     for flag, value in (("--live", args.live), ("--registry", args.registry)):
         if value:
             cmd += [flag, str(value)]
     for flag, on in (
-        ("--truth", args.truth),
+        ("--truth", args.truth if truth_file is None else None),
         ("--all-triggers", args.all_triggers),
         ("--fresh", args.fresh),
         ("--no-progress", args.no_progress),
@@ -245,6 +279,13 @@ def _command(
         if on:
             cmd += [flag] if on is True else [flag, str(on)]
     return cmd
+
+
+def _fleet(settings: StackCliSettings) -> Fleet:
+    try:
+        return load_fleet(settings.fleet.spec)
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _warmup_ranges(

@@ -41,8 +41,11 @@ class Thresholds:
     agreement: float | None = None  # top-1 agreement overall
     top3_overlap: float | None = None
     min_predictions: int | None = None
-    accuracy: float | None = None  # candidate top-1 accuracy against the simulator's truth
+    accuracy: float | None = None  # candidate top-1 accuracy against the truth
     max_ece: float | None = None  # candidate expected calibration error
+    # candidate accuracy may be at most this much below the live model's, on the same truth
+    max_accuracy_drop: float | None = None
+    min_scored: int | None = None  # predictions scored against the truth
 
     @property
     def any(self) -> bool:
@@ -64,7 +67,26 @@ def gate(summary: dict[str, Any], t: Thresholds) -> list[Check]:
         checks.append(Check("candidate accuracy vs truth", cal.get("accuracy"), t.accuracy))
     if t.max_ece is not None:
         checks.append(Check("candidate calibration error", cal.get("ece"), t.max_ece, True))
+    if t.min_scored is not None:
+        checks.append(
+            Check("predictions scored against the truth", cal.get("predictions", 0), t.min_scored)
+        )
+    if t.max_accuracy_drop is not None:
+        live = c.get("calibration", {}).get("live", {}).get("accuracy")
+        mine = cal.get("accuracy")
+        gain = None if live is None or mine is None else mine - live
+        checks.append(Check("candidate accuracy minus live accuracy", gain, -t.max_accuracy_drop))
     return checks
+
+
+def truth_title(summary: dict[str, Any]) -> str:
+    """What the calibration was measured against."""
+    truth = summary.get("truth") or {}
+    if "outcomes" in truth:
+        return (
+            f"calibration against the range's resolved work orders ({truth['devices']:,} devices)"
+        )
+    return "calibration against the simulator's ground truth (drifting devices left out)"
 
 
 # -- terminal ---------------------------------------------------------------------------------------
@@ -185,7 +207,7 @@ def render_text(summary: dict[str, Any], checks: list[Check]) -> str:
     if c.get("calibration"):
         out += [
             "",
-            "calibration against the simulator's ground truth (drifting devices left out)",
+            truth_title(summary),
             table(CALIBRATION_COLUMNS, calibration_rows(c, n)),
         ]
     if c["rejected"]:
@@ -261,7 +283,7 @@ def render_html(summary: dict[str, Any], checks: list[Check]) -> str:
     parts.append("<h2>Inference per batch</h2>")
     parts.append(_table_html(TIMING_COLUMNS, timing_rows(c, n)))
     if c.get("calibration"):
-        parts.append("<h2>Calibration against the simulator's ground truth</h2>")
+        parts.append(f"<h2>{html.escape(truth_title(summary).capitalize())}</h2>")
         parts.append(_table_html(CALIBRATION_COLUMNS, calibration_rows(c, n)))
         for role, cal in c["calibration"].items():
             rows = [

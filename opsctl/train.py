@@ -15,8 +15,8 @@ def add_parser(sub: Any) -> None:
     # (opsctl.cli.main), so its own --help and errors are the trainer's.
     sub.add_parser(
         "train",
-        help="train a model for the fleet spec: --version V and --simulate ROWS or --data FILE "
-        "(see precast train --help)",
+        help="train a model for the fleet spec: --version V and --simulate ROWS, --data FILE or "
+        "--dataset DIR (see precast train --help)",
         add_help=False,
     )
     sub.add_parser(

@@ -26,7 +26,7 @@ from producers.badrecords import BadRecord
 from producers.pacing import RateLimiter
 from producers.publisher import EventPublisher
 from producers.settings import SimulatorOptions, SimulatorSettings
-from producers.simulator import Fleet
+from producers.simulator import DriftProfile, Fleet, Resolutions
 from schemas.topics import catalog
 
 # the event kinds the simulator has always counted, by topic role
@@ -51,6 +51,18 @@ def make_fleet(opts: SimulatorOptions, spec: Path | None = None) -> Fleet:
         drift_at_s=opts.drift_at_s,
         bad_rate=opts.bad_rate,
         run_id=opts.run_id,
+        drift=(
+            DriftProfile(opts.drift_profile_at_s, opts.drift_profile_ramp_s, opts.drift_profile_mix)
+            if opts.drift_profile == "shift"
+            else None
+        ),
+        resolutions=(
+            Resolutions(
+                opts.resolution_wrong_share, opts.resolution_missing_share, opts.resolution_delay_s
+            )
+            if opts.resolutions
+            else None
+        ),
     )
 
 
@@ -167,6 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drift-share", type=float, help="share of devices that drift into a fault")
     p.add_argument(
         "--drift-at", type=float, dest="drift_at_s", help="simulated second all drift starts at"
+    )
+    p.add_argument(
+        "--drift-profile",
+        choices=("none", "shift"),
+        help="shift: the conditions' mix and signatures change from --drift-profile-at on",
+    )
+    p.add_argument(
+        "--drift-profile-at",
+        type=float,
+        dest="drift_profile_at_s",
+        help="simulated second the drift profile's shift starts at",
+    )
+    p.add_argument(
+        "--resolution-delay",
+        type=float,
+        dest="resolution_delay_s",
+        help="mean simulated seconds until a work order is resolved (default: the spec's)",
     )
     p.add_argument(
         "--bad-rate", type=float, help="share of records replaced by malformed ones (every kind)"

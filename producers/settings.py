@@ -52,6 +52,40 @@ class SimulatorOptions(Section):
         description="every drifting device starts at this simulated second (a fleet-wide "
         "drift event); unset = each at its own moment within drift_s",
     )
+    drift_profile: Literal["none", "shift"] = Field(
+        default="none",
+        description="shift: from drift_profile_at_s on, a share of devices changes condition and "
+        "the faults' heartbeat signatures rotate (a stale model goes wrong; docs/events.md)",
+    )
+    drift_profile_at_s: float = Field(
+        default=600.0, ge=0, description="simulated second the drift profile's shift starts at"
+    )
+    drift_profile_ramp_s: float = Field(
+        default=300.0, ge=0, description="simulated seconds over which devices switch, each once"
+    )
+    drift_profile_mix: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="share of devices the shift moves into another condition",
+    )
+    resolutions: bool = Field(
+        default=True,
+        description="close work orders with the resolution the device's condition calls for "
+        "(the fleet spec's [outcomes]); false: closes carry none",
+    )
+    resolution_wrong_share: float = Field(
+        default=0.05, ge=0, le=1, description="share of resolutions naming a wrong label"
+    )
+    resolution_missing_share: float = Field(
+        default=0.1, ge=0, le=1, description="share of closes without a resolution"
+    )
+    resolution_delay_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="mean simulated seconds a work order stays open before its resolution "
+        "(unset: the spec's simulator.streams mean_open_s)",
+    )
     seed: int = Field(default=42, description="same seed, same fleet and event sequence")
     run_id: str | None = Field(
         default=None,

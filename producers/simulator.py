@@ -5,7 +5,9 @@ its `[simulator]` section's ground truth, or from its declared ranges alone); th
 them into wire documents the way real devices send them: canonical (every field at its first
 declared path), or in a tolerated variant for the devices the spec's `[[simulator.wire]]` names
 (an alternative path, numbers as text, undeclared fields), and with `bad_rate`, malformed
-records in place of some events (`producers.badrecords`).
+records in place of some events (`producers.badrecords`). Work orders are closed with the
+resolution the device's condition calls for (`resolutions`; None sends closes without one),
+and a `drift` profile changes the conditions' mix and signatures over time.
 
 Deterministic under a seed: the same seed and arguments give the same devices and the same
 sequence of records (content, order, bad records). Only the times (the clock passed in) and the
@@ -22,12 +24,14 @@ import numpy as np
 
 from precast.fleet import Fleet as CompiledFleet
 from precast.fleet import load_fleet
+from precast.fleet.simulate.drift import DriftProfile
 from precast.fleet.simulate.fleet import SimEvent, SimFleet
+from precast.fleet.simulate.incidents import Resolutions
 from precast.fleet.simulate.readings import PROFILES
 from producers.badrecords import BadRecord, corrupt, kinds_for
 from schemas.canonical import StreamWriter
 
-__all__ = ["PROFILES", "Fleet", "WireEvent"]
+__all__ = ["PROFILES", "DriftProfile", "Fleet", "Resolutions", "WireEvent"]
 
 
 class WireEvent(dict[str, Any]):
@@ -60,6 +64,8 @@ class Fleet:
         bad_rate: float = 0.0,
         run_id: str | None = None,
         profile: str = "iid",
+        drift: DriftProfile | None = None,
+        resolutions: Resolutions | None = Resolutions(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.fleet = fleet or load_fleet()
         self.sim = SimFleet(
@@ -73,6 +79,8 @@ class Fleet:
             drift_at_s=drift_at_s,
             run_id=run_id,
             profile=profile,
+            drift=drift,
+            resolutions=resolutions,
         )
         spec = self.fleet.spec
         self.bad_rate = bad_rate

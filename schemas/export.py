@@ -74,9 +74,8 @@ def _leaf(f: FieldSpec) -> dict[str, Any]:
             doc["enum"] = list(f.values)
         else:
             doc["examples"] = list(f.values)
-        doc["description"] = (
-            f.description or "one of the vocabulary; others read as unknown"
-        ) + extra
+        rule = "anything else is rejected" if f.unknown == "reject" else "others read as unknown"
+        doc["description"] = (f.description or f"one of the vocabulary; {rule}") + extra
     elif isinstance(f, Boolean):
         doc = {"type": "boolean", "description": (f.description or "flag") + extra}
     else:

@@ -197,6 +197,13 @@ class StreamReader:
             tuple(notes.unknown),
         )
 
+    def event_time(self, data: dict[str, Any]) -> int | None:
+        """The event time in ms of a parsed record as `read` finds it (None when absent);
+        raises `Rejection` where `read` would for the time itself. A cheap look at a record
+        that may never need a full read (`precast dataset build` picks heartbeats with it)."""
+        env = self.stream.envelope
+        return _time(data, env.event_time.path, env.event_time.unit, _Notes(), "event time")
+
     def check_fields(
         self, data: dict[str, Any], names: tuple[str, ...], keys: tuple[str, ...]
     ) -> dict[str, Any]:

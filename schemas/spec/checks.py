@@ -20,6 +20,7 @@ from schemas.spec.fields import (
     WirePath,
 )
 from schemas.spec.model import BOARD_RESERVED, FleetSpec, numeric_field
+from schemas.spec.outcomes import outcome_problems
 from schemas.spec.simulation import Condition
 
 # Keys of a normalized event besides its declared fields (schemas.validation).
@@ -44,6 +45,7 @@ def problems(spec: FleetSpec) -> list[Problem]:
         *_contexts(spec),
         *_features(spec),
         *_board(spec),
+        *_outcomes(spec),
         *_simulator(spec),
     ]
 
@@ -226,6 +228,12 @@ def _board(spec: FleetSpec) -> Iterator[Problem]:
     for j, rule in enumerate(b.alert):
         if rule.context not in spec.context:
             yield Problem(f"board.alert[{j}].context", f"no context value {rule.context!r}")
+
+
+def _outcomes(spec: FleetSpec) -> Iterator[Problem]:
+    if spec.outcomes is not None:
+        for path, message in outcome_problems(spec.outcomes, spec.streams, spec.labels):
+            yield Problem(path, message)
 
 
 def _simulator(spec: FleetSpec) -> Iterator[Problem]:

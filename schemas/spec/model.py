@@ -24,6 +24,7 @@ from schemas.spec.fields import (
     Stream,
     Strict,
 )
+from schemas.spec.outcomes import Outcomes
 from schemas.spec.simulation import Simulator
 
 
@@ -82,6 +83,7 @@ class FleetSpec(Strict):
     context: dict[Name, ContextSpec] = Field(default_factory=dict)
     features: tuple[Feature, ...] = Field(min_length=1)
     board: Board = Board()
+    outcomes: Outcomes | None = None
     simulator: Simulator | None = None
 
     # -- derived views (the spec is frozen, so they are computed once) --------------------------

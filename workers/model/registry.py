@@ -6,57 +6,20 @@ reference from start to end, so no batch mixes versions."""
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from precast.errors import PrecastError
+from precast.registry import ACTIVE_FILE, semver_key, wanted_version
 from workers.model.predictor import Predictor
 from workers.precompute import metrics as M
 
 log = logging.getLogger("precast.workers.model.registry")
 
-ACTIVE_FILE = "ACTIVE"
-_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?$")
-
-
-def semver_key(version: str) -> tuple[Any, ...] | None:
-    """Sort key for `MAJOR.MINOR.PATCH[-pre]`; a pre-release sorts before its release."""
-    m = _SEMVER.match(version)
-    if not m:
-        return None
-    major, minor, patch, pre = m.groups()
-    pre_key = (
-        (1,)
-        if pre is None
-        else (0, *((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")))
-    )
-    return (int(major), int(minor), int(patch), pre_key)
-
-
-def wanted_version(registry: Path) -> str | None:
-    """The version the registry says to serve: ACTIVE's content, else the highest semver
-    folder that has a manifest."""
-    active = registry / ACTIVE_FILE
-    try:
-        name = active.read_text().strip()
-        if name:
-            return name
-    except OSError:
-        pass
-    try:
-        versions = [
-            (key, p.name)
-            for p in registry.iterdir()
-            if (p / "manifest.json").is_file() and (key := semver_key(p.name)) is not None
-        ]
-    except OSError:
-        return None
-    return max(versions)[1] if versions else None
+__all__ = ["ACTIVE_FILE", "ModelRegistry", "semver_key", "wanted_version"]
 
 
 class ModelRegistry:
@@ -84,6 +47,7 @@ class ModelRegistry:
             raise ValueError("need a model path or a registry folder")
         self.current: Predictor = load(path)
         M.MODEL_VERSION.labels(self.current.version).set(1)
+        M.MODEL_SINCE.labels(self.current.version).set(time.time())
         M.MODEL_FAILURES.labels(self.current.version)  # a zero series, not a gap, until one fails
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-load")
         self._loading: tuple[str, Future[Predictor]] | None = None
@@ -126,6 +90,8 @@ class ModelRegistry:
             self.swaps += 1
             M.MODEL_VERSION.labels(old).set(0)
             M.MODEL_VERSION.labels(model.version).set(1)
+            M.MODEL_SINCE.remove(old)
+            M.MODEL_SINCE.labels(model.version).set(time.time())
             M.MODEL_FAILURES.labels(model.version)
             log.info("model swapped: %s -> %s", old, model.version)
             return model.version

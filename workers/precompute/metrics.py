@@ -66,6 +66,11 @@ MODEL_FAILURES = Counter(
 MODEL_VERSION = Gauge(
     "precast_worker_model_info", "the model version in use (value 1)", ["model_version"]
 )
+MODEL_SINCE = Gauge(
+    "precast_worker_model_since_timestamp_seconds",
+    "when this worker started serving the model version in use (load or hot swap)",
+    ["model_version"],
+)
 LINEAGE_TRUNCATED = Counter(
     "precast_worker_lineage_truncated_total",
     "input references left out of a prediction's lineage (cap reached)",

@@ -104,6 +104,7 @@ class ShadowArgs:
     fresh: bool
     all_triggers: bool
     truth: tuple[int, int, float] | None  # (devices, seed, drift share) of the simulated fleet
+    truth_file: Path | None  # resolved work orders of the range ({"windows": {device: [...]}})
     progress: bool
     checkpoint_s: float = 5.0
     # (topic, partition) -> (start, end): work orders and alarms before the range, for context
@@ -160,7 +161,12 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
     clock = ReplayClock()
     worker.clock = clock
     worker.consumer = ClockedConsumer(worker.consumer, clock)  # type: ignore[assignment]
-    worker.setup(candidate, comparison, _truth(fleet, a.truth, live.labels), cp)
+    truth = (
+        _truth(fleet, a.truth, live.labels)
+        if a.truth_file is None
+        else _outcomes(a.truth_file, live.labels)
+    )
+    worker.setup(candidate, comparison, truth, cp)
     warm = dict(a.warmup)
     if resumes:  # the device table was not saved: fold in what the range held before `next`
         warm.update(
@@ -216,6 +222,8 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
         "truth": (
             {"devices": a.truth[0], "seed": a.truth[1], "drift_share": a.truth[2]}
             if a.truth
+            else {"outcomes": str(a.truth_file), "devices": len(truth or {})}
+            if a.truth_file
             else None
         ),
         "comparison": comparison.to_dict(),
@@ -237,17 +245,35 @@ def _describe(model: ModelSession, folder: Path) -> dict[str, Any]:
     return {"name": model.manifest.name, "version": model.version, "path": str(folder)}
 
 
+ALWAYS = (-(1 << 62), 1 << 62)
+
+
 def _truth(
     fleet: Fleet, spec: tuple[int, int, float] | None, labels: Sequence[str]
-) -> dict[str, int] | None:
+) -> dict[str, list[tuple[int, int, int]]] | None:
     if spec is None:
         return None
     devices, seed, drift = spec
     return {
-        d: labels.index(s)
+        d: [(labels.index(s), *ALWAYS)]
         for d, s in true_labels(fleet.spec, devices, seed, drift_share=drift).items()
         if s is not None and s in labels
     }
+
+
+def _outcomes(path: Path, labels: Sequence[str]) -> dict[str, list[tuple[int, int, int]]]:
+    """The resolved work orders `precast shadow --truth outcomes` found in the range: a
+    device's predictions between an open and its resolution are scored against the
+    resolution."""
+    try:
+        doc = json.loads(path.read_text())
+        windows = doc["windows"]
+        return {
+            str(d): [(labels.index(lab), int(a), int(b)) for lab, a, b in ws if lab in labels]
+            for d, ws in windows.items()
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"unreadable outcomes truth {path}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--all-triggers", action="store_true", help="predict every trigger (no skip)")
     p.add_argument("--truth", help="DEVICES:SEED[:DRIFT_SHARE] of the simulated fleet")
+    p.add_argument(
+        "--truth-file", type=Path, help="resolved work orders of the range (JSON), as truth"
+    )
     p.add_argument(
         "--checkpoint-every", type=float, default=5.0, metavar="S", help="seconds between saves"
     )
@@ -295,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             fresh=args.fresh,
             all_triggers=args.all_triggers,
             truth=parse_truth(args.truth) if args.truth else None,
+            truth_file=args.truth_file,
             progress=not args.no_progress,
             checkpoint_s=max(0.05, args.checkpoint_every),
             warmup={

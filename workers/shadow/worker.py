@@ -41,7 +41,7 @@ class ShadowWorker(Worker):
         self,
         candidate: ModelSession,
         comparison: Comparison,
-        truth: dict[str, int] | None,
+        truth: dict[str, list[tuple[int, int, int]]] | None,
         checkpoint: Checkpointer | None,
     ) -> None:
         live = self.registry.current
@@ -119,8 +119,22 @@ class ShadowWorker(Worker):
             groups,
             live_scores,
             cand,
-            [self.truth.get(d, -1) for d in devices] if self.truth is not None else None,
+            self._truth_of(devices, result.computed_at) if self.truth is not None else None,
         )
+
+    def _truth_of(self, devices: list[str], at: np.ndarray) -> list[int]:
+        """Each row's right label, -1 where none is known: a truth holds for a device over a
+        time window (a resolved work order: from its open to its resolution; the simulator's
+        truth: always)."""
+        assert self.truth is not None
+        out = []
+        for d, t in zip(devices, at.tolist(), strict=True):
+            label = -1
+            for idx, start, end in self.truth.get(d, ()):
+                if start <= t <= end:
+                    label = idx
+            out.append(label)
+        return out
 
     def _attrs(self, item: Pending) -> dict[str, str]:
         got = self.attrs.get(item.device)

@@ -10,6 +10,7 @@ name, categories as text), which go through the spec's own feature matrix. A tim
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,42 @@ def _from_sources(fleet: Fleet, cols: dict[str, list[Any]], path: Path) -> np.nd
     if context.size == 0:
         context = np.zeros((n, 0))
     return fm.build(state, context)
+
+
+def from_dataset(fleet: Fleet, folder: Path) -> tuple[Labelled, dict[str, Any]]:
+    """The rows of a `precast dataset build` folder and its manifest, after checking that the
+    dataset was built for this fleet spec's features (the same feature hash and columns)."""
+    path = folder / "manifest.json"
+    if not folder.is_dir():
+        raise ConfigError(f"no dataset folder {folder}")
+    try:
+        manifest = json.loads(path.read_text())
+        built = manifest["fleet"]
+        hash_, names = str(built["feature_hash"]), tuple(manifest["features"])
+    except FileNotFoundError:
+        unfinished = (folder / "_checkpoint.json").exists()
+        what = (
+            "an unfinished build (run the same precast dataset build again)"
+            if unfinished
+            else "no dataset"
+        )
+        raise ConfigError(f"{folder} holds {what}: no manifest.json") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"unreadable dataset manifest {path}: {exc}") from None
+    if hash_ != fleet.features.hash or names != fleet.features.names:
+        raise ConfigError(
+            f"dataset {folder} was built for fleet spec {built.get('name')!r} "
+            f"v{built.get('version')} (features {hash_[:12]}); this trainer runs "
+            f"{fleet.describe()}: rebuild the dataset, or train with the spec it was built for "
+            "(--spec / PRECAST_FLEET__SPEC)"
+        )
+    rows = int(manifest.get("counts", {}).get("rows", 0))
+    if rows == 0:
+        raise ConfigError(f"dataset {folder} has no rows: no resolved work order in its range")
+    data = from_file(fleet, folder)
+    r = manifest.get("range", {})
+    source = f"dataset {folder} ({rows} rows, work orders opened {r.get('from')} .. {r.get('to')})"
+    return Labelled(data.x, data.y, data.time_ms, source), manifest
 
 
 def from_simulator(fleet: Fleet, n: int, seed: int) -> Labelled:

@@ -2,6 +2,7 @@
 
     python -m workers.training.train --version 1.0.0 --simulate 120000     # the spec's ground truth
     python -m workers.training.train --version 2.0.0 --data rows.parquet   # a labelled file
+    python -m workers.training.train --version 2.1.0 --dataset ds/         # precast dataset build
     precast train ...                                                        # the same, from opsctl
 
 Algorithms: `mlp` (scikit-learn MLPClassifier, exported with standard ONNX ops: GPU friendly),
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ from workers.drift.reference import build_reference, save_reference
 from workers.model.inference import PROBE_FILE, PROBE_ROWS
 from workers.model.manifest import binding
 from workers.training import export
-from workers.training.data import Labelled, from_file, from_simulator
+from workers.training.data import Labelled, from_dataset, from_file, from_simulator
 from workers.training.metrics import holdout_metrics
 
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -136,6 +138,7 @@ def train(
     seed: int = 7,
     holdout: float = 0.2,
     test: Labelled | None = None,
+    dataset: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     import onnxruntime as ort
 
@@ -195,6 +198,7 @@ def train(
             "samples": len(train_part.y),
             "seconds": round(seconds, 1),
             "data": data.source,
+            **({"dataset": _dataset_ref(dataset)} if dataset is not None else {}),
         },
         "holdout": {
             k: metrics[k] for k in ("samples", "accuracy", "top3_accuracy", "macro_f1", "f1")
@@ -205,6 +209,19 @@ def train(
     save_reference(build_reference(train_part.x, version, fleet.features), out_dir)
     np.save(out_dir / PROBE_FILE, train_part.x[:PROBE_ROWS].astype(np.float32))
     return manifest
+
+
+def _dataset_ref(m: dict[str, Any]) -> dict[str, Any]:
+    """Which dataset a model was trained from (its manifest's identity and range)."""
+    r = m.get("range", {})
+    return {
+        "folder": m.get("folder"),
+        "fingerprint": m.get("fingerprint"),
+        "rows": m.get("counts", {}).get("rows"),
+        "from": r.get("from"),
+        "to": r.get("to"),
+        "resolved_until": r.get("resolved_until"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,7 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument(
         "--data",
         type=Path,
-        help="labelled CSV or Parquet file (or a dataset folder of Parquet parts)",
+        help="labelled CSV or Parquet file (or a folder of Parquet parts)",
+    )
+    src.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="DIR",
+        help="a `precast dataset build` folder: resolved work orders, checked against the spec",
     )
     p.add_argument(
         "--spec",
@@ -230,7 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algorithm", choices=ALGORITHMS, default="mlp")
     p.add_argument("--name", help="model name (default: the spec's serving.model_name)")
     p.add_argument(
-        "--out", type=Path, help="model folder (default: workers/models/<name>/<version>)"
+        "--out",
+        type=Path,
+        help="model folder (default: <registry>/<version>, else workers/models/<name>/<version>)",
+    )
+    p.add_argument(
+        "--registry",
+        type=Path,
+        help="model registry folder the new version goes into (default PRECAST_MODEL__REGISTRY)",
     )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
@@ -239,22 +269,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def body() -> int:
-        import os
-
         spec = args.spec or os.environ.get("PRECAST_FLEET__SPEC") or None
         fleet = load_fleet(spec)
         name = args.name or fleet.spec.serving.model_name
-        out = args.out or DEFAULT_MODELS_DIR / name / args.version
+        registry = args.registry or os.environ.get("PRECAST_MODEL__REGISTRY") or None
+        out = args.out or (
+            Path(registry) / args.version if registry else DEFAULT_MODELS_DIR / name / args.version
+        )
         if (out / "manifest.json").exists():
             raise ConfigError(f"{out} already holds a model; pick another --version or --out")
         if not 0 < args.holdout < 1:
             raise ConfigError("--holdout is a share between 0 and 1")
-        test = None
+        test, dataset = None, None
         if args.simulate:
             data = from_simulator(fleet, args.simulate, args.seed)
             test = from_simulator(
                 fleet, max(1_000, int(args.simulate * args.holdout)), args.seed + 1_000_003
             )
+        elif args.dataset:
+            data, dataset = from_dataset(fleet, args.dataset)
         else:
             data = from_file(fleet, args.data)
         m = train(
@@ -267,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             holdout=args.holdout,
             test=test,
+            dataset=dataset,
         )
         h = m["holdout"]
         print(

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from precast.fleet.runtime import Fleet
-from precast.fleet.simulate.incidents import Incidents
+from precast.fleet.simulate.drift import CompiledDrift, DriftProfile, compile_drift
+from precast.fleet.simulate.incidents import Incidents, Resolutions
 from precast.fleet.simulate.readings import PROFILES, Readings
 from precast.fleet.simulate.truth import conditions_of, device_id, draw_fleet
 
@@ -44,6 +45,8 @@ class SimFleet:
         drift_at_s: float | None = None,
         run_id: str | None = None,
         profile: str = "iid",
+        drift: DriftProfile | None = None,
+        resolutions: Resolutions | None = None,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown fleet profile {profile!r} (have: {', '.join(PROFILES)})")
@@ -66,7 +69,13 @@ class SimFleet:
         self.labels = [c.label for c in conditions_of(spec)]
         self.readings = Readings(spec)
         self.run_id = run_id if run_id is not None else os.urandom(4).hex()
-        self.incidents = Incidents(spec, n, self.run_id)
+        self.incidents = Incidents(spec, n, self.run_id, resolutions, seed)
+        conds = conditions_of(spec)
+        self.shift: CompiledDrift | None = (
+            compile_drift(drift, self.conditions, np.array([c.prevalence for c in conds]), seed)
+            if drift is not None
+            else None
+        )
         self.profile = profile
         self.persistence, self.measurement = PROFILES[profile]
         self._noise_rng = np.random.default_rng([seed, 1])
@@ -84,20 +93,35 @@ class SimFleet:
         out: np.ndarray = np.where(self.drifting[idx], w, 0.0)
         return out
 
-    def conditions_now(self) -> np.ndarray:
-        """Each device's hidden condition at the current simulated time."""
-        idx = np.arange(len(self.ids))
+    def base(self, idx: np.ndarray, t: np.ndarray | float) -> np.ndarray:
+        """Each device's condition at simulated time t before its own slide (`drift_share`):
+        its drawn condition, or after the drift profile's switch its new one."""
+        if self.shift is None:
+            same: np.ndarray = self.conditions[idx]
+            return same
         out: np.ndarray = np.where(
-            self.drift_weight(idx, self.sim_s) >= 0.5, self.drift_target, self.conditions
+            t >= self.shift.switch_s[idx], self.shift.after[idx], self.conditions[idx]
         )
         return out
 
+    def conditions_now(self) -> np.ndarray:
+        """Each device's hidden condition at the current simulated time."""
+        idx = np.arange(len(self.ids))
+        return self.label_now(idx, self.sim_s)
+
     def label_now(self, idx: np.ndarray, t: np.ndarray | float) -> np.ndarray:
-        """Label index (into `labels` of the conditions) of devices at simulated time t."""
-        cond = np.where(
-            self.drift_weight(idx, t) >= 0.5, self.drift_target[idx], self.conditions[idx]
+        """Condition index (its label: `labels[i]`) of devices at simulated time t."""
+        out: np.ndarray = np.where(
+            self.drift_weight(idx, t) >= 0.5, self.drift_target[idx], self.base(idx, t)
         )
-        out: np.ndarray = cond
+        return out
+
+    def _signature(self, cond: np.ndarray, idx: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Whose readings each device shows: its condition's, or after the profile's switch the
+        rotated signature's."""
+        if self.shift is None or not self.shift.signature.any():
+            return cond
+        out: np.ndarray = np.where(t >= self.shift.switch_s[idx], self.shift.signature[cond], cond)
         return out
 
     # -- events ---------------------------------------------------------------------------------
@@ -137,11 +161,11 @@ class SimFleet:
         idx, t, w = self._slots(n)
         z = self._scores(idx)
         r = self.readings
-        cond = self.conditions[idx]
+        cond = self._signature(self.base(idx, t), idx, t)
         m = r.sample(self.rng, cond) if z is None else r.values(cond, z)
         moving = np.flatnonzero(w > 0)
         if len(moving):  # drifting devices: readings slide toward the target condition's
-            tc = self.drift_target[idx[moving]]
+            tc = self._signature(self.drift_target[idx[moving]], idx[moving], t[moving])
             tgt = (
                 r.sample(self.rng, tc)
                 if z is None
@@ -170,8 +194,8 @@ class SimFleet:
     def step(self, n: int, now_ms: int) -> list[SimEvent]:
         """The next n heartbeat slots: heartbeats, and the context events those devices raise
         meanwhile."""
-        events, idx, _t, w = self.heartbeats(n, now_ms)
-        src, tgt = self.conditions[idx], self.drift_target[idx]
+        events, idx, t, w = self.heartbeats(n, now_ms)
+        src, tgt = self.base(idx, t), self.drift_target[idx]
         dt = self.hb_interval_s * self.speedup
         for d, stream, fields in self.incidents.step(self.rng, idx, src, tgt, w, dt):
             e = {

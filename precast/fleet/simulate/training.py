@@ -10,6 +10,7 @@ import numpy as np
 
 from precast.fleet.context import DeviceContext
 from precast.fleet.runtime import Fleet
+from precast.fleet.simulate.drift import DriftProfile
 from precast.fleet.simulate.fleet import SimFleet
 
 # Simulated seconds between two heartbeats of a device: long enough that work orders (days)
@@ -20,12 +21,20 @@ _T0_MS = 1_700_000_000_000
 
 
 def training_rows(
-    fleet: Fleet, n: int, seed: int, devices: int | None = None, label_noise: float | None = None
+    fleet: Fleet,
+    n: int,
+    seed: int,
+    devices: int | None = None,
+    label_noise: float | None = None,
+    drift: DriftProfile | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y): `n` feature rows and label indexes (into `fleet.spec.labels`)."""
+    """(x, y): `n` feature rows and label indexes (into `fleet.spec.labels`); with `drift`, of
+    a fleet under that drift profile (`DriftProfile(at_s=0, ramp_s=0)`: drifted throughout)."""
     spec = fleet.spec
     dev = devices or max(64, min(5_000, n // 8))
-    sim = SimFleet(fleet, dev, seed, hb_interval_s=_SPACING_S, run_id=f"t{seed % 100000}")
+    sim = SimFleet(
+        fleet, dev, seed, hb_interval_s=_SPACING_S, run_id=f"t{seed % 100000}", drift=drift
+    )
     model, features = fleet.context, fleet.features
     contexts: dict[int, DeviceContext] = {}
     label_of = {lab: i for i, lab in enumerate(spec.labels)}
