@@ -3,11 +3,13 @@ origin, and the response bytes the read path serves without any JSON work.
 
 Redis encoding (one string value per device; the Lua script parses the header line):
 
-    "<computed 13d> <produced 13d> <valid_until 13d> <received 13d> <inference_ms|-> <P|-> <model_version>\\n<body>"
+    "<computed 13d> <produced 13d> <valid_until 13d> <received 13d> <inference_ms|-> <flag> <model_version>\\n<body>"
 
 Times are zero-padded epoch milliseconds so they compare as text and parse exactly as Lua
-numbers; `P` marks a purge marker; the model version ends the line so it may hold any
-character but a newline. `body` is the PredictionSet JSON as the worker published it.
+numbers; the flag is `P` for a purge marker, `L<partition>:<generation>:<until 13d>` for an
+answer validity leases may extend (its `LeaseTerms`, schemas.leases), `-` otherwise; the model
+version ends the line so it may hold any character but a newline. `body` is the PredictionSet
+JSON as the worker published it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,28 @@ class InvalidPrediction(ValueError):
         self.reason, self.detail = reason, detail
 
 
+class Terms(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """An answer's lease terms (schemas.leases.LeaseTerms): which leases may extend it."""
+
+    partition: int
+    generation: int
+    until_ms: int
+
+
+class Extension(msgspec.Struct, frozen=True, gc=False):
+    """On an entry served under a lease (`precast.serving.leases`): the lease that extended it,
+    where it is in the topic (its audit proof is by partition and offset), and its times, which
+    the answer's age is measured from (the answer was checked against data up to certified_at)."""
+
+    partition: int
+    offset: int
+    generation: int
+    certified_at_ms: int
+    produced_at_ms: int
+    received_at_ms: int
+    own_valid_until_ms: int  # the answer's own validity, before the lease
+
+
 class Entry(msgspec.Struct, frozen=True, gc=False):
     """Immutable. Not tracked by the garbage collector (it holds only ints, strs and bytes): a
     view holds one per device, and tracked objects (a NamedTuple, measured) cost every
@@ -48,14 +72,25 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     inference_ms: int  # model time reported by the worker; -1 when not reported
     purge: bool  # a purge marker: served like a miss (docs/architecture.md)
     body: bytes  # the PredictionSet JSON, served as is
+    terms: Terms | None = None  # validity leases may extend it (schemas.leases)
+    # Set only on the copy a read gets when a lease extended it (never stored): valid_until_ms
+    # is then the extended validity and `body` says so (`precast.serving.leases.extend`).
+    extension: Extension | None = None
 
     @property
     def key(self) -> OrderKey:
         return order_key(self.computed_at_ms, self.produced_at_ms, self.model_version)
 
+    @property
+    def keep_until_ms(self) -> int:
+        """How long a store keeps it: its own validity, or the last moment a lease could extend
+        it (an entry a lease may still extend keeps blocking older answers until then)."""
+        t = self.terms
+        return self.valid_until_ms if t is None or t.until_ms < self.valid_until_ms else t.until_ms
+
     def expires_at_ms(self, grace_ms: int) -> int:
-        """When the store drops it: `valid_until` plus the configured grace period."""
-        return self.valid_until_ms + grace_ms
+        """When the store drops it: `keep_until_ms` plus the configured grace period."""
+        return self.keep_until_ms + grace_ms
 
     @property
     def etag(self) -> str:
@@ -69,6 +104,13 @@ def valid_device_id(device_id: str) -> bool:
 
 
 _Ms = Annotated[int, msgspec.Meta(ge=0, le=_MAX_MS)]
+_Count = Annotated[int, msgspec.Meta(ge=0, le=_MAX_MS)]
+
+
+class _Terms(msgspec.Struct, gc=False):
+    partition: _Count
+    generation: _Count
+    until_ms: _Ms
 
 
 class _Served(msgspec.Struct, gc=False):  # freshly decoded JSON holds no cycles
@@ -85,6 +127,7 @@ class _Served(msgspec.Struct, gc=False):  # freshly decoded JSON holds no cycles
     trigger: object
     candidates: list[msgspec.Raw]  # a list; its items are served as they are
     inference_ms: object = None  # optional; anything but a non-negative int means "unknown"
+    lease: _Terms | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Served)
@@ -117,6 +160,7 @@ def prediction_item(
     inf = p.inference_ms
     if value[-1:] != b"}":  # the read path splices fields before the closing brace
         value = value.rstrip()
+    lt, purge = p.lease, p.trigger == "purge"
     return device_id, Entry(
         p.computed_at_ms,
         p.produced_at_ms,
@@ -124,9 +168,18 @@ def prediction_item(
         p.valid_until_ms,
         received_at_ms,
         inf if type(inf) is int and inf >= 0 else -1,
-        p.trigger == "purge",
+        purge,
         value,
+        # a purge marker is never extended, whatever it carries
+        None if lt is None or purge else Terms(lt.partition, lt.generation, lt.until_ms),
     )
+
+
+def _flag(e: Entry) -> bytes:
+    if e.purge:
+        return b"P"
+    t = e.terms
+    return b"-" if t is None else b"L%d:%d:%013d" % (t.partition, t.generation, t.until_ms)
 
 
 def encode(e: Entry) -> bytes:
@@ -137,7 +190,7 @@ def encode(e: Entry) -> bytes:
         e.valid_until_ms,
         e.received_at_ms,
         b"%d" % e.inference_ms if e.inference_ms >= 0 else b"-",
-        b"P" if e.purge else b"-",
+        _flag(e),
         e.model_version.encode(),
         e.body,
     )
@@ -145,7 +198,19 @@ def encode(e: Entry) -> bytes:
 
 def decode(raw: bytes) -> Entry:
     head, _, body = raw.partition(b"\n")
-    c, pr, v, r, inf, purge, mv = head.decode().split(" ", 6)
+    c, pr, v, r, inf, flag, mv = head.decode().split(" ", 6)
+    terms = None
+    if flag[:1] == "L":
+        part, gen, until = flag[1:].split(":")
+        terms = Terms(int(part), int(gen), int(until))
     return Entry(
-        int(c), int(pr), mv, int(v), int(r), -1 if inf == "-" else int(inf), purge == "P", body
+        int(c),
+        int(pr),
+        mv,
+        int(v),
+        int(r),
+        -1 if inf == "-" else int(inf),
+        flag == "P",
+        body,
+        terms,
     )
