@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, origin, segments
+from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, data_time, origin, segments
 from consumer_api.device_view import Context, Summary, parse_context, summarize
-from precast.serving import Entry
+from precast.serving import Entry, Lease, LeaseBook
 
 COLUMNS = (
     "device_id",
@@ -39,6 +39,9 @@ COLUMNS = (
     "alarm",
     "open_work_orders",
     "trigger",
+    # [partition, generation, until_ms, own valid_until_ms, certified_at_ms]: an answer that
+    # validity leases extend (the board applies `lease` events to it); null otherwise
+    "lease",
 )
 SORTABLE = frozenset(COLUMNS) | {"age_ms"}
 ALARM_STATES = ("critical", "warning", "none")
@@ -56,6 +59,7 @@ class Subscriber:
     loop: asyncio.AbstractEventLoop
     queue_max: int
     pending: set[str] = field(default_factory=set)
+    leases: dict[int, Lease] = field(default_factory=dict)  # newest per partition, not yet sent
     overflow: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -70,6 +74,7 @@ class FleetIndex:
         history_depth: int = 10,
         history_devices: int = 10_000,
         log_size: int = 100_000,
+        leases: LeaseBook | None = None,
     ) -> None:
         self.default_strategy, self.serve_stale, self.grace_ms = (
             default_strategy,
@@ -77,6 +82,7 @@ class FleetIndex:
             grace_ms,
         )
         self.history_depth, self.history_devices = history_depth, history_devices
+        self.leases = leases  # the view's: rows show answers as reads serve them
         self._lock = threading.Lock()
         self._latest: dict[str, Entry] = {}
         self._summaries: dict[str, tuple[Entry, Summary]] = {}
@@ -115,6 +121,14 @@ class FleetIndex:
         else:
             self._history.move_to_end(d)
         h.append(old)
+
+    def leased(self, leases: list[Lease]) -> None:
+        """Validity leases the materializer stored: sent to every board as one small `lease`
+        event per partition (a board extends its rows itself), never as a row per device."""
+        with self._lock:
+            for s in self._subs:
+                s.leases.update((x.partition, x) for x in leases)
+        self._wake()
 
     def set_context(self, device_id: str, ctx: Context) -> None:
         with self._lock:
@@ -176,13 +190,14 @@ class FleetIndex:
     def subscribers(self) -> int:
         return len(self._subs)
 
-    def take(self, sub: Subscriber) -> tuple[set[str], bool, int]:
-        """(pending devices, overflow, seq of the newest change included) and reset them."""
+    def take(self, sub: Subscriber) -> tuple[set[str], bool, int, list[Lease]]:
+        """(pending devices, overflow, seq of the newest change included, leases) and reset
+        them."""
         with self._lock:
             sub.wake.clear()
-            pending, overflow = sub.pending, sub.overflow
-            sub.pending, sub.overflow = set(), False
-            return pending, overflow, self.seq
+            pending, overflow, leases = sub.pending, sub.overflow, list(sub.leases.values())
+            sub.pending, sub.overflow, sub.leases = set(), False, {}
+            return pending, overflow, self.seq, leases
 
     def _since(self, seq: int) -> set[str] | None:
         if seq > self.seq:
@@ -210,22 +225,28 @@ class FleetIndex:
         e = self._latest.get(d)
         return None if e is None or e.purge else e
 
+    def _served(self, d: str, e: Entry | None) -> Entry | None:
+        if e is None or e.terms is None or self.leases is None:
+            return e
+        return self.leases.resolve(d, e)
+
     def row(self, d: str, now_ms: int) -> list[Any]:
-        e = self._latest.get(d)
+        base = e = self._served(d, self._latest.get(d))
         if e is not None and (e.purge or e.valid_until_ms + self.grace_ms <= now_ms):
             e = None
         ctx = self._context.get(d)
         site, dtype = self._info.get(d, (None, None))
         alarm = ctx.alarm_state() if ctx is not None else "none"
         wos = len(ctx.open_work_orders) if ctx is not None else 0
+        lease = _lease_cell(base)  # a board may extend an expired row on the next lease
         if e is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
             return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None,
-                    site, dtype, alarm, wos, None]  # fmt: skip
+                    site, dtype, alarm, wos, None, lease]  # fmt: skip
         s = self._summary(d, e)
         source = PRECOMPUTED if now_ms < e.valid_until_ms else STALE
         return [d, s.strategy, s.score, source, e.computed_at_ms, e.valid_until_ms,
                 origin(segments(e, now_ms)), e.model_version, site, dtype, alarm, wos,
-                s.trigger]  # fmt: skip
+                s.trigger, lease]  # fmt: skip
 
     def rows(self, devices: Iterable[str], now_ms: int) -> list[list[Any]]:
         with self._lock:
@@ -270,7 +291,7 @@ class FleetIndex:
         with self._lock:
             if d not in self._devices:
                 return None
-            e = self._latest.get(d)
+            e = self._served(d, self._latest.get(d))
             history = [*self._history.get(d, ()), *(() if e is None else (e,))]
             ctx = self._context.get(d)
             site, dtype = self._info.get(d, (None, None))
@@ -295,7 +316,7 @@ class FleetIndex:
         counts = dict.fromkeys(SOURCES, 0)
         ages = []
         for d in devices:
-            e = latest.get(d)
+            e = self._served(d, latest.get(d))
             if e is None or e.purge or e.valid_until_ms + grace <= now_ms:
                 counts[FALLBACK] += 1
                 continue
@@ -303,7 +324,7 @@ class FleetIndex:
                 counts[PRECOMPUTED] += 1
             else:
                 counts[STALE if self.serve_stale else FALLBACK] += 1
-            ages.append(now_ms - e.computed_at_ms)
+            ages.append(now_ms - data_time(e))
         if sampled:
             counts = {k: round(v * n / len(devices)) for k, v in counts.items()}
         ages.sort()
@@ -313,6 +334,15 @@ class FleetIndex:
             "median_age_ms": ages[len(ages) // 2] if ages else None,
             "sampled": sampled,
         }
+
+
+def _lease_cell(e: Entry | None) -> list[int | None] | None:
+    """The `lease` column: what a board needs to apply a `lease` event to the row itself."""
+    if e is None or e.terms is None or e.purge:
+        return None
+    t, x = e.terms, e.extension
+    own = e.valid_until_ms if x is None else x.own_valid_until_ms
+    return [t.partition, t.generation, t.until_ms, own, None if x is None else x.certified_at_ms]
 
 
 def _history_item(e: Entry, default_strategy: str) -> dict[str, Any]:

@@ -73,12 +73,37 @@ function sourceNow(r, now) {
   return s === "precomputed" && r[state.col.valid_until_ms] <= now ? "stale" : s;
 }
 
+// Since when a row's age counts: its answer's data time, or the certification of the validity
+// lease that extends it (lease column: [partition, generation, until_ms, own valid_until, certified_at]).
+function dataTime(r) {
+  const l = r[state.col.lease];
+  return l && l[4] != null && l[4] > r[state.col.computed_at_ms] ? l[4] : r[state.col.computed_at_ms];
+}
+
+// A validity lease (docs/board.md): every row whose answer it may extend gets its new validity
+// here, so quiet devices cost the stream one small event per partition, not a row each.
+function applyLeases(leases) {
+  const c = state.col;
+  if (c.lease == null) return;
+  for (const x of leases) {
+    for (const r of state.byId.values()) {
+      const l = r[c.lease];
+      if (!l || l[0] !== x.partition || l[1] > x.generation) continue;
+      const until = Math.min(x.valid_until_ms, l[2]);
+      if (until <= l[3] || until <= (r[c.valid_until_ms] ?? 0)) continue;
+      r[c.valid_until_ms] = until;
+      l[4] = x.certified_at_ms;
+      if (r[c.source] === "stale") r[c.source] = "precomputed";
+    }
+  }
+}
+
 function cellValue(r, name, now) {
   const c = state.col;
   switch (name) {
     case "score": return r[c.source] === "fallback" ? "–" : r[c.score].toFixed(2);
     case "source": return sourceNow(r, now);
-    case "age_ms": return r[c.computed_at_ms] == null ? "–" : fmtAge(now - r[c.computed_at_ms]);
+    case "age_ms": return r[c.computed_at_ms] == null ? "–" : fmtAge(now - dataTime(r));
     case "site": case "device_type": return r[c[name]] ?? "–";
     case "alarm": return r[c.alarm] === "none" ? "–" : r[c.alarm];
     default: return String(r[c[name]]);
@@ -315,6 +340,9 @@ function onEvent(block) {
     loadSnapshot().catch(() => {});
   } else if (event === "panel") {
     showPanel(JSON.parse(data));
+  } else if (event === "lease") {
+    applyLeases(JSON.parse(data).leases);
+    requestFrame();
   }
 }
 
