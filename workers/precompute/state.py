@@ -19,12 +19,13 @@ class DeviceTable:
     # Columns, one row per slot, grown together by `_alloc`.
     hb: np.ndarray  # newest heartbeat's state columns (FeatureModel.state)
     hb_time: np.ndarray  # its event time, ms; -1: none seen
+    hb_gap: np.ndarray  # the interval before it (its event time - the previous one's); -1
     hb_offset: np.ndarray  # its record's offset (heartbeats topic, the device's partition); -1
     last_x: np.ndarray  # features of the last prediction
     valid_until: np.ndarray  # the last prediction's valid_until, ms
     predicted_at: np.ndarray  # worker clock, ms
     computed_at: np.ndarray  # the last prediction's computed_at (order key), ms
-    partition: np.ndarray
+    partition: np.ndarray  # -1: a free slot
 
     rank_idx: np.ndarray  # the last inference's top-(K+1) classes, best first
     top_scores: np.ndarray  # its top-K scores (what a renewal republishes)
@@ -48,6 +49,7 @@ class DeviceTable:
         grow: dict[str, np.ndarray] = {
             "hb": np.zeros((cap, len(self._default_hb))),
             "hb_time": np.full(cap, -1, dtype=np.int64),
+            "hb_gap": np.full(cap, -1, dtype=np.int64),  # a device's heartbeat cadence
             "hb_offset": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, self.fleet.features.width), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
@@ -95,6 +97,7 @@ class DeviceTable:
     def _reset(self, s: np.ndarray | int) -> None:
         self.hb[s] = 0
         self.hb_time[s] = -1
+        self.hb_gap[s] = -1
         self.hb_offset[s] = -1
         self.last_x[s] = 0
         self.valid_until[s] = -1
@@ -151,7 +154,9 @@ class DeviceTable:
         parts = set(partitions)
         gone = [d for d, s in self.slot.items() if int(self.partition[s]) in parts]
         for d in gone:
-            self._free.append(self.slot.pop(d))
+            s = self.slot.pop(d)
+            self._free.append(s)
+            self.partition[s] = -1  # a free slot: scans over the columns skip it
             self.contexts.pop(d, None)
         return len(gone)
 

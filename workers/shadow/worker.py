@@ -86,7 +86,7 @@ class ShadowWorker(Worker):
         return {g: str(e.get(g) or "unknown") for g in self.payload}
 
     # -- one batch through both models ----------------------------------------------------------
-    def _run_batch(self, items: list, delay: float) -> None:
+    def _run_batch(self, items: list, delay: float, latency: bool = True) -> bool:
         live = self.registry.current
         event_ms = self.clock()
         try:
@@ -121,6 +121,7 @@ class ShadowWorker(Worker):
             cand,
             [self.truth.get(d, -1) for d in devices] if self.truth is not None else None,
         )
+        return True
 
     def _attrs(self, item: Pending) -> dict[str, str]:
         got = self.attrs.get(item.device)
