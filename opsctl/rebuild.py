@@ -45,6 +45,7 @@ def rebuild(
         purge_markers += sum(
             1 for (_d, e), r in zip(items, res, strict=True) if r == STORED and e.purge
         )
+    leases = store.put_leases(list(reader.leases.values()))  # after every entry, as served
     store.mark_loaded()
     return {
         "topic": reader.topic,
@@ -56,6 +57,7 @@ def rebuild(
         "invalid": reader.invalid,
         "tombstones": reader.tombstones,
         "purge_markers": purge_markers,
+        "leases": leases.count(STORED),
         "wiped": wiped,
         "elapsed_s": time.monotonic() - t0,
     }
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
                 "expired",
                 "future",
                 "purge markers",
+                "leases",
                 "invalid",
                 "tombstones",
             ],
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
                     r["expired"],
                     r["future"],
                     r["purge_markers"],
+                    r["leases"],
                     r["invalid"],
                     r["tombstones"],
                 ]
