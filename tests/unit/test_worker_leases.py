@@ -67,7 +67,8 @@ class Run:
             self.p.mark_predicted(r, t)
             self.inferences += int(r.inferred.sum())
             self.records += [
-                (it.partition, k, v) for it, k, v in zip(r.items, r.out.keys, r.out.values)
+                (it.partition, k, v)
+                for it, k, v in zip(r.items, r.out.keys, r.out.values, strict=True)
             ]
             items = None
 
@@ -116,7 +117,7 @@ def test_a_quiet_device_is_kept_valid_by_leases_not_by_republishing(model):
     w = [x.certified_at_ms for x in leases]
     assert w == sorted(w) and w[-1] == T0 + 11_000 - SLACK
     # continuous: each lease ends after the next one was published
-    for prev, nxt in zip(leases, leases[1:]):
+    for prev, nxt in zip(leases, leases[1:], strict=False):
         assert prev.valid_until_ms > nxt.produced_at_ms
     # what it cost: 2 inferences, 2 answer records and one lease per second
     assert run.inferences == 2 and len(run.records) == 2 + len(leases)
@@ -150,9 +151,15 @@ def test_a_device_that_stops_sending_lapses_before_the_lease_that_leaves_it_out(
     assert [r.state for r in last.lineage] == [True]  # it names the heartbeat it stands on
     # every lease before the lapse covered d2 with an end within its own data time + horizon;
     # the first lease after it no longer counts it
-    i_lapse = next(i for i, (_, k, v) in enumerate(run.records) if k == b"d2" and b'"lease"' not in v)
-    before = [ValidityLease.model_validate_json(v) for _, k, v in run.records[:i_lapse] if is_lease_key(k)]
-    after = [ValidityLease.model_validate_json(v) for _, k, v in run.records[i_lapse:] if is_lease_key(k)]
+    i_lapse = next(
+        i for i, (_, k, v) in enumerate(run.records) if k == b"d2" and b'"lease"' not in v
+    )
+    before = [
+        ValidityLease.model_validate_json(v) for _, k, v in run.records[:i_lapse] if is_lease_key(k)
+    ]
+    after = [
+        ValidityLease.model_validate_json(v) for _, k, v in run.records[i_lapse:] if is_lease_key(k)
+    ]
     assert all(x.valid_until_ms <= silent_since + HORIZON for x in before if x.devices == 2)
     assert after and all(x.devices == 1 for x in after)
     assert after[0].certified_at_ms > silent_since  # it would have reached past d2's data
@@ -180,7 +187,7 @@ def test_a_device_beating_slower_than_leases_allow_is_renewed_per_answer(model):
     assert all(a.lease is None for a in answers[1:])  # then renewed per answer, no churn
     renewed = [a for a in answers[2:] if a.trigger == "expiry"]
     assert len(renewed) >= 4
-    for a, b in zip(answers[1:], answers[2:]):
+    for a, b in zip(answers[1:], answers[2:], strict=False):
         assert b.computed_at_ms - a.computed_at_ms <= gap  # valid from one beat to the next
 
 
@@ -194,7 +201,7 @@ def test_an_answer_is_renewed_once_per_max_extension(model):
     # renewed when the next heartbeat would come within the refresh lead of the terms' end
     assert [a.computed_at_ms - T0 for a in renewed] == [6_000, 12_000, 18_000]
     assert all(a.lease is not None for a in answers) and run.inferences == 1
-    for a, b in zip(answers, answers[1:]):
+    for a, b in zip(answers, answers[1:], strict=False):
         assert b.computed_at_ms <= a.lease.until_ms  # renewed before its terms ran out
 
 
