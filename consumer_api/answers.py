@@ -11,9 +11,10 @@ Two measures, kept apart (precast.signals), both in the Server-Timing header:
     kafka  = received_at - produced_at           (prediction in Kafka until a materializer took it)
     cache  = now - received_at                   (held by the serving store until this read)
   For an answer served under a validity lease (`e.extension`, precast.serving.leases) the age is
-  since the lease's certification (the newest data the answer was checked against) and the
-  segments are the lease's own: queue = its produced_at - certified_at, model 0, kafka and
-  cache from its production and arrival, exactly as for an answer published again.
+  since the lease's certification (the newest data every answer it covers was checked against)
+  and the segments are the lease's: kafka = its received_at - produced_at, and everything else
+  since the certification is cache (the answer held valid without a record of its own); queue
+  and model are 0 (nothing waited for a worker or a model).
   `delay_origin` in the body is the largest age segment; a fallback's (no data, no age) is
   `fallback`;
 - what this read made the client *wait* for on the server, `wait.*` entries (ms, 3 decimals):
@@ -43,12 +44,8 @@ _JSON = (b"content-type", b"application/json")
 def segments(e: Entry, now_ms: int) -> tuple[int, int, int, int]:
     x = e.extension
     if x is not None:
-        return (
-            max(0, x.produced_at_ms - x.certified_at_ms),
-            0,
-            max(0, x.received_at_ms - x.produced_at_ms),
-            max(0, now_ms - x.received_at_ms),
-        )
+        kafka = max(0, x.received_at_ms - x.produced_at_ms)
+        return (0, 0, kafka, max(0, now_ms - x.certified_at_ms - kafka))
     model = e.inference_ms if e.inference_ms > 0 else 0
     return (
         max(0, e.produced_at_ms - e.computed_at_ms - model),
@@ -104,10 +101,9 @@ def fresh(
         kafka = e.received_at_ms - e.produced_at_ms
         cache = now_ms - e.received_at_ms
     else:  # served under a validity lease: the lease's times (see the module docstring)
-        since, model = x.certified_at_ms, 0
-        queue = x.produced_at_ms - since
+        since, model, queue = x.certified_at_ms, 0, 0
         kafka = x.received_at_ms - x.produced_at_ms
-        cache = now_ms - x.received_at_ms
+        cache = now_ms - since - (kafka if kafka > 0 else 0)
     seg = (queue if queue > 0 else 0, model, kafka if kafka > 0 else 0, cache if cache > 0 else 0)
     org = _ORIGINS[seg.index(max(seg))]  # the first of equal segments, as `origin`
     r, k = read_ns // 1000, lock_ns // 1000  # microseconds

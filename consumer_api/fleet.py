@@ -39,8 +39,9 @@ COLUMNS = (
     "alarm",
     "open_work_orders",
     "trigger",
-    # [partition, generation, until_ms, own valid_until_ms, certified_at_ms]: an answer that
-    # validity leases extend (the board applies `lease` events to it); null otherwise
+    # [partition, generation, until_ms, own valid_until_ms, certified_at_ms, strategy, score,
+    # computed_at_ms]: an answer validity leases may extend (the board applies `lease` events
+    # to the row itself, an expired one included); null otherwise
     "lease",
 )
 SORTABLE = frozenset(COLUMNS) | {"age_ms"}
@@ -231,14 +232,15 @@ class FleetIndex:
         return self.leases.resolve(d, e)
 
     def row(self, d: str, now_ms: int) -> list[Any]:
-        base = e = self._served(d, self._latest.get(d))
-        if e is not None and (e.purge or e.valid_until_ms + self.grace_ms <= now_ms):
+        e = self._served(d, self._latest.get(d))
+        # an answer a lease may still extend stays in the store until its terms end
+        if e is not None and (e.purge or e.expires_at_ms(self.grace_ms) <= now_ms):
             e = None
         ctx = self._context.get(d)
         site, dtype = self._info.get(d, (None, None))
         alarm = ctx.alarm_state() if ctx is not None else "none"
         wos = len(ctx.open_work_orders) if ctx is not None else 0
-        lease = _lease_cell(base)  # a board may extend an expired row on the next lease
+        lease = None if e is None else _lease_cell(e, self._summary(d, e))
         if e is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
             return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None,
                     site, dtype, alarm, wos, None, lease]  # fmt: skip
@@ -336,13 +338,16 @@ class FleetIndex:
         }
 
 
-def _lease_cell(e: Entry | None) -> list[int | None] | None:
-    """The `lease` column: what a board needs to apply a `lease` event to the row itself."""
-    if e is None or e.terms is None or e.purge:
+def _lease_cell(e: Entry, s: Summary) -> list[Any] | None:
+    """The `lease` column: what a board needs to apply a `lease` event to the row itself, an
+    expired row shown as the fallback included (the answer's top strategy, score, data time)."""
+    if e.terms is None or e.purge:
         return None
     t, x = e.terms, e.extension
     own = e.valid_until_ms if x is None else x.own_valid_until_ms
-    return [t.partition, t.generation, t.until_ms, own, None if x is None else x.certified_at_ms]
+    certified = None if x is None else x.certified_at_ms
+    return [t.partition, t.generation, t.until_ms, own, certified, s.strategy, s.score,
+            e.computed_at_ms]  # fmt: skip
 
 
 def _history_item(e: Entry, default_strategy: str) -> dict[str, Any]:

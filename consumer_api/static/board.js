@@ -74,7 +74,8 @@ function sourceNow(r, now) {
 }
 
 // Since when a row's age counts: its answer's data time, or the certification of the validity
-// lease that extends it (lease column: [partition, generation, until_ms, own valid_until, certified_at]).
+// lease that extends it (lease column: [partition, generation, until_ms, own valid_until,
+// certified_at, strategy, score, computed_at]).
 function dataTime(r) {
   const l = r[state.col.lease];
   return l && l[4] != null && l[4] > r[state.col.computed_at_ms] ? l[4] : r[state.col.computed_at_ms];
@@ -93,7 +94,10 @@ function applyLeases(leases) {
       if (until <= l[3] || until <= (r[c.valid_until_ms] ?? 0)) continue;
       r[c.valid_until_ms] = until;
       l[4] = x.certified_at_ms;
-      if (r[c.source] === "stale") r[c.source] = "precomputed";
+      if (r[c.source] !== "precomputed") {  // expired until now: the answer it keeps is shown
+        r[c.source] = "precomputed";
+        r[c.strategy] = l[5]; r[c.score] = l[6]; r[c.computed_at_ms] = l[7];
+      }
     }
   }
 }

@@ -38,7 +38,10 @@ def test_a_quiet_device_is_served_precomputed_under_its_lease_and_expired_withou
     assert doc["extended_by"]["offset"] == x.offset and doc["extended_by"]["generation"] == 3
     assert 1_000 <= doc["age_ms"] < 10_000  # since the certification, not a minute
     assert r.headers["cache-control"] in ("max-age=3", "max-age=2")
-    assert "age.queue;dur=100" in r.headers["server-timing"]
+    assert (
+        "age.queue;dur=0, age.model;dur=0, age.kafka;dur=1, age.cache" in r.headers["server-timing"]
+    )
+    assert doc["delay_origin"] == "cache"  # held valid by the lease, nothing waited
     again = client.get("/v1/devices/dev-q/prediction", headers={"if-none-match": r.headers["etag"]})
     assert again.status_code == 304 and again.headers["cache-control"].startswith("max-age=")
     batch = client.get("/v1/predictions", params={"ids": "dev-q"}).json()["predictions"][0]

@@ -189,7 +189,8 @@ def test_what_a_read_gets_under_a_lease():
     }
     headers = dict(a.headers)
     assert headers[b"cache-control"] == b"max-age=%d" % ((doc["valid_until_ms"] - now) // 1000)
-    assert segments(served, now) == (300, 0, 1, now - x.received_at_ms)
+    assert segments(served, now) == (0, 0, 1, now - x.certified_at_ms - 1)
+    assert b"age.queue;dur=0, age.model;dur=0, age.kafka;dur=1" in headers[b"server-timing"]
     assert sum(segments(served, now)) == doc["age_ms"]
     # the copy is made once per (answer, lease) and reused
     assert store.get("d", now) is served
