@@ -14,10 +14,11 @@ from contextlib import closing
 
 import httpx2
 import orjson
+import pytest
 
 from opsctl.stack.process import free_port
 from precast.kafka import Producer
-from schemas.leases import ValidityLease, is_lease_key
+from schemas.leases import ValidityLease, is_lease_key, lease_key
 from schemas.predictions import PredictionSet
 from tests.integration.api_helpers import spawn_api, wait_for
 from tests.integration.board_support import metric
@@ -36,16 +37,16 @@ class Beats(threading.Thread):
     """Stable heartbeats (the same readings every time) once a second per device, event time =
     the wall clock, as live devices send them."""
 
-    def __init__(self, kafka, topic: str) -> None:
+    def __init__(self, kafka, topic: str, seconds: float = SECONDS) -> None:
         super().__init__(daemon=True)
-        self.p, self.topic = Producer(kafka), topic
+        self.p, self.topic, self.seconds = Producer(kafka), topic, seconds
         self.last_quits_ms = 0
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             start = time.monotonic()
-            while (elapsed := time.monotonic() - start) < SECONDS:
+            while (elapsed := time.monotonic() - start) < self.seconds:
                 now = int(time.time() * 1000)
                 devices = DEVICES + ([QUITS] if elapsed < QUITS_AFTER_S else [])
                 for d in devices:
@@ -170,3 +171,73 @@ def test_quiet_answers_stay_valid_past_their_horizon_without_new_predictions(
             db.execute("SELECT json_extract(data, '$.kind'), count(*) FROM leaves GROUP BY 1")
         )
     assert kinds == {"prediction": len(answers), "lease": len(leases)}
+
+
+@pytest.mark.slow
+def test_a_new_generation_takes_over_and_a_fenced_generations_lease_changes_nothing(
+    kafka_settings, topics, unique, tmp_path
+):
+    """A worker restart (a rebalance to a new member): the new owner restores the state, warms
+    up, and its leases (a higher generation) extend the answers the old owner published; a late
+    lease of the old generation, however generous, is ignored by the read API."""
+    group, aport = unique("g"), free_port()
+    env = {
+        "PRECAST_POLICY__EVERY_EVENT": "false",
+        "PRECAST_WORKER__HORIZON_S": str(HORIZON_MS / 1000),
+    }
+    first = spawn_worker(kafka_settings, topics, group, tmp_path / "w1.log", **env)
+    api = second = None
+    url = f"http://127.0.0.1:{aport}/v1/devices/dev-007/prediction"
+    try:
+        api = spawn_api(kafka_settings, topics, aport)
+        beats = Beats(kafka_settings, topics.heartbeats.name, seconds=40.0)
+        beats.start()
+        before = wait_for(
+            lambda: (d := httpx2.get(url, timeout=5).json()).get("extended_by") and d,
+            40,
+            0.5,
+            "an answer under the first generation's lease",
+        )
+        gen1 = before["extended_by"]["generation"]
+        assert stop_worker(first) == 0
+        second = spawn_worker(kafka_settings, topics, group, tmp_path / "w2.log", **env)
+        after = wait_for(
+            lambda: (
+                (d := httpx2.get(url, timeout=5).json()).get("extended_by", {}).get("generation", 0)
+                > gen1
+                and d
+            ),
+            40,
+            0.5,
+            "the second generation's lease",
+        )
+        # (its answer may be a new one: the reads above, while no lease covered it, asked)
+        assert after["source"] == "precomputed" and after["valid_until_ms"] > time.time() * 1000
+        # a lease of the fenced generation arriving late: later certification, a long end
+        part, now = after["extended_by"]["partition"], int(time.time() * 1000)
+        fenced = {
+            "schema_version": 1,
+            "kind": "validity_lease",
+            "partition": part,
+            "generation": gen1,
+            "certified_at_ms": now,
+            "valid_until_ms": now + 600_000,
+            "produced_at_ms": now,
+            "devices": 1,
+        }
+        p = Producer(kafka_settings)
+        p.produce(topics.predictions.name, lease_key(part), orjson.dumps(fenced), partition=part)
+        p.flush()
+        time.sleep(1.5)
+        late = httpx2.get(url, timeout=5).json()
+        assert late["extended_by"]["generation"] > gen1
+        assert late["valid_until_ms"] < now + 2 * HORIZON_MS
+        beats.join(timeout=60)
+    finally:
+        if api is not None:
+            api.terminate()
+            api.wait(30)
+        if second is not None:
+            assert stop_worker(second) == 0, (tmp_path / "w2.log").read_text()[-3000:]
+        if first.poll() is None:
+            stop_worker(first)

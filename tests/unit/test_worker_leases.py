@@ -47,6 +47,7 @@ class Run:
         self.offset = 0
         self.records: list[tuple[int, bytes, bytes]] = []  # (partition, key, value) in order
         self.inferences = 0
+        self.state: dict[bytes, bytes] = {}
         self.p.assign_leases(list(partitions), T0)
 
     def beat(self, devices, t, partition=0, **metrics) -> None:
@@ -65,6 +66,8 @@ class Run:
                 return
             r = self.p.compute(items, self.model, t)
             self.p.mark_predicted(r, t)
+            # the worker-state changelog, as the loop writes it (newest per device)
+            self.state.update(zip(r.out.keys, self.p.state_records(r), strict=True))
             self.inferences += int(r.inferred.sum())
             self.records += [
                 (it.partition, k, v)
@@ -264,3 +267,40 @@ def test_records_per_inference_stay_bounded_where_whole_renewals_grow(model):
     assert leased / inf_l <= 1 + 60 / 40  # one answer each + at most one lease a second
     assert whole / inf_w > 10  # ~ 60 s / 3 s renewals per device
     assert np.isclose(leased, 40 + 57, atol=2)
+
+
+def test_a_new_owner_restores_leased_answers_and_keeps_them_valid_without_republishing(model):
+    """A rebalance: the new owner restores the changelog (written when each answer was
+    published, so its heartbeat times are old), warms up, and leases the restored answers under
+    a higher generation; the stale heartbeat time is not taken for a slow cadence."""
+    old = Run(model)
+    for s in range(6):
+        old.beat(["d1", "d2"], T0 + s * 1_000)
+        old.tick(T0 + s * 1_000)
+    gen1 = old.p.leases[0].generation
+    new = Run(model, partitions=())
+    devices, rec, bad, foreign = new.p.layout.decode(list(old.state), list(old.state.values()))
+    assert (len(devices), bad, foreign) == (2, 0, 0)
+    new.p.table.restore(devices, [0] * len(devices), rec)
+    new.p.assign_leases([0], T0 + 6_000)
+    new.tick(T0 + 6_000)  # a tick before any input: the restored state alone proves nothing
+    for s in range(6, 14):
+        new.beat(["d1", "d2"], T0 + s * 1_000)
+        new.tick(T0 + s * 1_000)
+    assert new.answers() == []  # nothing republished, no lapse: the restored answers stand
+    leases = new.leases()
+    assert leases and all(x.generation > gen1 and x.devices == 2 for x in leases)
+    # only after a slack of the new owner's own data (every live device heard from again)
+    assert leases[0].certified_at_ms >= T0 + 6_000 and len(leases) >= 14 - 6 - 4
+
+    # a backlog: the first poll after the takeover holds only some devices' heartbeats; the
+    # others, alive, are not taken for silent (their state is the restored one)
+    late = Run(model, partitions=())
+    late.p.table.restore(devices, [0] * len(devices), rec)
+    late.p.assign_leases([0], T0 + 6_000)
+    late.beat(["d1"], T0 + 6_000)
+    late.tick(T0 + 6_000)
+    for s in range(7, 14):
+        late.beat(["d1", "d2"], T0 + s * 1_000)
+        late.tick(T0 + s * 1_000)
+    assert late.answers() == [] and late.leases()[-1].devices == 2

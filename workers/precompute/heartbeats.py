@@ -121,7 +121,8 @@ class HeartbeatIngest:
         if order is not None:
             offsets = offsets[ui]
         # the device's cadence, which says whether validity leases can keep its answer
-        gap = np.where(tab.hb_time[slots] >= 0, new_t - tab.hb_time[slots], -1)
+        prev = tab.hb_time[slots]
+        gap = np.where((prev >= 0) & (tab.hb_gap[slots] != -2), new_t - prev, -1)
         if fresh.all():
             tab.hb[slots] = hb_cols
             tab.hb_gap[slots] = gap

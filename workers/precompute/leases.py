@@ -52,6 +52,7 @@ class PartitionLease:
     certified_at_ms: int = -1  # W of the last lease published (never goes down)
     start_wm_ms: int = -1  # the partition's newest heartbeat time when this generation began
     next_at_ms: int = 0  # worker clock: the next tick
+    restored_wm_ms: int = -1  # the newest heartbeat time in the state it restored
 
 
 @dataclass
@@ -100,7 +101,9 @@ class Leasing:
         gen = max(now_ms, last + 1, self._last_generation + 1)
         self._last_generation = gen
         for p in partitions:
-            self.leases[p] = PartitionLease(gen, next_at_ms=now_ms)
+            mine = tab.partition == p
+            wm = int(tab.hb_time[mine].max()) if mine.any() else -1
+            self.leases[p] = PartitionLease(gen, next_at_ms=now_ms, restored_wm_ms=wm)
 
     def forget_leases(self, partitions: list[int] | set[int]) -> None:
         for p in partitions:
@@ -108,8 +111,11 @@ class Leasing:
 
     def rewarm_leases(self) -> None:
         """After the state was reset and restored again (an aborted transaction)."""
-        for st in self.leases.values():
+        tab = self.table
+        for p, st in self.leases.items():
+            mine = tab.partition == p
             st.start_wm_ms = -1
+            st.restored_wm_ms = int(tab.hb_time[mine].max()) if mine.any() else -1
 
     def lease_terms(self, slots: np.ndarray, computed: np.ndarray) -> list[bytes]:
         """Per item: the `"lease"` member of its PredictionSet (b"" for an answer leases must
@@ -154,9 +160,9 @@ class Leasing:
             st = self.leases[p]
             st.next_at_ms = now_ms + interval
             w = int(wm[p])
-            if w < 0:
+            if w <= st.restored_wm_ms:  # nothing consumed yet beyond the restored state
                 continue
-            if st.start_wm_ms < 0:
+            if st.start_wm_ms < 0:  # the warm-up counts this generation's own data only
                 st.start_wm_ms = w
             certified = max(st.certified_at_ms, w - slack)
             # warming up (not every live device heard from since this generation began), or

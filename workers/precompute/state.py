@@ -20,6 +20,8 @@ class DeviceTable:
     hb: np.ndarray  # newest heartbeat's state columns (FeatureModel.state)
     hb_time: np.ndarray  # its event time, ms; -1: none seen
     hb_gap: np.ndarray  # the interval before it (its event time - the previous one's); -1
+    # unknown, -2 restored (the restored heartbeat time is the last state write's, so the
+    # interval to the next heartbeat says nothing about the device's cadence)
     hb_offset: np.ndarray  # its record's offset (heartbeats topic, the device's partition); -1
     last_x: np.ndarray  # features of the last prediction
     valid_until: np.ndarray  # the last prediction's valid_until, ms
@@ -123,6 +125,7 @@ class DeviceTable:
         s = self.slots(devices, partitions)
         self.hb[s] = rec["hb"]
         self.hb_time[s] = rec["hb_time"]
+        self.hb_gap[s] = -2
         self.hb_offset[s] = rec["hb_offset"]
         self.last_x[s] = rec["last_x"]
         self.valid_until[s] = rec["valid_until"]
