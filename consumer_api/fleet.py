@@ -232,7 +232,8 @@ class FleetIndex:
         return self.leases.resolve(d, e)
 
     def row(self, d: str, now_ms: int) -> list[Any]:
-        e = self._served(d, self._latest.get(d))
+        base = self._latest.get(d)  # the stored answer: its summary is cached per answer
+        e = self._served(d, base)
         # an answer a lease may still extend stays in the store until its terms end
         if e is not None and (e.purge or e.expires_at_ms(self.grace_ms) <= now_ms):
             e = None
@@ -240,11 +241,11 @@ class FleetIndex:
         site, dtype = self._info.get(d, (None, None))
         alarm = ctx.alarm_state() if ctx is not None else "none"
         wos = len(ctx.open_work_orders) if ctx is not None else 0
-        lease = None if e is None else _lease_cell(e, self._summary(d, e))
-        if e is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
+        s = None if e is None or base is None else self._summary(d, base)
+        lease = None if e is None or s is None else _lease_cell(e, s)
+        if e is None or s is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
             return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None,
                     site, dtype, alarm, wos, None, lease]  # fmt: skip
-        s = self._summary(d, e)
         source = PRECOMPUTED if now_ms < e.valid_until_ms else STALE
         return [d, s.strategy, s.score, source, e.computed_at_ms, e.valid_until_ms,
                 origin(segments(e, now_ms)), e.model_version, site, dtype, alarm, wos,

@@ -145,12 +145,14 @@ class LeaseBook:
     """The newest lease per partition, and the extended copies reads got. Writers (the
     materializer) take the lock; reads take none (dict lookups are atomic under the GIL)."""
 
-    def __init__(self, grace_ms: int = 0, cache_max: int = 1_000_000) -> None:
-        self.grace_ms, self.cache_max = grace_ms, cache_max
+    def __init__(self, grace_ms: int = 0) -> None:
+        self.grace_ms = grace_ms
         self._by_part: dict[int, Lease] = {}
         self._lock = threading.Lock()
-        # device -> (stored entry, lease, extended copy): valid while both are still current
-        self._copies: dict[str, tuple[Entry, Lease, Entry]] = {}
+        # partition -> device -> (stored entry, lease, extended copy), valid while both are
+        # still current; a partition's copies go with its lease, so what is kept is bounded by
+        # the devices read during one lease interval
+        self._copies: dict[int, dict[str, tuple[Entry, Lease, Entry]]] = {}
         self.get = self._by_part.get
 
     def __len__(self) -> int:
@@ -173,6 +175,7 @@ class LeaseBook:
                     out.append(OLDER)
                     continue
                 self._by_part[x.partition] = x
+                self._copies.pop(x.partition, None)
                 out.append(STORED)
         return out
 
@@ -190,14 +193,15 @@ class LeaseBook:
         lease = self._by_part.get(t.partition)
         if lease is None:
             return e
-        cached = self._copies.get(device_id)
+        copies = self._copies.get(t.partition)
+        if copies is None:
+            copies = self._copies.setdefault(t.partition, {})
+        cached = copies.get(device_id)
         if cached is not None and cached[0] is e and cached[1] is lease:
             return cached[2]
         until = extension_until(t, e.valid_until_ms, lease)
         if until <= e.valid_until_ms:
             return e
         x = extend(e, lease, until)
-        if len(self._copies) >= self.cache_max:
-            self._copies.clear()  # rare: every device read once per lease interval is fine
-        self._copies[device_id] = (e, lease, x)
+        copies[device_id] = (e, lease, x)
         return x

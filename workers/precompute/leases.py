@@ -110,7 +110,8 @@ class Leasing:
             self.leases.pop(p, None)
 
     def rewarm_leases(self) -> None:
-        """After the state was reset and restored again (an aborted transaction)."""
+        """After the state was reset and restored again (an aborted transaction): warm up on
+        the input read again, as a new owner would (the generation stays: same owner)."""
         tab = self.table
         for p, st in self.leases.items():
             mine = tab.partition == p

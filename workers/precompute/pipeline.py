@@ -314,7 +314,6 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
     def reset(self) -> None:
         """Forget everything (after an aborted transaction the consumer rewinds to committed)."""
         self.table.clear()
-        self.rewarm_leases()
         self.deferred.clear()
         self._due.clear()
         self.positions.clear()

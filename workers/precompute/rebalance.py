@@ -128,6 +128,7 @@ class Rebalancing:
         parts = self.consumer.assignment()
         self.pipeline.reset()
         self._restore_state(sorted({p.partition for p in parts}))
+        self.pipeline.rewarm_leases()  # the re-read input must be seen again before a lease
         ctx = self.topics.device_context.name
         committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
         for p in parts:
