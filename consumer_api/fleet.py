@@ -347,7 +347,7 @@ def _lease_cell(e: Entry, s: Summary) -> list[Any] | None:
     t, x = e.terms, e.extension
     own = e.valid_until_ms if x is None else x.own_valid_until_ms
     certified = None if x is None else x.certified_at_ms
-    return [t.partition, t.generation, t.until_ms, own, certified, s.strategy, s.score,
+    return [t.partition, t.generation, e.until_ms, own, certified, s.strategy, s.score,
             e.computed_at_ms]  # fmt: skip
 
 

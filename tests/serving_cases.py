@@ -166,5 +166,5 @@ def expected_validity(deliveries: list) -> dict[str, int]:
         if t is None or x is None or t.generation > x.generation:
             out[d] = own
         else:
-            out[d] = max(own, min(x.valid_until_ms, t.until_ms))
+            out[d] = max(own, min(x.valid_until_ms, e.until_ms))
     return out

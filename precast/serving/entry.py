@@ -37,11 +37,28 @@ class InvalidPrediction(ValueError):
 
 
 class Terms(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """An answer's lease terms (schemas.leases.LeaseTerms): which leases may extend it."""
+    """An answer's lease terms (schemas.leases.LeaseTerms): which leases may extend it, and for
+    how long after its data time (`until_ms` on the wire = computed_at + extension). Kept as
+    the extension so that every answer of one partition, generation and extension shares one
+    object (`terms`): a view of a million devices holds a few of them, not a million."""
 
     partition: int
     generation: int
-    until_ms: int
+    extension_ms: int
+
+
+_TERMS: dict[tuple[int, int, int], Terms] = {}
+
+
+def terms(partition: int, generation: int, extension_ms: int) -> Terms:
+    """The shared `Terms` object of these values."""
+    k = (partition, generation, extension_ms)
+    t = _TERMS.get(k)
+    if t is None:
+        if len(_TERMS) > 100_000:  # many generations or extensions over a long life: start over
+            _TERMS.clear()
+        t = _TERMS[k] = Terms(partition, generation, extension_ms)
+    return t
 
 
 class Extension(msgspec.Struct, frozen=True, gc=False):
@@ -82,11 +99,20 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
         return order_key(self.computed_at_ms, self.produced_at_ms, self.model_version)
 
     @property
+    def until_ms(self) -> int:
+        """No lease extends it past this (its terms' end; its own validity without terms)."""
+        t = self.terms
+        return self.valid_until_ms if t is None else self.computed_at_ms + t.extension_ms
+
+    @property
     def keep_until_ms(self) -> int:
         """How long a store keeps it: its own validity, or the last moment a lease could extend
         it (an entry a lease may still extend keeps blocking older answers until then)."""
         t = self.terms
-        return self.valid_until_ms if t is None or t.until_ms < self.valid_until_ms else t.until_ms
+        if t is None:
+            return self.valid_until_ms
+        until = self.computed_at_ms + t.extension_ms
+        return until if until > self.valid_until_ms else self.valid_until_ms
 
     def expires_at_ms(self, grace_ms: int) -> int:
         """When the store drops it: `keep_until_ms` plus the configured grace period."""
@@ -171,7 +197,9 @@ def prediction_item(
         purge,
         value,
         # a purge marker is never extended, whatever it carries
-        None if lt is None or purge else Terms(lt.partition, lt.generation, lt.until_ms),
+        None
+        if lt is None or purge
+        else terms(lt.partition, lt.generation, max(0, lt.until_ms - p.computed_at_ms)),
     )
 
 
@@ -179,7 +207,9 @@ def _flag(e: Entry) -> bytes:
     if e.purge:
         return b"P"
     t = e.terms
-    return b"-" if t is None else b"L%d:%d:%013d" % (t.partition, t.generation, t.until_ms)
+    if t is None:
+        return b"-"
+    return b"L%d:%d:%013d" % (t.partition, t.generation, e.computed_at_ms + t.extension_ms)
 
 
 def encode(e: Entry) -> bytes:
@@ -199,10 +229,10 @@ def encode(e: Entry) -> bytes:
 def decode(raw: bytes) -> Entry:
     head, _, body = raw.partition(b"\n")
     c, pr, v, r, inf, flag, mv = head.decode().split(" ", 6)
-    terms = None
+    t = None
     if flag[:1] == "L":
         part, gen, until = flag[1:].split(":")
-        terms = Terms(int(part), int(gen), int(until))
+        t = terms(int(part), int(gen), max(0, int(until) - int(c)))
     return Entry(
         int(c),
         int(pr),
@@ -212,5 +242,5 @@ def decode(raw: bytes) -> Entry:
         -1 if inf == "-" else int(inf),
         flag == "P",
         body,
-        terms,
+        t,
     )

@@ -23,7 +23,7 @@ from typing import Annotated
 
 import msgspec
 
-from precast.serving.entry import Entry, Extension, InvalidPrediction, Terms
+from precast.serving.entry import Entry, Extension, InvalidPrediction
 from precast.serving.result import EXPIRED, OLDER, STORED
 from schemas.deadletters import Reason
 from schemas.leases import LEASE_KEY_PREFIX, LeaseOrder, lease_order
@@ -129,16 +129,18 @@ def extend(e: Entry, lease: Lease, until_ms: int) -> Entry:
     )
 
 
-def extension_until(terms: Terms | None, own_valid_until_ms: int, lease: Lease | None) -> int:
+def extension_until(e: Entry, lease: Lease | None) -> int:
     """The extension rule of schemas.leases: an answer with terms, on the lease's partition, of a
-    generation not newer than the lease's, is valid until the lease's end, never past its own
+    generation not newer than the lease's, is valid until the lease's end, never past its terms'
     `until_ms`, never less than its own validity."""
-    if terms is None or lease is None or terms.generation > lease.generation:
-        return own_valid_until_ms
-    if terms.partition != lease.partition:
-        return own_valid_until_ms
-    t = lease.valid_until_ms if lease.valid_until_ms < terms.until_ms else terms.until_ms
-    return t if t > own_valid_until_ms else own_valid_until_ms
+    t, own = e.terms, e.valid_until_ms
+    if t is None or lease is None or t.generation > lease.generation:
+        return own
+    if t.partition != lease.partition:
+        return own
+    until = e.computed_at_ms + t.extension_ms
+    end = lease.valid_until_ms if lease.valid_until_ms < until else until
+    return end if end > own else own
 
 
 class LeaseBook:
@@ -199,7 +201,7 @@ class LeaseBook:
         cached = copies.get(device_id)
         if cached is not None and cached[0] is e and cached[1] is lease:
             return cached[2]
-        until = extension_until(t, e.valid_until_ms, lease)
+        until = extension_until(e, lease)
         if until <= e.valid_until_ms:
             return e
         x = extend(e, lease, until)

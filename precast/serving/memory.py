@@ -89,10 +89,7 @@ class MemoryStore:
             for device_id, e in items:
                 if not ids_checked and not valid_device_id(device_id):
                     raise ValueError(f"invalid device ID {device_id[:64]!r}")
-                t = e.terms
-                expires = (
-                    e.valid_until_ms if t is None or t.until_ms < e.valid_until_ms else t.until_ms
-                ) + grace
+                expires = (e.valid_until_ms if e.terms is None else e.keep_until_ms) + grace
                 if expires <= now:
                     out.append(EXPIRED)
                     continue

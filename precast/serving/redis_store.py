@@ -285,7 +285,7 @@ class AsyncRedisReader:
             # during a replay (no load marker) no lease applies: see the module docstring
             lease = None if raw is None or loaded is None else decode_lease(t.partition, raw)
             self._leases[t.partition] = (mono, lease)
-        until = extension_until(t, e.valid_until_ms, lease)
+        until = extension_until(e, lease)
         return e if lease is None or until <= e.valid_until_ms else extend(e, lease, until)
 
     @async_cluster_errors_as_redis_errors

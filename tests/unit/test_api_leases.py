@@ -65,7 +65,7 @@ def test_board_rows_carry_lease_terms_and_a_lease_is_one_event():
     assert row["lease"] == [
         0,
         3,
-        e.terms.until_ms,
+        e.until_ms,
         e.valid_until_ms,
         None,
         "monitor_only",

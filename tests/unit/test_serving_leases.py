@@ -129,7 +129,10 @@ def test_redis_encoding_keeps_the_terms():
     back = decode(encode(e))
     assert back == e and back.terms is not None
     assert (back.terms.partition, back.terms.generation) == (3, 7)
-    assert back.keep_until_ms == BASE_MS + 900_000
+    assert back.keep_until_ms == back.until_ms == BASE_MS + 900_000
+    # one shared terms object for every answer of a partition, generation and extension
+    other = leased("e", BASE_MS + 1_000, BASE_MS + 1_000, 7, partition=3, extension_ms=900_000)
+    assert other.terms is e.terms is back.terms
     plain = leased("d", BASE_MS, BASE_MS, None)
     assert decode(encode(plain)).terms is None and plain.keep_until_ms == plain.valid_until_ms
 
