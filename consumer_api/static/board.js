@@ -97,6 +97,7 @@ function applyLeases(leases) {
       if (r[c.source] !== "precomputed") {  // expired until now: the answer it keeps is shown
         r[c.source] = "precomputed";
         r[c.strategy] = l[5]; r[c.score] = l[6]; r[c.computed_at_ms] = l[7];
+        r[c.delay_origin] = "cache"; // held valid by the lease (docs/api.md, the age's segments)
       }
     }
   }
