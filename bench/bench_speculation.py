@@ -1,5 +1,8 @@
 """What speculation buys: the worker's policy against predict-on-every-event, side by side on the
-same event stream and the same reads (docs/workers.md, "The speculation trade-off").
+same event stream and the same reads (docs/workers.md, "The speculation trade-off"), and what it
+costs to keep answers valid: validity leases against republishing every stable answer before
+its horizon (main's whole renewals), in records per inference and audit-log bytes
+(docs/workers.md, "Validity leases").
 
 Both arms run the real worker pipeline (decode, policy, features, the shipped ONNX model, top-K,
 encode) in one process on a virtual clock, fed the same simulated fleet (`producers.simulator`,
@@ -8,160 +11,41 @@ per profile) and read by the same operators:
 - an operator paging through the device list, prefetching the next page before moving on.
 Reads feed hotness back to the workers (as the read API does through the read-hints topic), a
 read that finds no valid answer asks for one (as the API does), and at every read the served
-answer is compared with a fresh on-demand inference on the device's newest data.
+answer is compared with a fresh on-demand inference on the device's newest data. What an arm
+publishes is served through the read API's own store (`precast.serving.MemoryStore`, leases
+included), and for the renewal comparison appended to a real audit log (`precast.audit`).
 """
 
 from __future__ import annotations
 
 import itertools
-import time
+import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import orjson
 
 from bench.harness import Context, Figure, Report, progress
+from bench.speculation_arm import T0, TICK_MS, TOPICS, WARMUP_MS, Arm, Outcome, Reads
 from precast.kafka import Record
 from producers.simulator import Fleet
-from schemas.spec import load_spec
-from schemas.topics import catalog
 from workers.model.inference import ModelSession
-from workers.precompute.pipeline import BatchResult, Pipeline, PipelineConfig
+from workers.precompute.config import LeaseConfig
 from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 NAME = "speculation"
 DESCRIPTION = "policy vs predict-on-every-event: inferences, hit ratio, answer quality"
 
-# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
-SPARE_CPU = (
-    "one core: a single process, no broker; the savings and agreements are counts and do not "
-    "depend on CPU."
-)
-TOPICS = catalog("bench.", 1)
 ROLE_TOPIC = {
     "heartbeat": TOPICS.heartbeats.name,
     "work_order": TOPICS.work_orders.name,
     "alarm": TOPICS.alarms.name,
 }
-TICK_MS = 100
 HINT_EVERY_MS = 1_000  # the read API publishes read hints once a second
 HOT_FOR_MS = 30_000  # a read keeps a device hot this long
-T0 = 1_900_000_000_000
-WARMUP_MS = 5_000  # reads in the first seconds (devices not heard from yet) are not counted
-_SERVING = load_spec().serving
-STRATEGIES = _SERVING.labels
-FALLBACK = STRATEGIES.index(_SERVING.default_label)
-
-
-@dataclass
-class Reads:
-    """The read profile: Zipf over devices plus one operator paging with prefetch."""
-
-    devices: list[str]
-    rate: float  # Zipf reads per second
-    seed: int
-    page: int = 25
-    page_every_ms: int = 2_000
-    rng: np.random.Generator = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
-        n = len(self.devices)
-        w = 1.0 / np.arange(1, n + 1) ** 1.1
-        self.p = w / w.sum()
-        self.order = self.rng.permutation(n)  # rank -> device index
-
-    def tick(self, t_ms: int) -> tuple[list[str], list[str]]:
-        """(devices read, devices prefetched) during the tick starting at t_ms."""
-        k = self.rng.poisson(self.rate * TICK_MS / 1000)
-        ranks = self.rng.choice(len(self.devices), size=k, p=self.p)
-        reads = [self.devices[i] for i in self.order[ranks].tolist()]
-        prefetch: list[str] = []
-        phase = (t_ms - T0) % self.page_every_ms
-        page_no = (t_ms - T0) // self.page_every_ms
-        if phase == 0:  # the operator opens the next page: reads each row
-            reads += self._page(page_no)
-        elif phase == self.page_every_ms // 2:  # halfway through: prefetch the next page
-            prefetch = self._page(page_no + 1)
-        return reads, prefetch
-
-    def _page(self, no: int) -> list[str]:
-        start = (no * self.page) % len(self.devices)
-        return self.devices[start : start + self.page]
-
-
-@dataclass
-class Outcome:
-    events: int = 0
-    inferences: int = 0
-    renewals: int = 0
-    reads: int = 0
-    hits: int = 0
-    top1: int = 0
-    top3: int = 0
-    seconds: float = 0.0
-
-
-class Arm:
-    """One policy over the stream: its pipeline, its served answers, its counts."""
-
-    def __init__(self, policy: PolicyConfig, model: ModelSession) -> None:
-        self.pipe = Pipeline(TOPICS, PipelineConfig(policy=policy), lambda m, r, d: None)
-        self.pipe.decisions = lambda reason, n: None
-        self.model = model
-        self.answers: dict[str, tuple[int, int, int, frozenset[int]]] = {}
-        self.asked: dict[str, int] = {}
-        self.out = Outcome()
-
-    def ingest(self, recs: list[Record], now_ms: int) -> None:
-        t = time.perf_counter()
-        if recs:
-            self.pipe.ingest(recs, now_ms, 0.0)
-        self.pipe.release_deferred(now_ms, 0.0)
-        while True:
-            items, _ = self.pipe.next_batch(0.0, force=True)
-            if not items:
-                break
-            r = self.pipe.compute(items, self.model, now_ms)
-            self.pipe.mark_predicted(r, now_ms)
-            self._serve(r)
-        self.out.seconds += time.perf_counter() - t
-
-    def _serve(self, r: BatchResult) -> None:
-        assert r.idx is not None and r.inferred is not None
-        n_inf = int(r.inferred.sum())
-        self.out.inferences += n_inf
-        self.out.renewals += len(r.items) - n_inf
-        horizon = self.pipe.cfg.horizon_ms
-        for j, it in enumerate(r.items):
-            c = int(r.computed_at[j])
-            old = self.answers.get(it.device)
-            if old is None or c >= old[0]:  # newest computed_at wins, as the store does
-                row = r.idx[j].tolist()
-                self.answers[it.device] = (c, c + horizon, row[0], frozenset(row))
-
-    def read(
-        self, devices: list[str], truth1: np.ndarray, truth3: list[frozenset[int]], t_ms: int
-    ) -> list[tuple[str, str]]:
-        """Serve reads; returns the precompute requests the API would send for misses."""
-        asks = []
-        count = t_ms >= T0 + WARMUP_MS
-        for j, d in enumerate(devices):
-            a = self.answers.get(d)
-            if a is not None and t_ms < a[1]:
-                top1, top3 = a[2], a[3]
-                self.out.hits += count
-            else:
-                top1, top3 = FALLBACK, frozenset((FALLBACK,))
-                if self.asked.get(d, -1) < t_ms - 1_000:  # once per device per window
-                    self.asked[d] = t_ms
-                    asks.append((d, "expiry" if a is not None else "api_miss"))
-            self.out.reads += count
-            self.out.top1 += count and top1 == int(truth1[j])
-            self.out.top3 += count and top3 == truth3[j]
-        return asks
+WHOLE = LeaseConfig(enabled=False)  # main's way: every stable answer republished before expiry
 
 
 def _records(events: list, offsets: Iterator[int]) -> list[Record]:
@@ -204,18 +88,27 @@ def _requests(asks: list[tuple[str, str]], t_ms: int, offsets: Iterator[int]) ->
 
 def simulate(
     profile: str,
-    policies: dict[str, PolicyConfig],
+    policies: dict[str, PolicyConfig | tuple[PolicyConfig, LeaseConfig]],
     model: ModelSession,
     *,
     devices: int,
     seconds: int,
     read_rate: float,
     seed: int = 5,
+    audit: tuple[str, ...] = (),
 ) -> dict[str, Outcome]:
-    """Run every policy over one and the same event stream and read sequence."""
+    """Run every policy (with leases unless a `LeaseConfig` says otherwise) over one and the
+    same event stream and read sequence; the arms named in `audit` also write an audit log."""
     fleet = Fleet(devices, seed, profile=profile, drift_share=0.05, drift_s=120.0, run_id="bench")
     reads = Reads(fleet.ids, read_rate, seed)
-    arms = {name: Arm(p, model) for name, p in policies.items()}
+    tmp = tempfile.TemporaryDirectory(prefix="bench-speculation-")
+    arms = {}
+    for name, p in policies.items():
+        policy, lease = p if isinstance(p, tuple) else (p, None)
+        log = Path(tmp.name) / f"arm{len(arms)}" if name in audit else None
+        if log is not None:
+            log.mkdir()
+        arms[name] = Arm(policy, model, lease, log)
     ref = next(iter(arms.values())).pipe  # every arm holds the same newest data
     offsets = itertools.count()
     per_tick = devices * TICK_MS // 1000
@@ -245,6 +138,9 @@ def simulate(
             truth3 = [frozenset(r) for r in order[:, :3].tolist()]
             for name, arm in arms.items():
                 pending_asks[name] += arm.read(read, truth1, truth3, t)
+    for arm in arms.values():
+        arm.close()
+    tmp.cleanup()
     return {name: arm.out for name, arm in arms.items()}
 
 
@@ -257,10 +153,64 @@ def _row(profile: str, name: str, o: Outcome, base: Outcome) -> list:
         round(o.inferences / max(o.events, 1), 4),
         round(base.inferences / max(o.inferences, 1), 2),
         o.renewals,
+        o.leases,
+        round(o.records / max(o.inferences, 1), 3),
         round(o.hits / max(o.reads, 1), 5),
         round(o.top1 / max(o.reads, 1), 5),
         round(o.top3 / max(o.reads, 1), 5),
     ]
+
+
+def _renewal_figures(
+    pol: Outcome, whole: Outcome, devices: int, seconds: int, conditions: str
+) -> list[Figure]:
+    """What keeping answers valid costs, leases against whole renewals (same events, reads)."""
+    rpi, rpi_w = pol.records / max(pol.inferences, 1), whole.records / max(whole.inferences, 1)
+    cond = f"profile noisy, policy defaults; {conditions}"
+    return [
+        Figure(
+            "records_per_inference",
+            round(rpi, 3),
+            "ratio",
+            f"whole renewals: {rpi_w:.3f} (hit ratio {whole.hits / max(whole.reads, 1):.5f}, "
+            f"top-1 {whole.top1 / max(whole.reads, 1):.5f})",
+            f"records published to the predictions topic (answers + validity leases) per "
+            f"inference; {cond}",
+        ),
+        Figure(
+            "records_per_inference_whole_renewals",
+            round(rpi_w, 3),
+            "ratio",
+            "PRECAST_WORKER__RENEWAL=whole, the same events and reads",
+            cond,
+        ),
+        Figure(
+            "records_vs_whole_renewals",
+            round(whole.records / max(pol.records, 1), 2),
+            "ratio",
+            "records with whole renewals / records with leases",
+            cond,
+        ),
+        Figure(
+            "audit_bytes_per_device_hour",
+            _per_device_hour(pol, devices, seconds),
+            "bytes",
+            f"whole renewals: {_per_device_hour(whole, devices, seconds):,.0f}",
+            f"the audit log's SQLite file (a leaf per record, checkpoints aside) per device and "
+            f"hour of the run; {cond}",
+        ),
+        Figure(
+            "audit_bytes_per_device_hour_whole_renewals",
+            _per_device_hour(whole, devices, seconds),
+            "bytes",
+            "PRECAST_WORKER__RENEWAL=whole, the same events and reads",
+            cond,
+        ),
+    ]
+
+
+def _per_device_hour(o: Outcome, devices: int, seconds: int) -> float:
+    return round(o.audit_bytes / devices / (seconds / 3600), 0)
 
 
 def run(ctx: Context) -> Report:
@@ -276,25 +226,30 @@ def run(ctx: Context) -> Report:
     default = PolicyConfig()
     for profile in ("noisy", "steady", "iid"):
         progress(f"speculation: profile {profile}: every-event vs policy ...")
+        arms: dict[str, PolicyConfig | tuple[PolicyConfig, LeaseConfig]] = {
+            "every event": PolicyConfig(every_event=True),
+            "policy": default,
+        }
+        if profile == "noisy":  # main's renewals beside the leases, on the same events and reads
+            arms["whole renewals"] = (default, WHOLE)
         res = simulate(
             profile,
-            {"every event": PolicyConfig(every_event=True), "policy": default},
+            arms,
             model,
             devices=devices,
             seconds=seconds,
             read_rate=read_rate,
+            audit=("policy", "whole renewals") if profile == "noisy" else (),
         )
         base, pol = res["every event"], res["policy"]
+        name = f"policy (safety {default.safety:g}, hot {default.hot_safety:g})"
         rows.append(_row(profile, "every event", base, base))
-        rows.append(
-            _row(
-                profile,
-                f"policy (safety {default.safety:g}, hot {default.hot_safety:g})",
-                pol,
-                base,
-            )
-        )
+        rows.append(_row(profile, name + ", leases", pol, base))
         suffix = "" if profile == "noisy" else f"_{profile}"
+        if profile == "noisy":
+            whole = res["whole renewals"]
+            rows.append(_row(profile, name + ", whole renewals", whole, base))
+            figures += _renewal_figures(pol, whole, devices, seconds, conditions)
         figures += [
             Figure(
                 f"speculation_inference_savings{suffix}",
@@ -351,7 +306,9 @@ def run(ctx: Context) -> Report:
             "inferences",
             "inferences/event",
             "savings",
-            "renewals",
+            "republished",
+            "leases",
+            "records/inference",
             "hit ratio",
             "top-1 agreement",
             "top-3 agreement",
@@ -362,5 +319,12 @@ def run(ctx: Context) -> Report:
             conditions,
             "savings = every-event inferences / this policy's; agreement over all reads (a miss serves "
             "the fallback, compared like any answer)",
+            "republished = answers published again without an inference (renewals; with leases also "
+            "the last record of a device that stopped sending); records = every record on the "
+            "predictions topic (answers and leases), each an audit leaf, a store write and a board "
+            "update; leases: one per partition and second (1 partition here)",
+            "whole renewals = PRECAST_WORKER__RENEWAL=whole (main's way: every stable answer "
+            "published again before its horizon); audit bytes = the SQLite log (precast.audit) "
+            "holding a leaf per record, measured on disk",
         ],
     )

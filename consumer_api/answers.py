@@ -10,6 +10,11 @@ Two measures, kept apart (precast.signals), both in the Server-Timing header:
     model  = inference_ms reported by the worker (0 when not reported)
     kafka  = received_at - produced_at           (prediction in Kafka until a materializer took it)
     cache  = now - received_at                   (held by the serving store until this read)
+  For an answer served under a validity lease (`e.extension`, precast.serving.leases) the age is
+  since the lease's certification (the newest data every answer it covers was checked against)
+  and the segments are the lease's: kafka = its received_at - produced_at, and everything else
+  since the certification is cache (the answer held valid without a record of its own); queue
+  and model are 0 (nothing waited for a worker or a model).
   `delay_origin` in the body is the largest age segment; a fallback's (no data, no age) is
   `fallback`;
 - what this read made the client *wait* for on the server, `wait.*` entries (ms, 3 decimals):
@@ -37,6 +42,10 @@ _JSON = (b"content-type", b"application/json")
 
 
 def segments(e: Entry, now_ms: int) -> tuple[int, int, int, int]:
+    x = e.extension
+    if x is not None:
+        kafka = max(0, x.received_at_ms - x.produced_at_ms)
+        return (0, 0, kafka, max(0, now_ms - x.certified_at_ms - kafka))
     model = e.inference_ms if e.inference_ms > 0 else 0
     return (
         max(0, e.produced_at_ms - e.computed_at_ms - model),
@@ -44,6 +53,12 @@ def segments(e: Entry, now_ms: int) -> tuple[int, int, int, int]:
         max(0, e.received_at_ms - e.produced_at_ms),
         max(0, now_ms - e.received_at_ms),
     )
+
+
+def data_time(e: Entry) -> int:
+    """Since when the answer's age counts: its data time, or its lease's certification."""
+    x = e.extension
+    return e.computed_at_ms if x is None else x.certified_at_ms
 
 
 def origin(seg: tuple[int, int, int, int]) -> str:
@@ -78,10 +93,17 @@ def fresh(
 ) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
     """(body, headers, etag, max_age) of a precomputed answer: the hot path's rendering, kept to
     a handful of operations (it runs once per read; profile in BENCHMARKS.md)."""
-    model = e.inference_ms if e.inference_ms > 0 else 0
-    queue = e.produced_at_ms - e.computed_at_ms - model
-    kafka = e.received_at_ms - e.produced_at_ms
-    cache = now_ms - e.received_at_ms
+    x = e.extension
+    if x is None:
+        since = e.computed_at_ms
+        model = e.inference_ms if e.inference_ms > 0 else 0
+        queue = e.produced_at_ms - since - model
+        kafka = e.received_at_ms - e.produced_at_ms
+        cache = now_ms - e.received_at_ms
+    else:  # served under a validity lease: the lease's times (see the module docstring)
+        since, model, queue = x.certified_at_ms, 0, 0
+        kafka = x.received_at_ms - x.produced_at_ms
+        cache = now_ms - since - (kafka if kafka > 0 else 0)
     seg = (queue if queue > 0 else 0, model, kafka if kafka > 0 else 0, cache if cache > 0 else 0)
     org = _ORIGINS[seg.index(max(seg))]  # the first of equal segments, as `origin`
     r, k = read_ns // 1000, lock_ns // 1000  # microseconds
@@ -89,7 +111,7 @@ def fresh(
     etag = b'W/"%x-%x-%s"' % (e.computed_at_ms, e.produced_at_ms, e.model_version.encode())
     body = b'%s,"source":"precomputed","age_ms":%d,"delay_origin":"%s"}' % (
         e.body[:-1],
-        now_ms - e.computed_at_ms,
+        now_ms - since,
         org,
     )
     return (
@@ -158,7 +180,7 @@ class Renderer:
         seg = segments(e, now_ms)
         body = b'%s,"source":"stale","age_ms":%d,"delay_origin":"%s"}' % (
             e.body[:-1],
-            now_ms - e.computed_at_ms,
+            now_ms - data_time(e),
             origin(seg).encode(),
         )
         etag = e.etag.encode()[:-1] + b'-stale"'

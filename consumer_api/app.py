@@ -104,7 +104,8 @@ class Endpoints:
                     continue
                 now = now_ms()
                 for d, e in sub.take().items():
-                    yield _event(d, svc.served(d, svc.renderer.render(d, e, now), now).body)
+                    a = svc.renderer.render(d, svc.resolve(d, e), now)
+                    yield _event(d, svc.served(d, a, now).body)
         finally:
             svc.hub.unsubscribe(sub)
 

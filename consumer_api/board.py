@@ -13,7 +13,9 @@
   current rows of the devices changed since the previous frame (`id:` = change sequence);
   a reconnect with `Last-Event-ID` (or a fresh stream started at a snapshot's `seq`) resumes
   from there; `event: reset` tells the board to reload its snapshot (its pending set passed
-  the bound, or the change log no longer reaches back); `event: panel` every second.
+  the bound, or the change log no longer reaches back); `event: panel` every second;
+  `event: lease` the validity leases that arrived (one per partition: a board extends the rows
+  whose `lease` column they cover itself, so quiet devices cost no row frames).
   Frames are at least `board_frame_ms` apart, so a burst becomes a few larger frames.
 See docs/board.md.
 """
@@ -44,7 +46,7 @@ from consumer_api.requests_in import unknown_params
 from consumer_api.service import Service, now_ms, read_counts
 from consumer_api.signals import measures
 from consumer_api.streams import open_stream
-from precast.serving import valid_device_id
+from precast.serving import Lease, valid_device_id
 from schemas.events import DEVICE_ID_PATTERN
 
 BOARD_STREAMS = Gauge("precast_api_board_streams", "open board event streams in this replica")
@@ -331,16 +333,32 @@ class BoardEndpoints:
                 # Coalesce: frames at least frame_s apart; what arrives meanwhile joins the next.
                 if (gap := b.frame_s - (mono - last_frame)) > 0:
                     await asyncio.sleep(gap)
-                pending, overflow, seq = index.take(sub)
+                pending, overflow, seq, leases = index.take(sub)
                 last_frame = time.monotonic()
                 if overflow:
                     yield _frame(b"reset", seq, b'{"reason":"too_many_changes"}')
                 elif pending:
                     rows = index.rows(sorted(pending), now_ms())
                     yield _frame(b"rows", seq, b'{"rows":%s}' % orjson.dumps(rows))
+                if leases and not overflow:  # after the rows: they may be the ones it extends
+                    yield _frame(b"lease", None, _leases_json(leases))
         finally:
             index.unsubscribe(sub)
             BOARD_STREAMS.dec()
+
+
+def _leases_json(leases: list[Lease]) -> bytes:
+    return b'{"leases":%s}' % orjson.dumps(
+        [
+            {
+                "partition": x.partition,
+                "generation": x.generation,
+                "certified_at_ms": x.certified_at_ms,
+                "valid_until_ms": x.valid_until_ms,
+            }
+            for x in leases
+        ]
+    )
 
 
 def _frame(event: bytes, seq: int | None, data: bytes) -> bytes:

@@ -38,6 +38,10 @@ FIXED = (
     "delay_origin",
     "model_version",
     "trigger",
+    # [partition, generation, until_ms, own valid_until_ms, certified_at_ms, strategy, score,
+    # computed_at_ms]: an answer validity leases may extend (the board applies `lease` events
+    # to the row itself, an expired one included); null otherwise. Not shown, not sortable.
+    "lease",
 )
 ALARM = "alarm"
 NO_ALARM = "none"  # the alarm state of a device no alert rule fires for
@@ -89,6 +93,7 @@ def _fixed(states: tuple[str, ...]) -> dict[str, Column]:
         Column("delay_origin", "Age origin", "origin", {"type": "string"}, width=9),
         Column("model_version", "Model version", "text", maybe),
         Column("trigger", "Trigger", "text", maybe),
+        Column("lease", "Lease", "lease", {"type": ["array", "null"]}),
         Column(AGE, "Age", "age", {"type": ["integer", "null"]}, width=7),
         # as wide as its longest state (a cell never cuts "warning" short)
         Column(
@@ -173,7 +178,7 @@ class BoardLayout:
         self.row_columns = (*(fixed[n] for n in FIXED), *cols)
         self.columns = tuple(c.name for c in self.row_columns)
         self.index = {n: i for i, n in enumerate(self.columns)}
-        self.sortable = frozenset(self.columns) | {AGE}
+        self.sortable = (frozenset(self.columns) - {"lease"}) | {AGE}
         # a device's detail view: its heartbeat columns, then `board.detail`
         by_name = {c.name: c for c in self.row_columns}
         self.detail_columns = tuple(

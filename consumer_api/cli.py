@@ -68,6 +68,7 @@ def build(settings: ApiSettings) -> Built:
             layout=BoardLayout(fleet),
             history_depth=opts.board_history_depth,
             history_devices=opts.board_history_devices,
+            leases=view.leases if view is not None else None,
         )
         if opts.board
         else None
@@ -77,6 +78,12 @@ def build(settings: ApiSettings) -> Built:
         hub.publish_threadsafe(items)
         if index is not None:
             index.stored(items)
+
+    def on_leased(leases: list) -> None:
+        if view is not None:
+            hub.publish_leased_threadsafe({x.partition for x in leases}, view.peek)
+        if index is not None:
+            index.leased(leases)
 
     mat = Materializer(
         settings.kafka,
@@ -88,6 +95,7 @@ def build(settings: ApiSettings) -> Built:
         producer=Producer(settings.kafka),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
+        on_leased=on_leased,
         batch=opts.consume_batch,
         wait_s=opts.consume_wait_ms / 1000,
         ready_max_lag=opts.ready_max_lag,

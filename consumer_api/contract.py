@@ -30,6 +30,17 @@ class Candidate(BaseModel):
     score: float = Field(ge=0, le=1)
 
 
+class ExtendedBy(BaseModel):
+    """The validity lease (schemas.leases) a quiet device's answer is served under."""
+
+    partition: int = Field(ge=0, description="predictions partition of the lease record")
+    offset: int = Field(description="its offset (precast audit prove --partition --offset)")
+    generation: int = Field(ge=0, description="the worker generation that published it")
+    certified_at_ms: int = Field(
+        description="the answer was checked unchanged against device data up to this time"
+    )
+
+
 class Answer(BaseModel):
     """One device's answer. Precomputed and stale answers carry the PredictionSet as the worker
     published it (schemas.predictions; more fields than listed here) plus the serving fields."""
@@ -42,8 +53,17 @@ class Answer(BaseModel):
     computed_at_ms: int | None = Field(
         description="event time of the newest device data the answer was computed from"
     )
-    valid_until_ms: int | None
-    age_ms: int | None = Field(description="now - computed_at_ms")
+    valid_until_ms: int | None = Field(
+        description="valid until then: its own validity, or the validity lease's that extended it"
+    )
+    age_ms: int | None = Field(
+        description="now - computed_at_ms; under a validity lease, now - its certified_at_ms"
+    )
+    extended_by: ExtendedBy | None = Field(
+        default=None,
+        description="the validity lease that keeps this answer valid past its own validity "
+        "(absent otherwise); its audit proof is by partition and offset",
+    )
     source: Source
     delay_origin: DelayOrigin = Field(description="the largest segment of the answer's age")
     reason: FallbackReason | None = Field(

@@ -37,6 +37,7 @@ class FastPath:
         self.service, self.app = service, app
         view = service.view
         self._peek = view.peek if view is not None else None
+        self._resolve = view.resolve if view is not None else None
         self._open = not service.auth_enabled
         self._note = service.hints.note if service.hints is not None else None
 
@@ -63,6 +64,8 @@ class FastPath:
                 device = path[_CUT:-_SUFFIX_LEN]
                 t1 = perf_counter_ns()
                 e = peek(device)
+                if e is not None and e.terms is not None and now >= e.valid_until_ms:
+                    e = self._resolve(device, e)  # type: ignore[misc]  # set with _peek
                 t2 = perf_counter_ns()
                 if e is None or e.purge or now >= e.valid_until_ms:
                     return await self.checked(scope, send, device, auth, inm, t0)

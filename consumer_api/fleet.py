@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
-from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, origin, segments
+from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, data_time, origin, segments
 from consumer_api.board_layout import AGE, ALARM, SOURCES, BoardLayout
 from consumer_api.device_view import ContextView, Summary, summarize
 from precast.fleet import load_fleet
-from precast.serving import Entry
+from precast.serving import Entry, Lease, LeaseBook
 
 __all__ = ["FleetIndex"]
 
@@ -39,6 +39,7 @@ class Subscriber:
     loop: asyncio.AbstractEventLoop
     queue_max: int
     pending: set[str] = field(default_factory=set)
+    leases: dict[int, Lease] = field(default_factory=dict)  # newest per partition, not yet sent
     overflow: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -55,6 +56,7 @@ class FleetIndex:
         history_devices: int = 10_000,
         log_size: int = 100_000,
         info_refresh_s: float = 60.0,
+        leases: LeaseBook | None = None,
     ) -> None:
         # the built-in fleet's board unless the process's fleet spec says otherwise
         self.layout = layout if layout is not None else BoardLayout(load_fleet())
@@ -62,6 +64,7 @@ class FleetIndex:
         self.default_strategy = default_strategy or self.layout.spec.serving.default_label
         self.serve_stale, self.grace_ms = serve_stale, grace_ms
         self.history_depth, self.history_devices = history_depth, history_devices
+        self.leases = leases  # the view's: rows show answers as reads serve them
         self._lock = threading.Lock()
         self._latest: dict[str, Entry] = {}
         self._summaries: dict[str, tuple[Entry, Summary]] = {}
@@ -103,6 +106,14 @@ class FleetIndex:
         else:
             self._history.move_to_end(d)
         h.append(old)
+
+    def leased(self, leases: list[Lease]) -> None:
+        """Validity leases the materializer stored: sent to every board as one small `lease`
+        event per partition (a board extends its rows itself), never as a row per device."""
+        with self._lock:
+            for s in self._subs:
+                s.leases.update((x.partition, x) for x in leases)
+        self._wake()
 
     def set_context(self, device_id: str, view: ContextView) -> None:
         """A device's context snapshot, read by `layout.view` (off the lock: it may raise)."""
@@ -183,13 +194,14 @@ class FleetIndex:
     def subscribers(self) -> int:
         return len(self._subs)
 
-    def take(self, sub: Subscriber) -> tuple[set[str], bool, int]:
-        """(pending devices, overflow, seq of the newest change included) and reset them."""
+    def take(self, sub: Subscriber) -> tuple[set[str], bool, int, list[Lease]]:
+        """(pending devices, overflow, seq of the newest change included, leases) and reset
+        them."""
         with self._lock:
             sub.wake.clear()
-            pending, overflow = sub.pending, sub.overflow
-            sub.pending, sub.overflow = set(), False
-            return pending, overflow, self.seq
+            pending, overflow, leases = sub.pending, sub.overflow, list(sub.leases.values())
+            sub.pending, sub.overflow, sub.leases = set(), False, {}
+            return pending, overflow, self.seq, leases
 
     def _since(self, seq: int) -> set[str] | None:
         if seq > self.seq:
@@ -217,19 +229,28 @@ class FleetIndex:
         e = self._latest.get(d)
         return None if e is None or e.purge else e
 
+    def _served(self, d: str, e: Entry | None) -> Entry | None:
+        if e is None or e.terms is None or self.leases is None:
+            return e
+        return self.leases.resolve(d, e)
+
     def row(self, d: str, now_ms: int) -> list[Any]:
         """One row in `layout.columns` order."""
-        e = self._latest.get(d)
-        if e is not None and (e.purge or e.valid_until_ms + self.grace_ms <= now_ms):
+        base = self._latest.get(d)  # the stored answer: its summary is cached per answer
+        e = self._served(d, base)
+        # an answer a lease may still extend stays in the store until its terms end
+        if e is not None and (e.purge or e.expires_at_ms(self.grace_ms) <= now_ms):
             e = None
         tail = self._tails.get(d, self.layout.no_tail)
-        if e is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
+        s = None if e is None or base is None else self._summary(d, base)
+        lease = None if e is None or s is None else _lease_cell(e, s)
+        if e is None or s is None or (now_ms >= e.valid_until_ms and not self.serve_stale):
             return [d, self.default_strategy, 1.0, FALLBACK, None, None, "fallback", None, None,
-                    *tail]  # fmt: skip
-        s = self._summary(d, e)
+                    lease, *tail]  # fmt: skip
         source = PRECOMPUTED if now_ms < e.valid_until_ms else STALE
         return [d, s.strategy, s.score, source, e.computed_at_ms, e.valid_until_ms,
-                origin(segments(e, now_ms)), e.model_version, s.trigger, *tail]  # fmt: skip
+                origin(segments(e, now_ms)), e.model_version, s.trigger, lease,
+                *tail]  # fmt: skip
 
     def rows(self, devices: Iterable[str], now_ms: int) -> list[list[Any]]:
         with self._lock:
@@ -280,7 +301,7 @@ class FleetIndex:
         with self._lock:
             if d not in self._devices:
                 return None
-            e = self._latest.get(d)
+            e = self._served(d, self._latest.get(d))
             history = [*self._history.get(d, ()), *(() if e is None else (e,))]
             view = self._context.get(d)
             info = self._info.get(d)
@@ -318,7 +339,7 @@ class FleetIndex:
         ages = []
         models: dict[str, list[int]] = {}  # version -> [answers, oldest produced_at_ms]
         for d in devices:
-            e = latest.get(d)
+            e = self._served(d, latest.get(d))
             if e is None or e.purge or e.valid_until_ms + grace <= now_ms:
                 counts[FALLBACK] += 1
                 continue
@@ -326,7 +347,7 @@ class FleetIndex:
                 counts[PRECOMPUTED] += 1
             else:
                 counts[STALE if self.serve_stale else FALLBACK] += 1
-            ages.append(now_ms - e.computed_at_ms)
+            ages.append(now_ms - data_time(e))
             m = models.setdefault(e.model_version, [0, e.produced_at_ms])
             m[0] += 1
             m[1] = min(m[1], e.produced_at_ms)
@@ -346,6 +367,18 @@ class FleetIndex:
                 for v, (k, since) in sorted(models.items(), key=lambda kv: -kv[1][0])
             ],
         }
+
+
+def _lease_cell(e: Entry, s: Summary) -> list[Any] | None:
+    """The `lease` column: what a board needs to apply a `lease` event to the row itself, an
+    expired row shown as the fallback included (the answer's top strategy, score, data time)."""
+    if e.terms is None or e.purge:
+        return None
+    t, x = e.terms, e.extension
+    own = e.valid_until_ms if x is None else x.own_valid_until_ms
+    certified = None if x is None else x.certified_at_ms
+    return [t.partition, t.generation, e.until_ms, own, certified, s.strategy, s.score,
+            e.computed_at_ms]  # fmt: skip
 
 
 def _history_item(e: Entry, default_strategy: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ opens can never overrun it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from prometheus_client import Gauge
 
@@ -80,6 +81,22 @@ class Hub:
         if not self._subs or self._loop is None:
             return
         watched = [(d, e) for d, e in items if d in self._subs]
+        if watched:
+            self._loop.call_soon_threadsafe(self.publish, watched)
+
+    def publish_leased_threadsafe(
+        self, partitions: set[int], peek: Callable[[str], Entry | None]
+    ) -> None:
+        """Called from the materializer thread when validity leases of these partitions
+        arrived: the watched devices they extend get their answer again (new validity), so a
+        stream's cost follows what is watched, not the fleet."""
+        if not self._subs or self._loop is None:
+            return
+        watched = []
+        for d in list(self._subs):
+            e = peek(d)
+            if e is not None and e.terms is not None and e.terms.partition in partitions:
+                watched.append((d, e))
         if watched:
             self._loop.call_soon_threadsafe(self.publish, watched)
 

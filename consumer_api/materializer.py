@@ -7,6 +7,10 @@ record per device) in a consumer group of its own, read_committed, and is ready 
 read up to the end offsets it saw at start (minus `ready_max_lag`). When Redis fails or comes
 back without the load marker (a restart lost its data), the materializer keeps feeding the
 view and replays the topic into Redis once Redis answers again.
+
+Validity leases (`#lease:<partition>` records, schemas.leases) go to the stores after the
+answers of the same batch, so a store's lease is never ahead of its entries (a device that
+stopped sending has its last, lease-free record stored before the lease that leaves it out).
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ from precast.serving import (
     STORED,
     Entry,
     InvalidPrediction,
+    Lease,
     LocalView,
     SharedStore,
+    lease_from_record,
     prediction_item,
 )
 from precast.settings import KafkaSettings
+from schemas.leases import is_lease_key
 
 log = logging.getLogger("precast.api.materializer")
 
@@ -55,6 +62,7 @@ REPLAYS = Counter(
 )
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
+OnLeased = Callable[[list[Lease]], None]
 
 
 class Materializer:
@@ -70,6 +78,7 @@ class Materializer:
         producer: Producer | None = None,
         dead_letter_topic: str | None = None,
         on_stored: OnStored | None = None,
+        on_leased: OnLeased | None = None,
         batch: int = 5_000,
         ready_max_lag: int = 0,
         wait_s: float = 0.2,
@@ -92,6 +101,7 @@ class Materializer:
             else None
         )
         self._on_stored, self._batch, self._max_lag = on_stored, batch, ready_max_lag
+        self._on_leased = on_leased
         # A poll returns when `batch` records arrived or after `wait_s`: at a low rate the wait,
         # not Kafka, is what a live view (event stream, board) sees as delay.
         self._wait_s = wait_s
@@ -162,6 +172,7 @@ class Materializer:
         msgs = self._consumer.consume_available(self._batch, timeout)
         now = int(time.time() * 1000)
         items: list[tuple[str, Entry]] = []
+        leases: list[Lease] = []
         append = items.append  # the loop runs once per record: a rebuild is 1M of them
         rejected = tombstones = 0
         for m in msgs:
@@ -171,9 +182,17 @@ class Materializer:
                 continue
             try:
                 append(prediction_item(value, now, m.key()))
-            except InvalidPrediction as bad:
+            except InvalidPrediction as not_prediction:
+                why = not_prediction
+                key = m.key()
+                if is_lease_key(key):  # rare (one per partition and interval): off the hot path
+                    try:
+                        leases.append(lease_from_record(value, key, now, m.offset()))
+                        continue
+                    except InvalidPrediction as not_lease:
+                        why = not_lease
                 rejected += self._reject(
-                    m, bad, m.offset() >= self._live_from.get(m.partition(), 0)
+                    m, why, m.offset() >= self._live_from.get(m.partition(), 0)
                 )
         if msgs:
             self._advance(msgs)
@@ -181,6 +200,8 @@ class Materializer:
             APPLIED.labels("tombstone").inc(tombstones)
         if items:
             self._apply(items, now)
+        if leases:
+            self._apply_leases(leases, now)
         if rejected and self._producer is not None:
             self._producer.flush()  # dead letters are durable before we move on
         self._housekeeping(now)
@@ -226,6 +247,21 @@ class Materializer:
         APPLIED.labels("older_or_expired").inc(len(items) - len(stored))
         if stored and self._on_stored is not None:
             self._on_stored(stored)
+
+    def _apply_leases(self, leases: list[Lease], now: int) -> None:
+        """After the batch's answers (see the module docstring)."""
+        stored = leases
+        if self.view is not None:
+            results = self.view.put_leases(leases, now)
+            stored = [x for x, r in zip(leases, results, strict=True) if r == STORED]
+        if self.shared is not None and not self._redis_dirty:
+            try:
+                self.shared.put_leases(leases, now)
+            except redis.RedisError as exc:
+                self._lose_redis(f"write failed: {type(exc).__name__}")
+        APPLIED.labels("lease").inc(len(leases))
+        if stored and self._on_leased is not None:
+            self._on_leased(stored)
 
     def _lose_redis(self, why: str) -> None:
         if not self._redis_dirty:

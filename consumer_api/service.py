@@ -147,6 +147,12 @@ class Service:
             for d, e in zip(device_ids, entries, strict=True)
         ], wait
 
+    def resolve(self, device_id: str, e: Entry | None) -> Entry | None:
+        """A stored entry (from the hub) as a read serves it: extended under a validity lease."""
+        if e is None or e.terms is None or self.view is None:
+            return e
+        return self.view.resolve(device_id, e)
+
     def served(self, device_id: str, a: Answer, now_ms: int) -> Answer:
         _READS[a.source] += 1
         if self.hints is not None and a.source != FALLBACK:

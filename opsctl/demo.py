@@ -272,6 +272,7 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
     names = {
         "precast_simulator_events_total",
         "precast_worker_predictions_total",
+        "precast_worker_leases_total",
         "precast_worker_inferences_total",
         "precast_api_materialized_total",
         "precast_api_devices",
@@ -300,9 +301,14 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
         )
         # Speculation's savings: events the worker would have scored one by one, per inference.
         savings = f"{events / inferences:5.1f}x" if inferences > 0 else "    -"
+        # Everything published to the predictions topic (answers, the last record of a device
+        # that stopped sending, validity leases): each a store write, a board update and an
+        # audit leaf. Per inference: what keeping answers valid costs on top of computing them.
+        records = rates["precast_worker_predictions_total"] + rates["precast_worker_leases_total"]
+        per = f"{records / inferences:4.1f}" if inferences > 0 else "   -"
         print(
             f"[{now - started:6.0f}s] events {events:8,.0f}/s | inferences {inferences:7,.0f}/s "
-            f"(saves {savings}) | predictions {rates['precast_worker_predictions_total']:8,.0f}/s | "
+            f"(saves {savings}) | records {records:7,.0f}/s ({per} per inference) | "
             f"worker lag {cur.get('precast_worker_consumer_lag', 0):6,.0f} | "
             f"devices served {cur.get('precast_api_devices', 0):6,.0f}, with context "
             f"{cur.get('precast_context_devices', 0):5,.0f} | dead letters "

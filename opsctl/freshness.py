@@ -59,14 +59,17 @@ def store_freshness(settings: StackCliSettings, sample: int) -> dict[str, Any]:
     from opsctl.store import shared_store
 
     store = shared_store(settings, "freshness")
+    leases = store.lease_book()  # entries as reads serve them: extended under leases
     now = int(time.time() * 1000)
     ages, stale, purged, n = [], 0, 0, 0
-    for _d, e in store.iterate():
+    for d, e in store.iterate():
         n += 1
         if e.purge:
             purged += 1
         else:
-            ages.append((now - e.computed_at_ms) / 1000)
+            e = leases.resolve(d, e)
+            x = e.extension
+            ages.append((now - (e.computed_at_ms if x is None else x.certified_at_ms)) / 1000)
             stale += e.valid_until_ms <= now
         if n >= sample:
             break

@@ -99,7 +99,9 @@ def marker(device_id: str, e: Entry, now_ms: int) -> bytes:
             candidates=[],
             model_version=e.model_version,
             computed_at_ms=e.computed_at_ms,
-            valid_until_ms=max(e.valid_until_ms, e.computed_at_ms),
+            # as long as the purged entry could be served: its own validity or, when validity
+            # leases may extend it, the end of its terms (schemas.leases)
+            valid_until_ms=max(e.keep_until_ms, e.computed_at_ms),
             produced_at_ms=max(now_ms, e.produced_at_ms + 1),
             trigger="purge",
         )

@@ -49,6 +49,7 @@ def rebuild(
         purge_markers += sum(
             1 for (_d, e), r in zip(items, res, strict=True) if r == STORED and e.purge
         )
+    leases = store.put_leases(list(reader.leases.values()))  # after every entry, as served
     store.mark_loaded()
     return {
         "topic": reader.topic,
@@ -60,6 +61,7 @@ def rebuild(
         "invalid": reader.invalid,
         "tombstones": reader.tombstones,
         "purge_markers": purge_markers,
+        "leases": leases.count(STORED),
         "wiped": wiped,
         "elapsed_s": time.monotonic() - t0,
     }
@@ -92,6 +94,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
                 "expired",
                 "future",
                 "purge markers",
+                "leases",
                 "invalid",
                 "tombstones",
             ],
@@ -103,6 +106,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
                     r["expired"],
                     r["future"],
                     r["purge_markers"],
+                    r["leases"],
                     r["invalid"],
                     r["tombstones"],
                 ]

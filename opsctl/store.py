@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opsctl.guard import partitions_of
 from opsctl.ranges import OffsetRange
@@ -13,7 +13,16 @@ from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin
 from precast.progress import bar
-from precast.serving import Entry, InvalidPrediction, MemoryStore, RedisStore, entry_from_prediction
+from precast.serving import (
+    Entry,
+    InvalidPrediction,
+    Lease,
+    MemoryStore,
+    RedisStore,
+    entry_from_prediction,
+    lease_from_record,
+)
+from schemas.leases import is_lease_key
 from schemas.topics import catalog
 
 
@@ -47,7 +56,9 @@ def predictions_topic(settings: StackCliSettings) -> tuple[str, int]:
 @dataclass
 class PredictionReader:
     """The predictions topic from its beginning to the end it has now, as store entries in
-    batches; tombstones and records the store cannot hold are skipped and counted."""
+    batches; tombstones and records the store cannot hold are skipped and counted. Validity
+    leases are kept aside (`leases`, the newest per partition once the iteration ended): a
+    store takes them after the entries, as the materializer does."""
 
     settings: StackCliSettings
     label: str
@@ -57,6 +68,7 @@ class PredictionReader:
     tombstones: int = 0
     invalid: int = 0
     topic: str = ""
+    leases: dict[int, Lease] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[list[tuple[str, Entry]]]:
         self.topic, parts = predictions_topic(self.settings)
@@ -74,7 +86,10 @@ class PredictionReader:
                         self.tombstones += 1
                         continue
                     try:
-                        out.append((key.decode(), entry_from_prediction(value, now, key)))
+                        if is_lease_key(key):
+                            self._lease(lease_from_record(value, key, now, m.offset()))
+                        else:
+                            out.append((key.decode(), entry_from_prediction(value, now, key)))
                     except (InvalidPrediction, UnicodeDecodeError):
                         self.invalid += 1
                 self.records += len(msgs)
@@ -88,10 +103,17 @@ class PredictionReader:
             pb.close()
             c.close()
 
+    def _lease(self, x: Lease) -> None:
+        cur = self.leases.get(x.partition)
+        if cur is None or x.order > cur.order:
+            self.leases[x.partition] = x
+
 
 def topic_view(settings: StackCliSettings, progress: bool) -> MemoryStore:
     """Newest-wins view of the predictions topic, built here as a read API replica would."""
     view = MemoryStore(grace_ms(settings))
-    for items in PredictionReader(settings, "read predictions", progress):
+    reader = PredictionReader(settings, "read predictions", progress)
+    for items in reader:
         view.put_many_if_newer(items)
+    view.put_leases(list(reader.leases.values()))
     return view

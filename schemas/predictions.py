@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.events import DeviceId, EpochMs, EventId
+from schemas.leases import LeaseTerms
 
 
 class Candidate(BaseModel):
@@ -61,6 +62,9 @@ class PredictionSet(BaseModel):
     # Model time of the batch this prediction came from, when the worker reports it; lets the
     # read API split "event -> produced" into queue and model delay (docs/api.md).
     inference_ms: int | None = Field(default=None, ge=0)
+    # May be extended by the validity leases of its partition (schemas.leases); absent: valid
+    # until `valid_until_ms` only (purge markers, backfills, a device that stopped sending).
+    lease: LeaseTerms | None = None
 
 
 PrecomputeReason = Literal["api_miss", "prefetch", "backfill", "expiry"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -93,6 +94,28 @@ class WorkerOptions(Section):
         le=900_000,
         description=(
             "exactly-once: how long a dead worker's open transaction blocks its partitions"
+        ),
+    )
+    renewal: Literal["lease", "whole"] = Field(
+        default="lease",
+        description=(
+            "how stable answers stay valid: lease = one validity lease per partition and interval "
+            "(docs/workers.md); whole = every answer near expiry published again (the older way)"
+        ),
+    )
+    lease_interval_ms: int = Field(
+        default=1_000,
+        ge=100,
+        le=600_000,
+        description="one validity lease per partition this often (must fit in the horizon)",
+    )
+    lease_max_extension_s: float = Field(
+        default=900.0,
+        gt=0,
+        le=86_400,
+        description=(
+            "no lease extends an answer longer than this after its data time: a quiet device is "
+            "republished once per this long"
         ),
     )
     instance_id: str = Field(

@@ -66,6 +66,30 @@ const fmtPct = (x) => (x == null ? "–" : `${(x * 100).toFixed(1)} %`);
 const fmtTime = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").slice(0, 23) + "Z");
 const fmtRate = (x) => (x == null ? "–" : x >= 100 ? Math.round(x).toLocaleString() : x.toFixed(1));
 
+// A validity lease (docs/board.md): every row whose answer it may extend gets its new validity
+// here, so quiet devices cost the stream one small event per partition, not a row each (lease
+// column: [partition, generation, until_ms, own valid_until, certified_at, strategy, score,
+// computed_at]).
+function applyLeases(leases) {
+  const c = state.col;
+  if (c.lease == null) return;
+  for (const x of leases) {
+    for (const r of state.byId.values()) {
+      const l = r[c.lease];
+      if (!l || l[0] !== x.partition || l[1] > x.generation) continue;
+      const until = Math.min(x.valid_until_ms, l[2]);
+      if (until <= l[3] || until <= (r[c.valid_until_ms] ?? 0)) continue;
+      r[c.valid_until_ms] = until;
+      l[4] = x.certified_at_ms;
+      if (r[c.source] !== "precomputed") {  // expired until now: the answer it keeps is shown
+        r[c.source] = "precomputed";
+        r[c.strategy] = l[5]; r[c.score] = l[6]; r[c.computed_at_ms] = l[7];
+        r[c.delay_origin] = "cache"; // held valid by the lease (docs/api.md, the age's segments)
+      }
+    }
+  }
+}
+
 // -- filtering and sorting (what a column holds: layout.js) ------------------------------------------
 function matches(r) {
   return L.matches(r, state.filters, state.q);
@@ -291,6 +315,9 @@ function onEvent(block) {
     loadSnapshot().catch(() => {});
   } else if (event === "panel") {
     showPanel(JSON.parse(data));
+  } else if (event === "lease") {
+    applyLeases(JSON.parse(data).leases);
+    requestFrame();
   }
 }
 

@@ -21,6 +21,13 @@ export class Layout {
     this.growing = this.filters.filter((k) => k !== "alarm" && k !== "source");
   }
 
+  // Since when a row's age counts: its answer's data time, or the certification of the validity
+  // lease that extends it (the lease column's fifth item).
+  dataTime(r) {
+    const c = this.col, l = c.lease == null ? null : r[c.lease];
+    return l && l[4] != null && l[4] > r[c.computed_at_ms] ? l[4] : r[c.computed_at_ms];
+  }
+
   sourceNow(r, now) {
     const s = r[this.col.source];
     return s === "precomputed" && r[this.col.valid_until_ms] <= now ? "stale" : s;
@@ -33,7 +40,7 @@ export class Layout {
     switch (d.type) {
       case "score": return r[c.source] === "fallback" ? "–" : v.toFixed(2);
       case "source": return this.sourceNow(r, now);
-      case "age": return r[c.computed_at_ms] == null ? "–" : this.fmt.age(now - r[c.computed_at_ms]);
+      case "age": return r[c.computed_at_ms] == null ? "–" : this.fmt.age(now - this.dataTime(r));
       case "alarm": return v === "none" ? "–" : v;
       default: return fmtValue(v, d.type, this.fmt);
     }
@@ -58,7 +65,7 @@ export class Layout {
 
   sortKey(name) {
     const c = this.col;
-    if (name === "age_ms") return (r) => (r[c.computed_at_ms] == null ? Infinity : -r[c.computed_at_ms]);
+    if (name === "age_ms") return (r) => (r[c.computed_at_ms] == null ? Infinity : -this.dataTime(r));
     if (name === "alarm") return (r) => this.rank[r[c.alarm]];
     const i = c[name];
     return (r) => r[i];

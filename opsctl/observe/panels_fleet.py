@@ -122,8 +122,31 @@ FLEET: dict[str, tuple[str, dict[str, list[P]]]] = {
                 P(
                     "Inferences and records",
                     (
-                        q(f"sum(rate(precast_worker_predictions_total[{W}]))", "inferences"),
+                        q(f"sum(rate(precast_worker_inferences_total[{W}]))", "inferences"),
                         q(f"sum(rate(precast_worker_events_total[{W}]))", "records"),
+                    ),
+                    "reqps",
+                ),
+                P(
+                    "Records published per inference",
+                    (
+                        q(
+                            f"(sum(rate(precast_worker_predictions_total[{W}])) + "
+                            f"sum(rate(precast_worker_leases_total[{W}]))) / "
+                            f"sum(rate(precast_worker_inferences_total[{W}]))",
+                            "records / inference",
+                        ),
+                    ),
+                    description="Answers, last answers of devices that stopped sending and "
+                    "validity leases published per inference: what keeping answers valid costs "
+                    "on top of computing them (about 1 with leases; docs/workers.md).",
+                ),
+                P(
+                    "Validity leases",
+                    (
+                        q(f"sum(rate(precast_worker_leases_total[{W}]))", "published"),
+                        q(f"sum(rate(precast_worker_leases_skipped_total[{W}]))", "skipped"),
+                        q(f"sum(rate(precast_worker_lease_lapses_total[{W}]))", "lapses"),
                     ),
                     "reqps",
                 ),

@@ -6,14 +6,19 @@ on every machine. It names the record's place (topic, partition, offset), the pr
 device, model version, computed_at and produced_at, its trigger (a purge marker is a
 `trigger="purge"` prediction with no candidates), a hash of the candidates in canonical form
 and a hash of the record's exact value bytes (so lineage, valid_until and every other field are
-committed too). A tombstone or an unreadable value still gets a leaf (`kind`), so the leaves
-follow the topic's offsets with no gap."""
+committed too). A validity lease (`#lease:<partition>`, schemas.leases) is a leaf of kind
+`lease`: its key as the device, its certification time as computed_at, its production time, and
+the value hash committing to its generation and end, so every extension of an answer's validity
+is provable like the answer. A tombstone or an unreadable value still gets a leaf (`kind`), so
+the leaves follow the topic's offsets with no gap."""
 
 from __future__ import annotations
 
 from hashlib import sha256
 
 import msgspec
+
+from schemas.leases import is_lease_key
 
 LEAF_VERSION = 1
 
@@ -33,12 +38,21 @@ class _Prediction(msgspec.Struct):
     candidates: list[_Candidate]
 
 
+class _Lease(msgspec.Struct):
+    kind: str
+    partition: int
+    generation: int
+    certified_at_ms: int
+    valid_until_ms: int
+    produced_at_ms: int
+
+
 class Leaf(msgspec.Struct, frozen=True, omit_defaults=False):
     # Declared in sorted key order: the encoding is canonical (see the module docstring).
     candidates_sha256: str | None
     computed_at_ms: int | None
     device: str | None
-    kind: str  # "prediction" | "tombstone" | "invalid"
+    kind: str  # "prediction" | "lease" | "tombstone" | "invalid"
     model_version: str | None
     offset: int
     partition: int
@@ -50,6 +64,7 @@ class Leaf(msgspec.Struct, frozen=True, omit_defaults=False):
 
 
 _decode_prediction = msgspec.json.Decoder(_Prediction).decode
+_decode_lease = msgspec.json.Decoder(_Lease).decode
 _encode = msgspec.json.Encoder().encode
 _decode_leaf = msgspec.json.Decoder(Leaf).decode
 _DecodeError = msgspec.DecodeError
@@ -80,6 +95,10 @@ def leaf_of(
             None,
         )
     value_digest = sha256(value).hexdigest()
+    if is_lease_key(key):
+        lease = _lease_leaf(topic, partition, offset, key, value, value_digest)
+        if lease is not None:
+            return lease
     try:
         p = _decode_prediction(value)
     except (_DecodeError, UnicodeDecodeError):
@@ -111,6 +130,31 @@ def leaf_of(
         p.trigger,
         LEAF_VERSION,
         value_digest,
+    )
+
+
+def _lease_leaf(
+    topic: str, partition: int, offset: int, key: bytes | None, value: bytes, digest: str
+) -> Leaf | None:
+    try:
+        x = _decode_lease(value)
+    except (_DecodeError, UnicodeDecodeError):
+        return None
+    if x.kind != "validity_lease":
+        return None
+    return Leaf(
+        None,
+        x.certified_at_ms,
+        key.decode("utf-8", "replace") if key else None,
+        "lease",
+        None,
+        offset,
+        partition,
+        x.produced_at_ms,
+        topic,
+        None,
+        LEAF_VERSION,
+        digest,
     )
 
 

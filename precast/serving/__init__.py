@@ -6,7 +6,8 @@ and read path) and the SRE tools (purge, rebuild). Two implementations with one 
 
 API (both): `get`, `get_many`, `put_if_newer`, `put_many_if_newer` (→ STORED / OLDER /
 EXPIRED / FUTURE per item), `delete`, `purge(predicate)`, `iterate`. Build entries from predictions
-records with `entry_from_prediction`. Ordering: `schemas.predictions.supersedes`.
+records with `entry_from_prediction`, leases (schemas.leases) with `lease_from_record` and
+`put_leases`. Ordering: `schemas.predictions.supersedes`.
 What the applications need of a store is written down as protocols (`ServingStore`,
 `LocalView`, `SharedStore`, `AsyncReader`, in `protocols.py`).
 See docs/api.md ("Serving store").
@@ -14,13 +15,16 @@ See docs/api.md ("Serving store").
 
 from precast.serving.entry import (
     Entry,
+    Extension,
     InvalidPrediction,
+    Terms,
     decode,
     encode,
     entry_from_prediction,
     prediction_item,
     valid_device_id,
 )
+from precast.serving.leases import Lease, LeaseBook, lease_from_record
 from precast.serving.memory import MemoryStore
 from precast.serving.protocols import AsyncReader, LocalView, ServingStore, SharedStore
 from precast.serving.redis_store import AsyncRedisReader, RedisStore
@@ -34,15 +38,20 @@ __all__ = [
     "AsyncReader",
     "AsyncRedisReader",
     "Entry",
+    "Extension",
     "InvalidPrediction",
+    "Lease",
+    "LeaseBook",
     "LocalView",
     "MemoryStore",
     "RedisStore",
     "ServingStore",
     "SharedStore",
+    "Terms",
     "decode",
     "encode",
     "entry_from_prediction",
+    "lease_from_record",
     "prediction_item",
     "valid_device_id",
 ]

@@ -7,8 +7,10 @@ Redis encoding (one string value per device; the Lua script parses the header li
 
 Times are zero-padded epoch milliseconds so they compare as text and parse exactly as Lua
 numbers; flags are `-` or letters: `P` a purge marker, `B` a backfill (ranked below a live
-answer of the same data time; values written before that letter existed read as live); the
-model version ends the line. `body` is the PredictionSet JSON as the worker published it.
+answer of the same data time; values written before that letter existed read as live), then
+`L<partition>:<generation>:<until 13d>` last for an answer validity leases may extend (its
+`LeaseTerms`, schemas.leases); the model version ends the line so it may hold any character
+but a newline. `body` is the PredictionSet JSON as the worker published it.
 
 What a record may carry into a response is checked here, once, at ingestion: the model
 version becomes the `X-Model-Version` header and part of the `ETag` (no control character,
@@ -43,6 +45,45 @@ class InvalidPrediction(ValueError):
         self.reason, self.detail = reason, detail
 
 
+class Terms(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """An answer's lease terms (schemas.leases.LeaseTerms): which leases may extend it, and for
+    how long after its data time (`until_ms` on the wire = computed_at + extension). Kept as
+    the extension so that every answer of one partition, generation and extension shares one
+    object (`terms`): a view of a million devices holds a few of them, not a million."""
+
+    partition: int
+    generation: int
+    extension_ms: int
+
+
+_TERMS: dict[tuple[int, int, int], Terms] = {}
+
+
+def terms(partition: int, generation: int, extension_ms: int) -> Terms:
+    """The shared `Terms` object of these values."""
+    k = (partition, generation, extension_ms)
+    t = _TERMS.get(k)
+    if t is None:
+        if len(_TERMS) > 100_000:  # many generations or extensions over a long life: start over
+            _TERMS.clear()
+        t = _TERMS[k] = Terms(partition, generation, extension_ms)
+    return t
+
+
+class Extension(msgspec.Struct, frozen=True, gc=False):
+    """On an entry served under a lease (`precast.serving.leases`): the lease that extended it,
+    where it is in the topic (its audit proof is by partition and offset), and its times, which
+    the answer's age is measured from (the answer was checked against data up to certified_at)."""
+
+    partition: int
+    offset: int
+    generation: int
+    certified_at_ms: int
+    produced_at_ms: int
+    received_at_ms: int
+    own_valid_until_ms: int  # the answer's own validity, before the lease
+
+
 class Entry(msgspec.Struct, frozen=True, gc=False):
     """Immutable. Not tracked by the garbage collector (it holds only ints, strs and bytes): a
     view holds one per device, and tracked objects (a NamedTuple, measured) cost every
@@ -58,6 +99,10 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     purge: bool  # a purge marker: served like a miss (docs/architecture.md)
     body: bytes  # the PredictionSet JSON, served as is
     backfill: bool = False  # ranks below a live answer of the same data time (order_key)
+    terms: Terms | None = None  # validity leases may extend it (schemas.leases)
+    # Set only on the copy a read gets when a lease extended it (never stored): valid_until_ms
+    # is then the extended validity and `body` says so (`precast.serving.leases.extend`).
+    extension: Extension | None = None
 
     @property
     def key(self) -> OrderKey:
@@ -65,9 +110,25 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
             self.computed_at_ms, self.produced_at_ms, self.model_version, self.backfill
         )
 
+    @property
+    def until_ms(self) -> int:
+        """No lease extends it past this (its terms' end; its own validity without terms)."""
+        t = self.terms
+        return self.valid_until_ms if t is None else self.computed_at_ms + t.extension_ms
+
+    @property
+    def keep_until_ms(self) -> int:
+        """How long a store keeps it: its own validity, or the last moment a lease could extend
+        it (an entry a lease may still extend keeps blocking older answers until then)."""
+        t = self.terms
+        if t is None:
+            return self.valid_until_ms
+        until = self.computed_at_ms + t.extension_ms
+        return until if until > self.valid_until_ms else self.valid_until_ms
+
     def expires_at_ms(self, grace_ms: int) -> int:
-        """When the store drops it: `valid_until` plus the configured grace period."""
-        return self.valid_until_ms + grace_ms
+        """When the store drops it: `keep_until_ms` plus the configured grace period."""
+        return self.keep_until_ms + grace_ms
 
     @property
     def etag(self) -> str:
@@ -81,6 +142,13 @@ def valid_device_id(device_id: str) -> bool:
 
 
 _Ms = Annotated[int, msgspec.Meta(ge=0, le=_MAX_MS)]
+_Count = Annotated[int, msgspec.Meta(ge=0, le=_MAX_MS)]
+
+
+class _Terms(msgspec.Struct, gc=False):
+    partition: _Count
+    generation: _Count
+    until_ms: _Ms
 
 
 class _Served(msgspec.Struct, gc=False):  # freshly decoded JSON holds no cycles
@@ -98,6 +166,7 @@ class _Served(msgspec.Struct, gc=False):  # freshly decoded JSON holds no cycles
     candidates: list[msgspec.Raw]  # a list; its items are served as they are
     inference_ms: object = None  # optional; anything but a non-negative int means "unknown"
     backfill: object = None  # only `true` ranks it as a backfill
+    lease: _Terms | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Served)
@@ -136,6 +205,7 @@ def prediction_item(
         value = orjson.dumps(orjson.loads(value))
     elif value[-1:] != b"}":  # the read path splices fields before the closing brace
         value = value.rstrip()
+    lt, purge = p.lease, p.trigger == "purge"
     return device_id, Entry(
         p.computed_at_ms,
         p.produced_at_ms,
@@ -143,10 +213,23 @@ def prediction_item(
         p.valid_until_ms,
         received_at_ms,
         inf if type(inf) is int and inf >= 0 else -1,
-        p.trigger == "purge",
+        purge,
         value,
         p.backfill is True,
+        # a purge marker is never extended, whatever it carries
+        None
+        if lt is None or purge
+        else terms(lt.partition, lt.generation, max(0, lt.until_ms - p.computed_at_ms)),
     )
+
+
+def _flag(e: Entry) -> bytes:
+    """`P` purge marker, `B` backfill, then the lease terms (never on a purge marker); `-`."""
+    out = (b"P" if e.purge else b"") + (b"B" if e.backfill else b"")
+    t = e.terms
+    if t is not None and not e.purge:
+        out += b"L%d:%d:%013d" % (t.partition, t.generation, e.computed_at_ms + t.extension_ms)
+    return out or b"-"
 
 
 def encode(e: Entry) -> bytes:
@@ -157,7 +240,7 @@ def encode(e: Entry) -> bytes:
         e.valid_until_ms,
         e.received_at_ms,
         b"%d" % e.inference_ms if e.inference_ms >= 0 else b"-",
-        (b"P" if e.purge else b"") + (b"B" if e.backfill else b"") or b"-",
+        _flag(e),
         e.model_version.encode(),
         e.body,
     )
@@ -166,6 +249,12 @@ def encode(e: Entry) -> bytes:
 def decode(raw: bytes) -> Entry:
     head, _, body = raw.partition(b"\n")
     c, pr, v, r, inf, flags, mv = head.decode().split(" ", 6)
+    t = None
+    lease_at = flags.find("L")
+    if lease_at >= 0:
+        part, gen, until = flags[lease_at + 1 :].split(":")
+        t = terms(int(part), int(gen), max(0, int(until) - int(c)))
+        flags = flags[:lease_at]
     return Entry(
         int(c),
         int(pr),
@@ -176,4 +265,5 @@ def decode(raw: bytes) -> Entry:
         "P" in flags,
         body,
         "B" in flags,
+        t,
     )

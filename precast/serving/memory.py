@@ -2,6 +2,10 @@
 
 Reads take no lock (one dict lookup is atomic under the GIL) so the read path stays at a few
 hundred nanoseconds; writers serialize on the lock so compare-and-set is atomic among threads.
+Validity leases (precast.serving.leases) live beside the entries: `get` and `get_many` return
+an entry as a read serves it (extended when its partition's lease allows), `peek` the stored one.
+An entry a lease may still extend is kept (and keeps blocking older answers) until its terms'
+`until_ms`, not only until its own validity.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from precast.serving.entry import Entry, valid_device_id
+from precast.serving.leases import Lease, LeaseBook
 from precast.serving.result import EXPIRED, FUTURE, OLDER, STORED
 from schemas.events import MAX_AHEAD_MS
 from schemas.predictions import supersedes
@@ -32,11 +37,18 @@ class MemoryStore:
         # Expiry buckets (second -> device IDs) so sweeping never walks the whole dict while
         # holding the GIL for long: each sweep call checks a bounded number of candidates.
         self._buckets: dict[int, list[str]] = {}
+        self.leases = LeaseBook(grace_ms)
+        # resolve(device_id, entry): the entry as a read serves it (extended under a lease)
+        self.resolve: Callable[[str, Entry], Entry] = self.leases.resolve
 
     # -- reads ------------------------------------------------------------------------------------
     def get(self, device_id: str, now_ms: int | None = None) -> Entry | None:
         e = self._data.get(device_id)
-        if e is not None and e.valid_until_ms + self.grace_ms <= (now_ms or _now_ms()):
+        if e is None:
+            return None
+        if e.terms is not None:
+            e = self.leases.resolve(device_id, e)
+        if e.expires_at_ms(self.grace_ms) <= (now_ms or _now_ms()):
             return None
         return e
 
@@ -49,7 +61,7 @@ class MemoryStore:
         with self._lock:
             items = list(self._data.items())
         now = _now_ms()
-        return ((d, e) for d, e in items if e.valid_until_ms + self.grace_ms > now)
+        return ((d, e) for d, e in items if e.expires_at_ms(self.grace_ms) > now)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -77,7 +89,7 @@ class MemoryStore:
             for device_id, e in items:
                 if not ids_checked and not valid_device_id(device_id):
                     raise ValueError(f"invalid device ID {device_id[:64]!r}")
-                expires = e.valid_until_ms + grace
+                expires = (e.valid_until_ms if e.terms is None else e.keep_until_ms) + grace
                 if expires <= now:
                     out.append(EXPIRED)
                     continue
@@ -85,7 +97,7 @@ class MemoryStore:
                     out.append(FUTURE)
                     continue
                 cur = data.get(device_id)
-                if cur is not None and cur.valid_until_ms + grace <= now:
+                if cur is not None and cur.expires_at_ms(grace) <= now:
                     cur = None  # expired entries do not block anything
                 if cur is not None and not supersedes(e.key, cur.key):
                     out.append(OLDER)
@@ -99,6 +111,10 @@ class MemoryStore:
                     b.append(device_id)
                 out.append(STORED)
         return out
+
+    def put_leases(self, leases: list[Lease], now_ms: int | None = None) -> list[int]:
+        """Validity leases, newest per partition (STORED / OLDER / EXPIRED each)."""
+        return self.leases.put_many(leases, now_ms or _now_ms())
 
     def delete(self, device_ids: Iterable[str]) -> int:
         with self._lock:
@@ -127,7 +143,7 @@ class MemoryStore:
                     d = ids.pop()
                     budget -= 1
                     e = self._data.get(d)
-                    if e is not None and e.valid_until_ms + self.grace_ms <= now:
+                    if e is not None and e.expires_at_ms(self.grace_ms) <= now:
                         del self._data[d]
                         dropped += 1
                 if ids:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from precast.serving.entry import Entry
+from precast.serving.leases import Lease, LeaseBook
 
 
 class ServingStore(Protocol):
@@ -38,6 +39,10 @@ class ServingStore(Protocol):
         """One of STORED / OLDER / EXPIRED per item, in order."""
         ...
 
+    def put_leases(self, leases: list[Lease], now_ms: int | None = None) -> list[int]:
+        """Validity leases (precast.serving.leases): the newest per partition is kept."""
+        ...
+
     def delete(self, device_ids: Iterable[str]) -> int: ...
 
     def purge(self, predicate: Callable[[str, Entry], bool]) -> int: ...
@@ -48,6 +53,9 @@ class LocalView(ServingStore, Protocol):
 
     # The stored entry without the expiry check: the read path's one dict lookup.
     peek: Callable[[str], Entry | None]
+    # (device_id, stored entry) -> the entry as a read serves it (extended under a lease)
+    resolve: Callable[[str, Entry], Entry]
+    leases: LeaseBook
 
     def sweep(self, now_ms: int | None = None, budget: int = 20_000) -> int:
         """Drop expired entries, checking at most `budget` of them."""

@@ -3,7 +3,10 @@ any number of writers (API replicas, SRE rebuilds) can race without an older pre
 replacing a newer one. Key layout: `<key_prefix>p:{<device_id>}` (one string, see `entry.py` for
 the value; the braces are a Redis Cluster hash tag, so every key of one device shares a slot);
 `<key_prefix>meta:loaded` says a full load from the topic finished (its absence after a Redis
-restart tells the materializers to replay).
+restart tells the materializers to replay); `<key_prefix>lease:{<partition>}` holds the
+partition's newest validity lease (precast.serving.leases; newest-wins by a Lua compare too).
+Readers apply a lease only while the load marker is there: during a replay an old answer may be
+back before the records that superseded it, and a lease must never extend it meanwhile.
 
 On a cluster no script touches two devices: the multi-key calls of a single Redis become one
 call per key, pipelined per node (`cluster_calls.py`)."""
@@ -25,6 +28,14 @@ from precast.serving.cluster_calls import (
     per_key_script,
 )
 from precast.serving.entry import Entry, decode, encode, valid_device_id
+from precast.serving.leases import Lease, LeaseBook, extend, extension_until
+from precast.serving.redis_scripts import (
+    DELETE_IF_SAME,
+    PUT,
+    PUT_LEASE,
+    decode_lease,
+    encode_lease,
+)
 from precast.serving.result import FUTURE
 from precast.settings import RedisSettings
 from schemas.events import MAX_AHEAD_MS
@@ -32,68 +43,6 @@ from schemas.events import MAX_AHEAD_MS
 # redis-py types replies as `bytes | str`; our clients never set decode_responses, so they are
 # always bytes. A typed alias of `decode` says so without a per-value check on the read path.
 _decode = cast(Callable[[bytes | str], Entry], decode)
-
-# Byte-wise string comparison: Lua's `<` uses strcoll, which depends on the server's locale;
-# Python compares code points, which for UTF-8 equals byte order.
-_LUA_NEWER = r"""
-local function bytes_gt(a, b)
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x > y end
-  end
-  return #a > #b
-end
--- order_key: data time, then a live answer before a backfill (flag B), production time, version
-local function newer(new, cur)
-  local nc, np, nf, nv = string.match(new, '^(%d+) (%d+) %d+ %d+ %S+ (%S+) ([^\n]*)\n')
-  local cc, cp, cf, cv = string.match(cur, '^(%d+) (%d+) %d+ %d+ %S+ (%S+) ([^\n]*)\n')
-  if cc == nil then return true end
-  if nc ~= cc then return tonumber(nc) > tonumber(cc) end
-  local nlive, clive = string.find(nf, 'B', 1, true) == nil, string.find(cf, 'B', 1, true) == nil
-  if nlive ~= clive then return nlive end
-  if np ~= cp then return tonumber(np) > tonumber(cp) end
-  return bytes_gt(nv, cv)
-end
-"""
-
-# KEYS: entry keys; ARGV[1]: now ms, ARGV[2]: grace ms, ARGV[2+i]: encoded entry for KEYS[i].
-# Returns per key 1 stored, 0 older or duplicate, -1 already expired (see result.py).
-_PUT = (
-    _LUA_NEWER
-    + r"""
-local now, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out = {}
-for i, key in ipairs(KEYS) do
-  local new = ARGV[i + 2]
-  local ttl = tonumber(string.sub(new, 29, 41)) + grace - now
-  if ttl <= 0 then
-    out[i] = -1
-  else
-    local cur = redis.call('GET', key)
-    if cur and not newer(new, cur) then
-      out[i] = 0
-    else
-      redis.call('SET', key, new, 'PX', ttl)
-      out[i] = 1
-    end
-  end
-end
-return out
-"""
-)
-
-# KEYS: entry keys; ARGV[i]: the value seen. Deletes only what is unchanged.
-_DELETE_IF_SAME = r"""
-local n = 0
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[i] then
-    redis.call('DEL', key)
-    n = n + 1
-  end
-end
-return n
-"""
 
 
 def _now_ms() -> int:
@@ -108,8 +57,10 @@ class RedisStore:
         self.cluster = isinstance(client, redis.RedisCluster)
         self._p = key_prefix + "p:{"
         self._loaded = key_prefix + "meta:loaded"
-        self._put = client.register_script(_PUT)
-        self._delete_if_same = client.register_script(_DELETE_IF_SAME)
+        self._lease = key_prefix + "lease:{"
+        self._put = client.register_script(PUT)
+        self._put_lease = client.register_script(PUT_LEASE)
+        self._delete_if_same = client.register_script(DELETE_IF_SAME)
 
     @classmethod
     def from_settings(cls, settings: RedisSettings, grace_ms: int = 0) -> RedisStore:
@@ -224,6 +175,40 @@ class RedisStore:
         return out
 
     @cluster_errors_as_redis_errors
+    def put_leases(self, leases: list[Lease], now_ms: int | None = None) -> list[int]:
+        """Validity leases, newest per partition (STORED / OLDER / EXPIRED each). A writer puts
+        a partition's lease only after every entry before it in the topic."""
+        if not leases:
+            return []
+        keys = [f"{self._lease}{x.partition}}}" for x in leases]
+        now = str(now_ms or _now_ms())
+        done = self._script(
+            self._put_lease, keys, [encode_lease(x) for x in leases], [now, self.grace_ms]
+        )
+        return done if isinstance(done, list) else [done]
+
+    @cluster_errors_as_redis_errors
+    def lease(self, partition: int) -> Lease | None:
+        raw = self.client.get(f"{self._lease}{partition}}}")
+        return None if raw is None else decode_lease(partition, cast(bytes, raw))
+
+    @cluster_errors_as_redis_errors
+    def lease_book(self) -> LeaseBook:
+        """Every partition's lease as a `LeaseBook` (for the tools: `book.resolve(device, e)`
+        is an entry as reads serve it); empty while the store is not loaded (see above)."""
+        book = LeaseBook(self.grace_ms)
+        if not self.loaded():
+            return book
+        found = []
+        for k in self.client.scan_iter(match=self._lease + "*", count=1000):
+            raw = self.client.get(k)
+            part = cast(bytes, k).decode()[len(self._lease) : -1]
+            if raw is not None and part.isdigit():
+                found.append(decode_lease(int(part), cast(bytes, raw)))
+        book.put_many(found, _now_ms())
+        return book
+
+    @cluster_errors_as_redis_errors
     def delete(self, device_ids: Iterable[str]) -> int:
         keys = [self.key(d) for d in device_ids]
         return self.client.delete(*keys) if keys else 0  # a cluster client splits by slot
@@ -249,8 +234,11 @@ class RedisStore:
 
     @cluster_errors_as_redis_errors
     def clear(self) -> int:
-        """Delete every stored entry and the load marker (a clean rebuild); returns how many."""
+        """Delete every stored entry, the leases and the load marker (a clean rebuild); returns
+        how many entries."""
         n = sum(self.client.delete(*keys) for keys in self._scan(1000))
+        for k in list(self.client.scan_iter(match=self._lease + "*", count=1000)):
+            self.client.delete(k)
         self.client.delete(self._loaded)
         return n
 
@@ -273,13 +261,39 @@ class AsyncRedisReader:
         self.client = connect_async(settings)
         self.cluster = isinstance(self.client, redis.asyncio.RedisCluster)
         self._p = settings.key_prefix + "p:{"
+        self._lease = settings.key_prefix + "lease:{"
+        self._loaded = settings.key_prefix + "meta:loaded"
+        # partition -> (monotonic s, lease or None): a lease read is reused for `lease_cache_s`
+        # (an older lease is always safe to apply: it never extends a newer answer)
+        self._leases: dict[int, tuple[float, Lease | None]] = {}
+        self.lease_cache_s = 0.1
+
+    async def _resolve(self, device_id: str, e: Entry) -> Entry:
+        t = e.terms
+        if t is None:
+            return e
+        mono = time.monotonic()
+        cached = self._leases.get(t.partition)
+        if cached is not None and mono - cached[0] < self.lease_cache_s:
+            lease = cached[1]
+        else:
+            key = f"{self._lease}{t.partition}}}"
+            if isinstance(self.client, redis.asyncio.RedisCluster):
+                raw, loaded = await self.client.mget_nonatomic([key, self._loaded])
+            else:
+                raw, loaded = await self.client.mget([key, self._loaded])
+            # during a replay (no load marker) no lease applies: see the module docstring
+            lease = None if raw is None or loaded is None else decode_lease(t.partition, raw)
+            self._leases[t.partition] = (mono, lease)
+        until = extension_until(e, lease)
+        return e if lease is None or until <= e.valid_until_ms else extend(e, lease, until)
 
     @async_cluster_errors_as_redis_errors
     async def get(self, device_id: str) -> Entry | None:
         if not valid_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
         raw = await self.client.get(self._p + device_id + "}")
-        return None if raw is None else _decode(raw)
+        return None if raw is None else await self._resolve(device_id, _decode(raw))
 
     @async_cluster_errors_as_redis_errors
     async def get_many(self, device_ids: Sequence[str]) -> list[Entry | None]:
@@ -293,7 +307,10 @@ class AsyncRedisReader:
             raws = await self.client.mget_nonatomic(keys)
         else:
             raws = await self.client.mget(keys)
-        return [None if r is None else _decode(r) for r in raws]
+        return [
+            None if r is None else await self._resolve(d, _decode(r))
+            for d, r in zip(device_ids, raws, strict=True)
+        ]
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -59,7 +59,7 @@ class AlertRule(Strict):
 BOARD_RESERVED = frozenset(
     {
         "device_id", "strategy", "score", "source", "computed_at_ms", "valid_until_ms",
-        "delay_origin", "model_version", "trigger", "age_ms", "alarm",
+        "delay_origin", "model_version", "trigger", "lease", "age_ms", "alarm",
         "sort", "order", "offset", "limit",
     }
 )  # fmt: skip

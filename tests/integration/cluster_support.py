@@ -15,6 +15,7 @@ import httpx2
 import orjson
 
 from precast.kafka import OFFSET_END, Admin, Consumer, TopicPartitionOffset
+from schemas.leases import is_lease_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +65,7 @@ class PredictionTail(threading.Thread):
                 marks = self.marks
                 if marks is None or m.partition() in self.flowing:
                     continue
-                if time.monotonic() < self.armed:
+                if time.monotonic() < self.armed or is_lease_key(m.key()):
                     continue
                 for ref in orjson.loads(m.value())["lineage"]:
                     if ref["topic"] == self.inputs and ref["offset"] >= marks[ref["partition"]]:

@@ -15,7 +15,18 @@ from hypothesis import strategies as st
 from precast.redis_client import close as redis_close
 from precast.redis_client import connect
 from precast.serving import EXPIRED, FUTURE, OLDER, STORED, RedisStore
-from tests.serving_cases import BASE_MS, deliveries, expected_newest, interleavings, prediction
+from tests.serving_cases import (
+    BASE_MS,
+    HORIZON_MS,
+    deliveries,
+    expected_newest,
+    expected_validity,
+    interleavings,
+    lease,
+    lease_deliveries,
+    leased,
+    prediction,
+)
 
 
 @pytest.fixture
@@ -163,3 +174,73 @@ def test_cluster_keys_are_hash_tagged_per_device_and_spread_over_masters(
     ]
     assert store.clear() == 600
     redis_close(client)
+
+
+# -- validity leases (the same cases as tests/unit/test_serving_leases.py) -------------------------
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), deliveries=lease_deliveries)
+def test_redis_extends_the_newest_answer_under_the_newest_lease_in_any_order(
+    serving_redis, data, deliveries
+):
+    store = fresh(serving_redis)
+    store.grace_ms = 10**9  # nothing expires here: the rule alone decides
+    now = BASE_MS + 6_000
+    for kind, k, x in data.draw(st.permutations(deliveries + deliveries)):
+        if kind == "a":
+            store.put_if_newer(k, x, now)
+        else:
+            store.put_leases([x], now)
+    want = expected_validity(deliveries)
+    store.mark_loaded()
+    book = store.lease_book()
+    got = {d: book.resolve(d, store.get(d)).valid_until_ms for d in want}
+    store.clear()
+    redis_close(store.client)
+    assert got == want
+
+
+def test_an_extendable_answer_lives_in_redis_until_its_terms_end(store):
+    now = int(time.time() * 1000)
+    e = leased("dev-l", now - 10_000, now - 10_000, 1, extension_ms=60_000)
+    assert store.put_if_newer("dev-l", e) == STORED  # past its own validity, within its terms
+    ttl = store.client.pttl(store.key("dev-l"))
+    assert 49_000 < ttl <= 50_000
+    older = leased("dev-l", now - 20_000, now - 20_000, 1, extension_ms=60_000)
+    assert store.put_if_newer("dev-l", older) == OLDER  # still blocks older answers
+    plain = leased("dev-p", now - 10_000, now - 10_000, None)
+    assert store.put_if_newer("dev-p", plain) == EXPIRED
+
+
+def test_redis_keeps_the_newest_lease_and_readers_apply_it_only_once_loaded(store, serving_redis):
+    import asyncio
+
+    from precast.serving import AsyncRedisReader
+
+    now = int(time.time() * 1000)
+    e = leased("dev-r", now - 8_000, now - 8_000, 2)
+    store.put_if_newer("dev-r", e)
+    fresh_lease = lease(0, 2, now - 1_000, now - 900)
+    assert store.put_leases([fresh_lease]) == [STORED]
+    late = [lease(0, 1, now, now), lease(0, 2, now - 2_000, now), fresh_lease]
+    assert store.put_leases(late) == [OLDER, OLDER, OLDER]  # fenced, less certified, duplicate
+    assert store.lease(0) == fresh_lease
+    assert store.put_leases([lease(1, 2, now - 60_000, now - 60_000)]) == [EXPIRED]
+
+    async def served() -> int:
+        reader = AsyncRedisReader(
+            serving_redis.model_copy(update={"key_prefix": store._p[: -len("p:{")]})
+        )
+        reader.lease_cache_s = 0
+        try:
+            return (await reader.get("dev-r")).valid_until_ms
+        finally:
+            await reader.close()
+
+    # not loaded (a replay may be under way): the answer's own validity only
+    assert asyncio.run(served()) == e.valid_until_ms
+    assert store.lease_book().resolve("dev-r", e) is e
+    store.mark_loaded()
+    assert asyncio.run(served()) == now - 1_000 + HORIZON_MS
+    assert store.lease_book().resolve("dev-r", e).valid_until_ms == now - 1_000 + HORIZON_MS
+    store.clear()
+    assert store.lease(0) is None

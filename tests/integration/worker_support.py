@@ -17,6 +17,7 @@ import orjson
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartitionOffset
 from producers.publisher import TraceIds
+from schemas.leases import is_lease_key
 from tests.worker_events import alarm, heartbeat, request, work_order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,6 +153,8 @@ def read_predictions(
     while time.monotonic() < deadline:
         msgs = c.consume(5_000, 0.2)
         for m in msgs:
+            if is_lease_key(m.key()):  # a partition's validity lease, not a prediction
+                continue
             preds.append(
                 {**orjson.loads(m.value()), "_partition": m.partition(), "_offset": m.offset()}
             )

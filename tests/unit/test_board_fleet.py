@@ -216,7 +216,7 @@ def test_subscribers_resume_from_the_log_and_reload_past_its_bounds():
         small, _ = ix.subscribe(queue_max=2, last_seq=None)
         for d in "xyz":  # a burst past the bound: no queue, a reload
             ix.stored([(d, prediction(d, now))])
-        pending, overflow, _ = ix.take(small)
+        pending, overflow, _, _ = ix.take(small)
         assert (pending, overflow) == (set(), True)
         ix.stored([("x", prediction("x", now + 1)), ("x", prediction("x", now + 2))])
         assert ix.take(small)[:2] == ({"x"}, False)  # coalesced: one row per device

@@ -8,6 +8,7 @@ SIGUSR1: print every thread's stack (diagnosing a stall).
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import signal
 import socket
@@ -25,10 +26,14 @@ from precast.settings import load
 from schemas.topics import catalog
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
+from workers.precompute.config import LeaseConfig
+from workers.precompute.leases import slack_ms
 from workers.precompute.loop import LoopConfig, Worker, tune_gc
 from workers.precompute.pipeline import PipelineConfig
 from workers.precompute.policy import PolicyConfig
 from workers.settings import WorkerSettings
+
+log = logging.getLogger("precast.workers")
 
 
 def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker:
@@ -67,7 +72,18 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
         horizon_ms=int((w.horizon_s or serving.horizon_s) * 1000),
         top_k=m.top_k or serving.top_k,
         max_ahead_ms=round(fleet.spec.time.max_ahead_s * 1000),
+        lease=LeaseConfig(
+            enabled=w.renewal == "lease",
+            interval_ms=w.lease_interval_ms,
+            max_extension_ms=round(w.lease_max_extension_s * 1000),
+        ),
     )
+    if pipe.lease.enabled and slack_ms(pipe) <= 0:
+        log.warning(
+            "validity leases need horizon (%d ms) > lease interval + refresh lead: answers are "
+            "renewed whole",
+            pipe.horizon_ms,
+        )
     loop = LoopConfig(
         group_id=w.group_id,
         consume_max=w.consume_max,

@@ -41,10 +41,12 @@ class BatchResult:
     scores: np.ndarray | None = None
     margins: np.ndarray | None = None  # (n, 2) top-1 and top-K log margins of inferred items
     rank: np.ndarray | None = None  # (n, K+1) ranked classes of inferred items
+    leased: np.ndarray | None = None  # per item: published with lease terms (schemas.leases)
 
 
 class Scoring:
-    """The batch half of `Pipeline`: needs its `cfg` and device `table`."""
+    """The batch half of `Pipeline`: needs its `cfg` and device `table`, and `lease_terms`
+    (workers.precompute.leases)."""
 
     cfg: PipelineConfig
     fleet: Fleet
@@ -58,6 +60,9 @@ class Scoring:
     # the material-change rule).
     sensitivity: Sensitivity | None = None
     _sensitivity_of: str | None = None
+
+    def lease_terms(self, slots: np.ndarray, computed: np.ndarray) -> list[bytes]:
+        raise NotImplementedError
 
     def compute(self, items: list[Pending], model: Predictor, produced_at_ms: int) -> BatchResult:
         """Features, one inference call, top-K and the encoded records. Raises what the model
@@ -79,6 +84,11 @@ class Scoring:
         renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
         renew &= tab.valid_until[slots] >= 0
         infer = ~renew
+        # Lease terms: none for a lapse (its device stopped sending: see leases.py)
+        terms = self.lease_terms(slots, computed)
+        for j in (j for j, it in enumerate(items) if it.reason == P.Reason.LAPSED):
+            terms[j] = b""
+            M.LAPSES.inc()
         idx = np.empty((len(items), k), dtype=np.int64)
         scores = np.empty((len(items), k), dtype=np.float32)
         margin = np.zeros((len(items), 2), dtype=np.float32)
@@ -107,6 +117,7 @@ class Scoring:
             idx, scores, margin, x = idx[order], scores[order], margin[order], x[order]
             rank = rank[order]
             computed, slots, infer = computed[order], slots[order], infer[order]
+            terms = [terms[j] for j in order.tolist()]
             n_inf = int(infer.sum())
             a = self._encode(
                 items[:n_inf],
@@ -116,6 +127,7 @@ class Scoring:
                 computed[:n_inf],
                 produced_at_ms,
                 inferred_ms,
+                terms[:n_inf],
             )
             b = self._encode(
                 items[n_inf:],
@@ -125,10 +137,13 @@ class Scoring:
                 computed[n_inf:],
                 produced_at_ms,
                 0,
+                terms[n_inf:],
             )
             out = Encoded(a.keys + b.keys, a.values + b.values)
         else:
-            out = self._encode(items, idx, scores, model, computed, produced_at_ms, inferred_ms)
+            out = self._encode(
+                items, idx, scores, model, computed, produced_at_ms, inferred_ms, terms
+            )
         t4 = time.perf_counter()
         for stage, dt in (
             ("features", t1 - t0),
@@ -137,8 +152,9 @@ class Scoring:
             ("encode", t4 - t3),
         ):
             M.STAGE[stage].inc(dt)
+        leased = np.fromiter(map(bool, terms), dtype=bool, count=len(terms))
         return BatchResult(
-            items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank
+            items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank, leased
         )
 
     def _name_the_state(self, items: list[Pending], slots: np.ndarray) -> None:
@@ -148,7 +164,7 @@ class Scoring:
         once."""
         tab, hb = self.table, self.heartbeat_topic
         for j, it in enumerate(items):
-            if it.reason < _FIRST_EVENT:
+            if it.reason < _FIRST_EVENT and it.reason != P.Reason.LAPSED:
                 continue  # a heartbeat's own trigger: its records are in the lineage already
             s = int(slots[j])
             off = int(tab.hb_offset[s])
@@ -193,6 +209,7 @@ class Scoring:
         computed: np.ndarray,
         produced_at_ms: int,
         inference_ms: int,
+        leases: list[bytes] | None = None,
     ) -> Encoded:
         return encode(
             items,
@@ -205,11 +222,18 @@ class Scoring:
             produced_at_ms,
             self.cfg.backfill,
             inference_ms,
+            leases,
         )
 
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
         tab, slots = self.table, r.slots
+        # A leased answer stays valid (through leases) until its terms end: the policy's
+        # refresh rule counts from there, so it is renewed once per max extension, not horizon.
         tab.valid_until[slots] = r.computed_at + self.cfg.horizon_ms
+        if r.leased is not None and r.leased.any():
+            tab.valid_until[slots[r.leased]] = (
+                r.computed_at[r.leased] + self.cfg.lease.max_extension_ms
+            )
         tab.computed_at[slots] = r.computed_at
         inferred = r.inferred if r.inferred is not None else np.ones(len(slots), dtype=bool)
         s = slots[inferred]
@@ -260,7 +284,7 @@ class StateRef(RecordRef):
 
 
 def _is_renewal(item: Pending) -> bool:
-    return item.reason == P.Reason.RENEWED
+    return item.reason.republishes
 
 
 def _sensitivity_of(model: Predictor, k: int) -> Sensitivity | None:

@@ -11,6 +11,16 @@ from workers.precompute.delivery import LINGER_MS
 
 
 @dataclass(frozen=True)
+class LeaseConfig:
+    """Validity leases (workers.precompute.leases). `enabled=False` is the older way: every
+    stable answer near expiry is published again as a whole PredictionSet."""
+
+    enabled: bool = True
+    interval_ms: int = 1_000  # one lease per partition this often
+    max_extension_ms: int = 900_000  # no lease extends an answer longer after its data time
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     policy: P.PolicyConfig = P.PolicyConfig()
     max_batch: int = 2_000
@@ -21,6 +31,7 @@ class PipelineConfig:
     backfill: bool = False
     # event times ahead of the worker's clock by more than this are dead-lettered
     max_ahead_ms: int = MAX_AHEAD_MS
+    lease: LeaseConfig = LeaseConfig()
 
 
 @dataclass(frozen=True)

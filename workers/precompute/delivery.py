@@ -56,6 +56,10 @@ class AtLeastOnce:
     def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
         self.producer.produce_batch(topic, keys, values)
 
+    def produce_to(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        """To a named partition (a validity lease goes to the partition it covers)."""
+        self.producer.produce(topic, key, value, partition=partition)
+
     def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.dead_letters.send(msg, reason, detail)
 
@@ -135,6 +139,11 @@ class ExactlyOnce:
         self.begin()
         self._dirty = True
         self.producer.produce_batch(topic, keys, values)
+
+    def produce_to(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        self.begin()
+        self._dirty = True
+        self.producer.produce(topic, key, value, partition=partition)
 
     def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.begin()

@@ -142,7 +142,7 @@ def _template(
         + lineage
         + b',"backfill":%s,"inference_ms":'
         + b"%d" % inference_ms
-        + b"}"
+        + b"%s}"  # the lease terms (schemas.leases), or nothing
     )
 
 
@@ -203,9 +203,11 @@ def encode(
     produced_at_ms: int,
     backfill: bool,
     inference_ms: int = 0,
+    leases: list[bytes] | None = None,
 ) -> Encoded:
     """One PredictionSet per item, as JSON bytes keyed by device ID. Built column-wise: one
-    printf per record, every other step over the whole batch."""
+    printf per record, every other step over the whole batch. `leases` holds each item's
+    `,"lease":{...}` member (b"" for none; `workers.precompute.leases`)."""
     if not np.isfinite(scores).all():
         raise ValueError("model returned non-finite scores")
     k = idx.shape[1]
@@ -225,9 +227,11 @@ def encode(
         list(map(trig.__getitem__, reasons)),
     )
     tail = list(map(bf.__getitem__, reasons))
-    if counts.count(1) == len(counts):  # one input each (the common case): lineage in the template
+    terms = leases if leases is not None else [b""] * len(items)
+    if counts.count(1) == len(counts) and not any(map(_STATED, items)):
+        # one input each (the common case): lineage in the template
         tmpl = _template(version, k, produced_at_ms, inference_ms, b"[" + _REF + b"]")
-        rows = zip(*head, *_ref_columns([r[0] for r in refs]), tail, strict=True)
+        rows = zip(*head, *_ref_columns([r[0] for r in refs]), tail, terms, strict=True)
     else:
         tmpl = _template(version, k, produced_at_ms, inference_ms, b"%s")
         flat = list(chain.from_iterable(refs))
@@ -238,6 +242,10 @@ def encode(
                 ref_json[ends[j] - 1] = ref_json[ends[j] - 1][:-1] + b',"state":true}'
         it = iter(ref_json)
         rows = zip(
-            *head, [b"[" + b",".join(islice(it, n)) + b"]" for n in counts], tail, strict=True
+            *head,
+            [b"[" + b",".join(islice(it, n)) + b"]" for n in counts],
+            tail,
+            terms,
+            strict=True,
         )
     return Encoded(keys, list(map(tmpl.__mod__, rows)))

@@ -120,12 +120,17 @@ class HeartbeatIngest:
         offsets = np.fromiter(map(_OFFSET, hb.msgs), dtype=np.int64, count=n)
         if order is not None:
             offsets = offsets[ui]
+        # the device's cadence, which says whether validity leases can keep its answer
+        prev = tab.hb_time[slots]
+        gap = np.where((prev >= 0) & (tab.hb_gap[slots] != -2), new_t - prev, -1)
         if fresh.all():
             tab.hb[slots] = hb_cols
+            tab.hb_gap[slots] = gap
             tab.hb_time[slots] = new_t
             tab.hb_offset[slots] = offsets
         else:
             tab.hb[slots[fresh]] = hb_cols[fresh]
+            tab.hb_gap[slots[fresh]] = gap[fresh]
             tab.hb_time[slots[fresh]] = new_t[fresh]
             tab.hb_offset[slots[fresh]] = offsets[fresh]
         for code, k in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):

@@ -30,6 +30,7 @@ from workers.model.registry import ModelRegistry
 from workers.precompute import metrics as M
 from workers.precompute.config import LoopConfig
 from workers.precompute.delivery import AtLeastOnce, ExactlyOnce, Rewind
+from workers.precompute.lease_loop import LeasePublishing
 from workers.precompute.pipeline import Pipeline, PipelineConfig
 from workers.precompute.rebalance import Rebalancing
 from workers.precompute.restore import StateRestorer
@@ -65,7 +66,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Worker(Rebalancing):
+class Worker(Rebalancing, LeasePublishing):
     """One worker process's loop. `assignment` (explicit partitions with start offsets) and
     `stop_at` ({(topic, partition): end offset, exclusive}) run a bounded range instead of
     joining the group's subscription (backfill, tests); `run()` returns once all are reached."""
@@ -210,6 +211,8 @@ class Worker(Rebalancing):
             self._check_restored()
         p.release_deferred(now_ms, mono)
         self._run_batches(force=False)
+        if p.leases:  # validity leases of the assigned partitions, when due
+            self.publish_leases(now_ms)
         if mono >= self._next_commit and self.sink.exactly_once:
             self.commit()
         if mono >= self._next_lag:
@@ -225,10 +228,13 @@ class Worker(Rebalancing):
             self.registry.poll()  # a new version switches in here, between batches
             self._run_batch(items, delay)
 
-    def _run_batch(self, items: list, delay: float) -> None:
+    def _run_batch(self, items: list, delay: float, latency: bool = True) -> bool:
+        """Compute and produce one batch; False when the model failed (inputs dead-lettered).
+        `latency=False`: not an answer to new input (lapsed answers), kept out of the
+        event-to-prediction histogram."""
         items = self.pipeline.with_data(items)
         if not items:
-            return
+            return True
         model = self.registry.current  # one model for the whole batch
         now_ms = self.clock()
         result = None
@@ -253,7 +259,7 @@ class Worker(Rebalancing):
             for it in items:
                 for m, _ in it.refs:
                     self._reject(m, Reason.MODEL_FAILURE, error)
-            return
+            return False
         t0 = time.perf_counter()
         self.sink.produce(self.topics.predictions.name, result.out.keys, result.out.values)
         self.pipeline.mark_predicted(result, now_ms)
@@ -268,7 +274,9 @@ class Worker(Rebalancing):
         M.BATCH_SIZE.observe(len(items))
         M.QUEUE_DELAY.observe(delay)
         M.PREDICTIONS.labels(result.version).inc(len(items))
-        M.observe_many(M.LATENCY, (now_ms - result.computed_at) / 1000.0)
+        if latency:
+            M.observe_many(M.LATENCY, (now_ms - result.computed_at) / 1000.0)
+        return True
 
     def drain(self) -> None:
         """Predict everything waiting, throttled devices included (revoke, shutdown, EOS commit)."""

@@ -18,6 +18,18 @@ RENEWALS = Counter(
     "precast_worker_renewals_total",
     "stored answers republished with new validity, certified unchanged without an inference",
 )
+LEASES = Counter(
+    "precast_worker_leases_total",
+    "validity leases published (one per partition and interval: quiet answers stay valid)",
+)
+LEASES_SKIPPED = Counter(
+    "precast_worker_leases_skipped_total",
+    "lease ticks without a lease: a new generation warming up, or the partition behind",
+)
+LAPSES = Counter(
+    "precast_worker_lease_lapses_total",
+    "leased answers published once more without terms: their device stopped sending",
+)
 UNKNOWN_CATEGORY = Counter(
     "precast_worker_unknown_categories_total",
     "heartbeat values outside a categorical field's vocabulary (read as unknown)",

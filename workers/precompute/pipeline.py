@@ -25,6 +25,7 @@ from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Reject, decode_hints, decode_requests
 from workers.precompute.encode import Pending, merge
 from workers.precompute.heartbeats import HeartbeatIngest
+from workers.precompute.leases import Leasing
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.pipeline")
@@ -32,7 +33,7 @@ log = logging.getLogger("precast.workers.precompute.pipeline")
 __all__ = ["BatchResult", "Pipeline", "PipelineConfig"]
 
 
-class Pipeline(HeartbeatIngest, Scoring):
+class Pipeline(HeartbeatIngest, Leasing, Scoring):
     def __init__(
         self, topics: Topics, cfg: PipelineConfig, reject: Reject, fleet: Fleet | None = None
     ) -> None:
@@ -76,6 +77,7 @@ class Pipeline(HeartbeatIngest, Scoring):
         # item outlives many batches, holding its input records. A shadow run slims them
         # (workers.shadow.run); the worker keeps whole records (it dead-letters them on failure).
         self.on_defer: Callable[[Pending], None] | None = None
+        self._init_leases()  # validity leases per assigned partition (workers.precompute.leases)
 
     # -- ingest -------------------------------------------------------------------------------------
     def ingest(self, msgs: Sequence[KafkaMessage], now_ms: int, mono: float) -> None:
@@ -297,6 +299,7 @@ class Pipeline(HeartbeatIngest, Scoring):
         """Drop state, positions and waiting work of these partition indexes (revoked/lost)."""
         parts = set(partitions)
         self.table.forget_partitions(parts)
+        self.forget_leases(parts)
         self.positions = {tp: o for tp, o in self.positions.items() if tp[1] not in parts}
         for d in [d for d, it in self.deferred.items() if it.partition in parts]:
             del self.deferred[d]

@@ -19,7 +19,9 @@ Rules, in priority order:
   being the device's last heartbeat interval, 0 when unknown, clipped to the horizon): the
   stored answer, certified unchanged by the check above, is `renewed`: published again with the
   new data's time and validity, without an inference (without the model's sensitivities: an
-  inference, `refresh_before_expiry`);
+  inference, `refresh_before_expiry`). With validity leases (`workers.precompute.leases`), the
+  validity that counts here for a leased answer is the end of its lease terms, not its horizon:
+  the leases keep it valid meanwhile, so it is renewed only that rarely;
 - otherwise skip (`unchanged`); a heartbeat older than the newest one seen is `stale`.
 Throttle: a device predicted less than `throttle_ms` ago (worker clock) is `throttled`: the
 trigger is deferred, not dropped, and released when its window ends (see `workers.precompute.pipeline`).
@@ -44,6 +46,7 @@ class Reason(IntEnum):
     THROTTLED = 2
     CONTEXT_ONLY = 3  # a cleared/info alarm: context updated, nothing to precompute
     RENEWED = 4  # the stored answer is published again with new validity; no inference
+    LAPSED = 5  # its device stopped sending: published once more, without lease terms
     FIRST_SEEN = 10
     HEARTBEAT_CHANGED = 11
     REFRESH = 12
@@ -65,7 +68,12 @@ class Reason(IntEnum):
     @property
     def emits(self) -> bool:
         """A record is published: a prediction, or a renewal of the stored one."""
-        return self >= Reason.FIRST_SEEN or self == Reason.RENEWED
+        return self >= Reason.FIRST_SEEN or self in (Reason.RENEWED, Reason.LAPSED)
+
+    @property
+    def republishes(self) -> bool:
+        """The stored answer is published again without an inference."""
+        return self in (Reason.RENEWED, Reason.LAPSED)
 
 
 _LABELS = {
@@ -74,6 +82,7 @@ _LABELS = {
     Reason.THROTTLED: "throttled",
     Reason.CONTEXT_ONLY: "context_only",
     Reason.RENEWED: "renewed",
+    Reason.LAPSED: "lapsed",
     Reason.FIRST_SEEN: "first_seen",
     Reason.HEARTBEAT_CHANGED: "heartbeat_changed",
     Reason.REFRESH: "refresh_before_expiry",
@@ -91,6 +100,7 @@ TRIGGER = {
     Reason.HEARTBEAT_CHANGED: "heartbeat",
     Reason.REFRESH: "expiry",
     Reason.RENEWED: "expiry",
+    Reason.LAPSED: "expiry",
     Reason.WORK_ORDER: "work_order",
     Reason.ALARM: "alarm",
     Reason.API_MISS: "api_miss",

@@ -6,6 +6,7 @@ committed offsets after an aborted transaction."""
 from __future__ import annotations
 
 import logging
+import time
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset, retry_settling
 from precast.settings import KafkaSettings
@@ -48,7 +49,10 @@ class Rebalancing:
             TopicPartitionOffset(p.topic, p.partition, OFFSET_BEGINNING) if p.topic == ctx else p
             for p in parts
         ]
-        self._restore_state(sorted({p.partition for p in parts}))
+        gained = sorted({p.partition for p in parts})
+        self._restore_state(gained)
+        # a new lease generation per gained partition, above what the restored state saw
+        self.pipeline.assign_leases(gained, time.time_ns() // 1_000_000)
         self.consumer.assign(assigned)
         self.assigned = assigned
         self.restoring = {}
@@ -126,6 +130,7 @@ class Rebalancing:
         parts = self.consumer.assignment()
         self.pipeline.reset()
         self._restore_state(sorted({p.partition for p in parts}))
+        self.pipeline.rewarm_leases()  # the re-read input must be seen again before a lease
         ctx = self.topics.device_context.name
         committed = {(c.topic, c.partition): c.offset for c in self.consumer.committed(parts)}
         for p in parts:

@@ -19,12 +19,15 @@ class DeviceTable:
     # Columns, one row per slot, grown together by `_alloc`.
     hb: np.ndarray  # newest heartbeat's state columns (FeatureModel.state)
     hb_time: np.ndarray  # its event time, ms; -1: none seen
+    hb_gap: np.ndarray  # the interval before it (its event time - the previous one's); -1
+    # unknown, -2 restored (the restored heartbeat time is the last state write's, so the
+    # interval to the next heartbeat says nothing about the device's cadence)
     hb_offset: np.ndarray  # its record's offset (heartbeats topic, the device's partition); -1
     last_x: np.ndarray  # features of the last prediction
     valid_until: np.ndarray  # the last prediction's valid_until, ms
     predicted_at: np.ndarray  # worker clock, ms
     computed_at: np.ndarray  # the last prediction's computed_at (order key), ms
-    partition: np.ndarray
+    partition: np.ndarray  # -1: a free slot
 
     rank_idx: np.ndarray  # the last inference's top-(K+1) classes, best first
     top_scores: np.ndarray  # its top-K scores (what a renewal republishes)
@@ -48,6 +51,7 @@ class DeviceTable:
         grow: dict[str, np.ndarray] = {
             "hb": np.zeros((cap, len(self._default_hb))),
             "hb_time": np.full(cap, -1, dtype=np.int64),
+            "hb_gap": np.full(cap, -1, dtype=np.int64),  # a device's heartbeat cadence
             "hb_offset": np.full(cap, -1, dtype=np.int64),
             "last_x": np.zeros((cap, self.fleet.features.width), dtype=np.float32),
             "valid_until": np.full(cap, -1, dtype=np.int64),
@@ -95,6 +99,7 @@ class DeviceTable:
     def _reset(self, s: np.ndarray | int) -> None:
         self.hb[s] = 0
         self.hb_time[s] = -1
+        self.hb_gap[s] = -1
         self.hb_offset[s] = -1
         self.last_x[s] = 0
         self.valid_until[s] = -1
@@ -120,6 +125,7 @@ class DeviceTable:
         s = self.slots(devices, partitions)
         self.hb[s] = rec["hb"]
         self.hb_time[s] = rec["hb_time"]
+        self.hb_gap[s] = -2
         self.hb_offset[s] = rec["hb_offset"]
         self.last_x[s] = rec["last_x"]
         self.valid_until[s] = rec["valid_until"]
@@ -151,7 +157,9 @@ class DeviceTable:
         parts = set(partitions)
         gone = [d for d, s in self.slot.items() if int(self.partition[s]) in parts]
         for d in gone:
-            self._free.append(self.slot.pop(d))
+            s = self.slot.pop(d)
+            self._free.append(s)
+            self.partition[s] = -1  # a free slot: scans over the columns skip it
             self.contexts.pop(d, None)
         return len(gone)
 

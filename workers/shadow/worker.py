@@ -86,7 +86,7 @@ class ShadowWorker(Worker):
         return {g: str(e.get(g) or "unknown") for g in self.payload}
 
     # -- one batch through both models ----------------------------------------------------------
-    def _run_batch(self, items: list, delay: float) -> None:
+    def _run_batch(self, items: list, delay: float, latency: bool = True) -> bool:
         live = self.registry.current
         event_ms = self.clock()
         try:
@@ -121,6 +121,7 @@ class ShadowWorker(Worker):
             cand,
             self._truth_of(devices, result.computed_at) if self.truth is not None else None,
         )
+        return True
 
     def _truth_of(self, devices: list[str], at: np.ndarray) -> list[int]:
         """Each row's right label, -1 where none is known: a truth holds for a device over a
