@@ -14,7 +14,9 @@ that hold:
   validator's JSON judge, must also parse the record, since msgspec skips unknown values without
   checking them, and the record must not hold any alternative path);
 - a top-level object that holds only fields no feature reads (device metadata) is kept raw and
-  checked by the validator's own code the first time a device sends it; identical bytes from
+  checked the first time a device sends it: orjson judges the JSON, then a strict struct of its
+  canonical layout (every constraint of the contract, no other key at any level) accepts it, or
+  the validator's own code decides (alternative paths, undeclared keys); identical bytes from
   that device later need no parse.
 """
 
@@ -35,6 +37,7 @@ from schemas.normalize import Rejection
 from schemas.spec import FleetSpec
 from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, WirePath
 from schemas.wire import StreamReader
+from workers.precompute import metadata
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 
@@ -147,6 +150,9 @@ class HeartbeatWire:
         self.raw_fields = tuple(x.name for k in self.raw_keys for x in tops[k])
         self.typed = [x for x in self.leaves if x.path[0] not in self.raw_keys]
         self.alternatives = tuple(p for x in self.typed for p in x.alternatives)
+        self._raw_strict = {
+            k: metadata.strict_decoder(spec, [x.name for x in tops[k]]) for k in self.raw_keys
+        }
         self.lenient_ok = spec.heartbeats.undeclared == "ignore"
         self.canonical = msgspec.json.Decoder(self._struct("Canonical", False, True)).decode
         self._as_text = msgspec.json.Decoder(self._struct("AsText", True, True)).decode
@@ -275,12 +281,23 @@ class HeartbeatWire:
         """Whether the raw top-level objects of one record hold valid fields (the validator's
         own reading of them, alternatives included)."""
         doc: dict[str, Any] = {}
+        strict = True
         try:
             for k, raw in raws.items():
                 if len(raw):
-                    doc[k] = orjson.loads(bytes(raw))
+                    data = bytes(raw)
+                    doc[k] = orjson.loads(data)
+                    if strict:
+                        try:
+                            self._raw_strict[k][0](data)
+                        except DecodeError:
+                            strict = False
+                elif self._raw_strict[k][1]:
+                    strict = False  # absent but required: the validator names what is missing
         except orjson.JSONDecodeError:
             return False
+        if strict:
+            return True  # a subset of what the validator accepts (tests hold the two together)
         try:
             self.reader.check_fields(doc, self.raw_fields, self.raw_keys)
         except Rejection:
