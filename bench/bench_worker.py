@@ -18,6 +18,7 @@ import orjson
 
 from bench.harness import Context, Figure, Report, progress
 from bench.worker_one_core import gap_rows, one_core
+from schemas.leases import is_lease_key
 
 NAME = "worker"
 DESCRIPTION = (
@@ -299,6 +300,8 @@ def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarr
                 # consume_available: a full-batch wait would add up to 50 ms to the figure
                 for m in reader.consume_available(5_000, 0.05):
                     now = time.time() * 1000
+                    if is_lease_key(m.key()):
+                        continue  # a validity lease names no input
                     for r in orjson.loads(m.value())["lineage"]:
                         lat.append((r["partition"], r["offset"], now))
 

@@ -333,6 +333,7 @@ def high_watermarks(settings, topic: str) -> dict[int, int]:
 def lineage_covered(settings, predictions: str, inputs: str, ends: dict[int, int]) -> int:
     """How many input offsets below `ends` no prediction's lineage names (lost triggers)."""
     from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
+    from schemas.leases import is_lease_key
 
     # One byte per input offset: millions of offsets in a soak would not fit as int sets.
     seen = {p: bytearray(ends[p]) for p in ends}
@@ -345,6 +346,8 @@ def lineage_covered(settings, predictions: str, inputs: str, ends: dict[int, int
         if msgs:
             quiet_since = time.monotonic()
         for m in msgs:
+            if is_lease_key(m.key()):
+                continue  # a validity lease names no input
             for ref in orjson.loads(m.value())["lineage"]:
                 if ref["topic"] == inputs:
                     part, off = ref["partition"], ref["offset"]

@@ -73,20 +73,22 @@ def _contract_accepts(meta: bytes) -> bool:
 
 def test_the_shape_under_test():
     assert WIRE.raw_keys == ("meta",)
-    assert WIRE._raw_strict["meta"][1]  # serial is required: an absent meta is refused
+    check = WIRE._raw_checks["meta"]
+    assert check.required  # serial is required: an absent meta is refused
+    assert len(check.strict) == len(check.lenient) == 3  # canonical, under v2, flat
 
 
 @settings(max_examples=1500, deadline=None)
 @given(DOCS)
 def test_strict_acceptance_implies_the_contracts(meta):
     data = json.dumps(meta).encode()  # big integers too
-    strict = WIRE._raw_strict["meta"][0]
     try:
-        strict(data)
-    except Exception:  # noqa: BLE001 - refused: the contract decides
-        pass
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        doc = None
     else:
-        assert _contract_accepts(data), meta
+        if WIRE._raw_checks["meta"].accepts(data, doc):
+            assert _contract_accepts(data), meta
     assert WIRE.raw_ok({"meta": data}) is _contract_accepts(data)
 
 
@@ -102,10 +104,54 @@ def test_canonical_documents_mostly_take_the_shortcut_and_agree(info):
     assert WIRE.raw_ok({"meta": data}) is _contract_accepts(data)
 
 
+def _place(info: dict, layout: int) -> dict:
+    return [{"info": info}, {"info": {"v2": info}}, info][layout]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {"serial": st.sampled_from(["SN1", "SN-1.2:3", "SN\n"])},
+        optional={n: VALUES for n in NAMES[1:8]},
+    ),
+    st.integers(0, 2),
+    st.lists(
+        st.tuples(st.sampled_from([(), ("info",), ("info", "v2")]), st.sampled_from(NAMES), VALUES),
+        max_size=3,
+    ),
+)
+def test_every_declared_layout_with_undeclared_or_stray_keys_agrees(info, layout, strays):
+    meta = _place(info, layout)
+    for at, key, value in strays:  # an undeclared key, or a declared path of another layout
+        node = meta
+        for k in at:
+            node = node.setdefault(k, {}) if isinstance(node, dict) else node
+        if isinstance(node, dict):
+            node[key] = value
+    data = json.dumps(meta).encode()
+    assert WIRE.raw_ok({"meta": data}) is _contract_accepts(data), meta
+
+
+def test_each_layout_takes_the_shortcut():
+    info = {"serial": "SN1", "hw_rev": 3, "temp": 1.5, "mode": "b", "flag": True}
+    for layout in range(3):
+        meta = _place(dict(info), layout)
+        assert WIRE._raw_checks["meta"].accepts(orjson.dumps(meta), meta), layout
+        meta["x_extra"] = {"site": 5}  # undeclared: ignored by this stream
+        assert WIRE._raw_checks["meta"].accepts(orjson.dumps(meta), meta), layout
+    stray = {"info": {**info, "v2": {"hw_rev": -1}}}  # the contract reads v2's hw_rev? no: ...
+    assert WIRE.raw_ok({"meta": orjson.dumps(stray)}) is _contract_accepts(orjson.dumps(stray))
+    absent = {"info": {"serial": "SN1", "v2": {"hw_rev": -1}}}  # ... but it does here
+    assert not WIRE._raw_checks["meta"].accepts(orjson.dumps(absent), absent)
+    assert not WIRE.raw_ok({"meta": orjson.dumps(absent)})
+    blocked = {"info": {"serial": "SN1", "v2": 5}}  # the contract refuses what is on its way
+    assert not WIRE.raw_ok({"meta": orjson.dumps(blocked)})
+
+
 def test_examples():
     ok = {"info": {"serial": "SN1", "hw_rev": 1, "ratio": 1, "mode": "a", "tag": "zz",
                    "flag": None, "temp": -10, "deep": {"temp2": 99.5}}}  # fmt: skip
-    WIRE._raw_strict["meta"][0](orjson.dumps(ok))  # the shortcut takes it
+    assert WIRE._raw_checks["meta"].accepts(orjson.dumps(ok), ok)  # the shortcut takes it
     assert WIRE.raw_ok({"meta": orjson.dumps(ok)})
     for bad in (
         {"info": {"serial": "SN\n"}},

@@ -174,14 +174,24 @@ class Decoder:
             return []  # element-wise Raw == Raw, in C
         if len(self._raw_good) >= wire._CACHE_MAX:
             self._raw_good.clear()
-        bad = []
+        ok, good, bad = self.wire.raw_ok, self._raw_good, []
+        if len(keys) == 1:  # the usual shape (one metadata object): no tuples per record
+            key, col = keys[0], raws[0]
+            for i, (d, r, known) in enumerate(zip(devices, col, seen, strict=True)):
+                if known is not None and known[0] == r:
+                    continue
+                if ok({key: r}):
+                    good[d] = (r.copy(),)  # not the whole record
+                else:
+                    bad.append(i)
+            return bad
         for i, d in enumerate(devices):
             mine = tuple(r[i] for r in raws)
             known = seen[i]
             if known is not None and all(a == b for a, b in zip(mine, known, strict=True)):
                 continue
-            if self.wire.raw_ok(dict(zip(keys, mine, strict=True))):
-                self._raw_good[d] = tuple(r.copy() for r in mine)  # not the whole record
+            if ok(dict(zip(keys, mine, strict=True))):
+                good[d] = tuple(r.copy() for r in mine)
             else:
                 bad.append(i)
         return bad

@@ -17,7 +17,7 @@ import msgspec
 
 from schemas import events as ev
 from schemas.spec import FleetSpec
-from schemas.spec.fields import Attribute, Boolean, Categorical, Metric
+from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, WirePath
 
 # msgspec matches patterns with re.search: anchor with \A..\Z (`$` would let a newline through).
 assert ev.EVENT_ID_PATTERN.startswith("^") and ev.EVENT_ID_PATTERN.endswith("$")
@@ -48,33 +48,115 @@ def _strict_type(f: Any) -> Any:
     return Annotated[str, msgspec.Meta(min_length=1, max_length=f.max_length, pattern=pattern)]
 
 
-def strict_decoder(spec: FleetSpec, names: list[str]) -> tuple[Callable[[bytes], Any], bool]:
-    """A decoder of one raw top-level object's canonical layout, refusing any other key, and
-    whether the object must be present."""
-    fields = spec.heartbeats.fields
+class RawCheck:
+    """The shortcut for one raw top-level object: `accepts(data, doc)` is True only where the
+    contract's reading accepts too; False leaves the verdict to the contract.
+
+    One struct per layout: layout i puts every field at its i-th declared path (or its last),
+    so a device that sends all of its metadata in one of the declared shapes (canonical,
+    nested under a version key, flat) takes a struct. Strict structs refuse any other key at
+    any level; where the stream ignores undeclared fields, lenient ones allow them, provided no
+    declared path outside the layout reaches into the parsed document (the contract would read
+    that path, or refuse what is on its way)."""
+
+    def __init__(self, spec: FleetSpec, names: list[str]) -> None:
+        fields = spec.heartbeats.fields
+        self.key = fields[names[0]].path[0][0]
+        self.required = any(fields[n].required for n in names)
+        declared = {p[1:] for n in names for p in fields[n].path}
+        self.strict: list[Callable[[bytes], Any]] = []
+        self.lenient: list[tuple[Callable[[bytes], Any], tuple[WirePath, ...]]] = []
+        for i in range(max(len(fields[n].path) for n in names)):
+            place = {n: fields[n].path[min(i, len(fields[n].path) - 1)][1:] for n in names}
+            if not _clean(place, {n: fields[n].path for n in names}):
+                continue
+            name = f"Raw_{self.key}_{i}"
+            self.strict.append(msgspec.json.Decoder(_level(name, _tree(place), fields, True)).decode)
+            if spec.heartbeats.undeclared == "ignore":
+                others = tuple(p for p in declared if p not in place.values())
+                lenient = msgspec.json.Decoder(_level(name + "_l", _tree(place), fields, False))
+                self.lenient.append((lenient.decode, others))
+
+    def accepts(self, data: bytes, doc: Any) -> bool:
+        for decode in self.strict:
+            try:
+                decode(data)
+            except msgspec.DecodeError:
+                continue
+            return True
+        for decode, others in self.lenient:
+            try:
+                decode(data)
+            except msgspec.DecodeError:
+                continue
+            return not any(_reaches(doc, p) for p in others)
+        return False
+
+
+def _clean(place: dict[str, WirePath], paths: dict[str, tuple[WirePath, ...]]) -> bool:
+    """Whether a layout reads as the contract reads it: no two placed paths overlap, and no
+    path a field declares before its placed one overlaps a placed path (the contract tries
+    those first)."""
+    placed = list(place.values())
+
+    def overlap(a: WirePath, b: WirePath) -> bool:
+        n = min(len(a), len(b))
+        return a[:n] == b[:n]
+
+    for i, a in enumerate(placed):
+        if any(overlap(a, b) for b in placed[i + 1 :]):
+            return False
+    for n, at in place.items():
+        for earlier in paths[n]:
+            if earlier[1:] == at:
+                break
+            if any(overlap(earlier[1:], b) for b in placed):
+                return False
+    return True
+
+
+def _tree(place: dict[str, WirePath]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
-    for name in names:
-        path = fields[name].path[0]
+    for name, path in place.items():
         node = tree
-        for key in path[1:-1]:
+        for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = name
+    return tree
 
-    def level(name: str, node: dict[str, Any]) -> tuple[Any, bool]:
-        out: list[Any] = []
-        rename: dict[str, str] = {}
-        for i, (key, sub) in enumerate(node.items()):
-            attr = f"f{i}"
-            rename[attr] = key
-            if isinstance(sub, dict):
-                t, required = level(f"{name}_{i}", sub)
-            else:
-                t, required = _strict_type(fields[sub]), fields[sub].required
-            out.append((attr, t) if required else (attr, t | None, None))
-        out.sort(key=lambda f: len(f) != 2)  # msgspec: required fields first
-        struct = msgspec.defstruct(name, out, rename=rename, forbid_unknown_fields=True, gc=False)
-        required = any(len(f) == 2 for f in out)
-        return (struct if required else struct | None), required
 
-    t, required = level(f"Raw_{fields[names[0]].path[0][0]}", tree)
-    return msgspec.json.Decoder(t).decode, required
+def _level(name: str, node: dict[str, Any], fields: dict[str, Any], forbid: bool) -> Any:
+    """The struct type of one object level (`T | None` when nothing in it is required)."""
+    out: list[Any] = []
+    rename: dict[str, str] = {}
+    for i, (key, sub) in enumerate(node.items()):
+        attr = f"f{i}"
+        rename[attr] = key
+        if isinstance(sub, dict):
+            t = _level(f"{name}_{i}", sub, fields, forbid)
+            required = not _optional(t)
+        else:
+            t, required = _strict_type(fields[sub]), fields[sub].required
+        out.append((attr, t) if required else (attr, t | None, None))
+    out.sort(key=lambda f: len(f) != 2)  # msgspec: required fields first
+    struct = msgspec.defstruct(name, out, rename=rename, forbid_unknown_fields=forbid, gc=False)
+    return struct if any(len(f) == 2 for f in out) else struct | None
+
+
+def _optional(t: Any) -> bool:
+    return type(None) in getattr(t, "__args__", ())
+
+
+def _reaches(doc: Any, path: WirePath) -> bool:
+    """Whether the contract's lookup of `path` would find a value or refuse a non-object on
+    its way (anything but absent)."""
+    node = doc
+    for key in path:
+        if node is None:
+            return False
+        if not isinstance(node, dict):
+            return True
+        if key not in node:
+            return False
+        node = node[key]
+    return node is not None

@@ -14,10 +14,9 @@ that hold:
   validator's JSON judge, must also parse the record, since msgspec skips unknown values without
   checking them, and the record must not hold any alternative path);
 - a top-level object that holds only fields no feature reads (device metadata) is kept raw and
-  checked the first time a device sends it: orjson judges the JSON, then a strict struct of its
-  canonical layout (every constraint of the contract, no other key at any level) accepts it, or
-  the validator's own code decides (alternative paths, undeclared keys); identical bytes from
-  that device later need no parse.
+  checked the first time a device sends it: orjson judges the JSON, then a struct of one of its
+  declared layouts (`metadata.RawCheck`) accepts it, or the validator's own code decides;
+  identical bytes from that device later need no parse.
 """
 
 from __future__ import annotations
@@ -150,8 +149,8 @@ class HeartbeatWire:
         self.raw_fields = tuple(x.name for k in self.raw_keys for x in tops[k])
         self.typed = [x for x in self.leaves if x.path[0] not in self.raw_keys]
         self.alternatives = tuple(p for x in self.typed for p in x.alternatives)
-        self._raw_strict = {
-            k: metadata.strict_decoder(spec, [x.name for x in tops[k]]) for k in self.raw_keys
+        self._raw_checks = {
+            k: metadata.RawCheck(spec, [x.name for x in tops[k]]) for k in self.raw_keys
         }
         self.lenient_ok = spec.heartbeats.undeclared == "ignore"
         self.canonical = msgspec.json.Decoder(self._struct("Canonical", False, True)).decode
@@ -281,23 +280,18 @@ class HeartbeatWire:
         """Whether the raw top-level objects of one record hold valid fields (the validator's
         own reading of them, alternatives included)."""
         doc: dict[str, Any] = {}
-        strict = True
+        shortcut = True
         try:
             for k, raw in raws.items():
                 if len(raw):
-                    data = bytes(raw)
-                    doc[k] = orjson.loads(data)
-                    if strict:
-                        try:
-                            self._raw_strict[k][0](data)
-                        except DecodeError:
-                            strict = False
-                elif self._raw_strict[k][1]:
-                    strict = False  # absent but required: the validator names what is missing
+                    doc[k] = orjson.loads(memoryview(raw))  # no copy
+                    shortcut = shortcut and self._raw_checks[k].accepts(raw, doc[k])
+                elif self._raw_checks[k].required:
+                    shortcut = False  # absent but required: the contract names what is missing
         except orjson.JSONDecodeError:
             return False
-        if strict:
-            return True  # a subset of what the validator accepts (tests hold the two together)
+        if shortcut:
+            return True  # a subset of what the contract accepts (tests hold the two together)
         try:
             self.reader.check_fields(doc, self.raw_fields, self.raw_keys)
         except Rejection:
