@@ -5,7 +5,9 @@ resolutions), published to a topic catalog. Beside the topics the benchmark keep
 work order opened, the device's true label at that moment and the reference features: the
 spec's own reducer and feature matrix over the device's events in the order they happened,
 every event at or before the open and none after (what `point_in_time_leaks` compares the
-dataset with)."""
+dataset with). "At or before" is by event time, as the dataset reads it: with more events a
+round than milliseconds, an alarm can share the open's millisecond and come after it in the
+stream, and it counts."""
 
 from __future__ import annotations
 
@@ -36,12 +38,14 @@ class Stream:
     records: dict[str, int] = field(default_factory=dict)  # topic role -> records published
     truth: dict[str, int] = field(default_factory=dict)  # work order -> true label index
     reference: dict[str, np.ndarray] = field(default_factory=dict)  # work order -> features
+    reference_hb_ms: dict[str, int] = field(default_factory=dict)  # its heartbeat's event time
 
 
 @dataclass
 class _Device:
     context: DeviceContext
     heartbeat: list[float] | None = None
+    heartbeat_ms: int = 0
 
 
 def publish(
@@ -75,6 +79,7 @@ def publish(
     rounds = int(round((train_min + test_min) * 60 / hb_s))
     out = Stream(first, first + int(train_min * 60_000), first + int(rounds * hb_s * 1000))
     state: dict[int, _Device] = {}
+    pending: list[tuple[_Device, str, int]] = []  # opens whose millisecond may still get events
     p = Producer(kafka)
     names = {role: getattr(topics, role).name for role in set(role_of.values())}
     t = first
@@ -83,16 +88,18 @@ def publish(
         dt = hb_s * 1000 / max(1, len(events))
         for j, e in enumerate(events):
             te = t + int(j * dt)
+            if pending and te > pending[0][2]:
+                _references(out, fleet, pending)
             e.event["event_time_ms"] = e.event["produced_at_ms"] = te
             dev = state.get(e.device)
             if dev is None:
                 dev = state[e.device] = _Device(model.new(e.event["device_id"]))
             if e.stream == hb_stream:
-                dev.heartbeat = fm.state_row(e.event)
+                dev.heartbeat, dev.heartbeat_ms = fm.state_row(e.event), te
             else:
                 model.apply(dev.context, e.stream, e.event)
                 if e.stream == o.stream and e.event.get(o.status) in o.opened:
-                    _open(out, sim, fleet, dev, e.device, e.event, te)
+                    pending.append((dev, _open(out, sim, fleet, e.device, e.event), te))
             w = sim.wire(e)
             role = role_of[e.stream]
             p.produce(names[role], w.device_id.encode(), orjson.dumps(w), timestamp_ms=te)
@@ -103,28 +110,30 @@ def publish(
             progress(
                 f"learn: simulated {r + 1}/{rounds} rounds, {sum(out.records.values()):,} records"
             )
+    _references(out, fleet, pending)
     p.flush(300)
     return out
 
 
-def _open(
-    out: Stream,
-    sim: Fleet,
-    fleet: CompiledFleet,
-    dev: _Device,
-    device: int,
-    event: dict[str, Any],
-    te: int,
-) -> None:
-    """The truth and the reference features of a work order opened now (te)."""
+def _open(out: Stream, sim: Fleet, fleet: CompiledFleet, device: int, event: dict[str, Any]) -> str:
+    """The truth of a work order opened now; its reference features come once its millisecond
+    is over (`_references`)."""
     o = fleet.spec.outcomes
     assert o is not None
     entity = str(event[o.entity])
     cond = int(sim.sim.label_now(np.array([device]), sim.sim.sim_s)[0])
     out.truth[entity] = fleet.spec.labels.index(sim.sim.labels[cond])
-    if dev.heartbeat is not None:
-        x = fleet.features.build(
-            np.asarray([dev.heartbeat], dtype=np.float64),
-            np.asarray([fleet.context.values(dev.context, te)], dtype=np.float64),
-        )
-        out.reference[entity] = x[0]
+    return entity
+
+
+def _references(out: Stream, fleet: CompiledFleet, pending: list[tuple[_Device, str, int]]) -> None:
+    """The reference features of the pending opens: every event up to their millisecond."""
+    for dev, entity, te in pending:
+        if dev.heartbeat is not None:
+            x = fleet.features.build(
+                np.asarray([dev.heartbeat], dtype=np.float64),
+                np.asarray([fleet.context.values(dev.context, te)], dtype=np.float64),
+            )
+            out.reference[entity] = x[0]
+            out.reference_hb_ms[entity] = dev.heartbeat_ms
+    pending.clear()
