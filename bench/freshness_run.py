@@ -338,7 +338,7 @@ class _Stream(threading.Thread):
         super().__init__(daemon=True)
         self.port, self.devices = port, devices
         self.by_device = {p.device: p for p in probes}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._conn: http.client.HTTPConnection | None = None
         self.ready = threading.Event()
 
@@ -347,7 +347,7 @@ class _Stream(threading.Thread):
         self.ready.wait(10)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         if self._conn is not None and self._conn.sock is not None:
             self._conn.sock.close()
         self.join(5)
@@ -359,7 +359,7 @@ class _Stream(threading.Thread):
             resp = self._conn.getresponse()
             self.ready.set()
             device = None
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 line = resp.fp.readline()
                 if not line:
                     return
