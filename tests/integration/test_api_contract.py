@@ -34,7 +34,16 @@ max-examples = 8
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("setting", ["open", "env-token", "read-only-file"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        # the default suite fuzzes the setting that checks most (bearer scopes on every
+        # operation); the other two, ~30 s each, run with the slow scenarios
+        pytest.param("open", marks=pytest.mark.slow),
+        "env-token",
+        pytest.param("read-only-file", marks=pytest.mark.slow),
+    ],
+)
 def test_schemathesis_finds_no_failure(kafka_settings, topics, setting, tmp_path):
     now = int(time.time() * 1000)
     publish(  # a fresh answer and an expired one, so positive cases meet every source
