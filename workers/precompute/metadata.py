@@ -71,7 +71,9 @@ class RawCheck:
             if not _clean(place, {n: fields[n].path for n in names}):
                 continue
             name = f"Raw_{self.key}_{i}"
-            self.strict.append(msgspec.json.Decoder(_level(name, _tree(place), fields, True)).decode)
+            self.strict.append(
+                msgspec.json.Decoder(_level(name, _tree(place), fields, True)).decode
+            )
             if spec.heartbeats.undeclared == "ignore":
                 others = tuple(p for p in declared if p not in place.values())
                 lenient = msgspec.json.Decoder(_level(name + "_l", _tree(place), fields, False))
