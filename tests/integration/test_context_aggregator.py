@@ -111,6 +111,8 @@ def aggregator(kafka_settings, topics, unique, tmp_path, admin):
     admin.delete_topics([n for n in admin.topic_partitions() if n.startswith(app_id)])
 
 
+# slow: a fault scenario of ~20 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 def test_context_aggregation_survives_kill_9_and_matches_the_reducer(
     kafka_settings, topics, unique, aggregator
 ):

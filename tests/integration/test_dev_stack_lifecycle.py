@@ -124,6 +124,8 @@ def test_dev_test_stops_the_stack_it_started(scratch: Scratch) -> None:
     assert scratch.precast("stack", "running").stdout == ""
 
 
+# slow: a fault scenario of ~16 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_dev_test_leaves_a_stack_that_was_already_up(scratch: Scratch) -> None:
     up = scratch.precast("stack", "up")
@@ -139,6 +141,8 @@ def test_dev_test_leaves_a_stack_that_was_already_up(scratch: Scratch) -> None:
     assert scratch.processes() == []
 
 
+# slow: a fault scenario of ~20 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_dev_test_stops_only_the_component_it_started(scratch: Scratch) -> None:
     # Redis was up before (another tool started it); ./dev starts the rest and stops only that.
@@ -156,6 +160,8 @@ def test_dev_test_stops_only_the_component_it_started(scratch: Scratch) -> None:
     assert [p for p in scratch.processes() if "redis-server" not in p] == []
 
 
+# slow: a fault scenario of ~10 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_terminated_dev_run_still_stops_what_it_started(scratch: Scratch) -> None:
     proc = subprocess.Popen(

@@ -8,6 +8,7 @@ import threading
 import time
 
 import orjson
+import pytest
 from prometheus_client import REGISTRY
 
 from opsctl.settings import StackSettings
@@ -28,6 +29,8 @@ def _waits() -> float:
     return REGISTRY.get_sample_value("precast_producer_backpressure_waits_total") or 0.0
 
 
+# slow: a fault scenario of ~46 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 def test_no_loss_no_duplicates_across_broker_restart(tmp_path):
     stack = LocalStack(
         StackSettings(

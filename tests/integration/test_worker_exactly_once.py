@@ -6,6 +6,8 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
@@ -26,6 +28,8 @@ EOS = {
 }
 
 
+# slow: a fault scenario of ~20 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
     kafka_settings, topics, unique, tmp_path
 ):

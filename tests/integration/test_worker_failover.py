@@ -6,6 +6,8 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
@@ -20,6 +22,8 @@ from tests.integration.worker_support import (
 )
 
 
+# slow: a fault scenario of ~16 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
+@pytest.mark.slow
 def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, unique, tmp_path):
     group = unique("workers")
     ports = free_port(), free_port()
