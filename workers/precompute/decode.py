@@ -168,30 +168,18 @@ class Decoder:
 
     def _bad_raw(self, devices: list[str], cols: dict[str, list[Any]]) -> list[int]:
         keys = self.wire.raw_keys
-        raws = [cols[f"raw:{k}"] for k in keys]
+        rows = list(zip(*(cols[f"raw:{k}"] for k in keys), strict=True))  # a tuple per record
         seen = list(map(self._raw_good.get, devices))
-        if len(keys) == 1 and [s[0] if s else None for s in seen] == raws[0]:
-            return []  # element-wise Raw == Raw, in C
+        if seen == rows:
+            return []  # every device sent what it sent before: tuples of Raw compared in C
         if len(self._raw_good) >= wire._CACHE_MAX:
             self._raw_good.clear()
         ok, good, bad = self.wire.raw_ok, self._raw_good, []
-        if len(keys) == 1:  # the usual shape (one metadata object): no tuples per record
-            key, col = keys[0], raws[0]
-            for i, (d, r, known) in enumerate(zip(devices, col, seen, strict=True)):
-                if known is not None and known[0] == r:
-                    continue
-                if ok({key: r}):
-                    good[d] = (r.copy(),)  # not the whole record
-                else:
-                    bad.append(i)
-            return bad
-        for i, d in enumerate(devices):
-            mine = tuple(r[i] for r in raws)
-            known = seen[i]
-            if known is not None and all(a == b for a, b in zip(mine, known, strict=True)):
+        for i, (d, mine, known) in enumerate(zip(devices, rows, seen, strict=True)):
+            if mine == known:
                 continue
             if ok(dict(zip(keys, mine, strict=True))):
-                good[d] = tuple(r.copy() for r in mine)
+                good[d] = tuple(r.copy() for r in mine)  # not the whole record
             else:
                 bad.append(i)
         return bad

@@ -1,10 +1,11 @@
-"""Device metadata the worker keeps raw (a top-level object no feature reads): a strict struct
-of its canonical layout, the shortcut of `HeartbeatWire.raw_ok`.
+"""Device metadata the worker keeps raw (a top-level object no feature reads): structs of its
+declared layouts, the shortcut of `HeartbeatWire.raw_ok`.
 
-The struct accepts a subset of what the contract (`schemas.wire.read_field`) accepts: the
-contract's constraints at the first declared path of every field, no text numbers, no other key
-at any level (so no alternative path and no undeclared field). Anything it refuses goes to the
-contract's own reading; tests/unit/test_worker_raw_meta.py holds the two together.
+Each struct accepts a subset of what the contract (`schemas.wire.read_field`) accepts: the
+contract's constraints at the paths of one layout, no text numbers, and no other key at any
+level (or, where the stream ignores undeclared fields, none that a declared path reaches).
+Anything they refuse goes to the contract's own reading; tests/unit/test_worker_raw_meta.py
+holds the two together.
 """
 
 from __future__ import annotations
