@@ -19,6 +19,7 @@ import msgspec
 from schemas import events as ev
 from schemas.spec import FleetSpec
 from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, WirePath
+from workers.precompute import structs
 
 # msgspec matches patterns with re.search: anchor with \A..\Z (`$` would let a newline through).
 assert ev.EVENT_ID_PATTERN.startswith("^") and ev.EVENT_ID_PATTERN.endswith("$")
@@ -71,13 +72,11 @@ class RawCheck:
             place = {n: fields[n].path[min(i, len(fields[n].path) - 1)][1:] for n in names}
             if not _clean(place, {n: fields[n].path for n in names}):
                 continue
-            name = f"Raw_{self.key}_{i}"
-            self.strict.append(
-                msgspec.json.Decoder(_level(name, _tree(place), fields, True)).decode
-            )
+            name, tree = f"Raw_{self.key}_{i}", structs.tree((p, n) for n, p in place.items())
+            self.strict.append(msgspec.json.Decoder(_top(name, tree, fields, True)).decode)
             if spec.heartbeats.undeclared == "ignore":
                 others = tuple(p for p in declared if p not in place.values())
-                lenient = msgspec.json.Decoder(_level(name + "_l", _tree(place), fields, False))
+                lenient = msgspec.json.Decoder(_top(name + "_l", tree, fields, False))
                 self.lenient.append((lenient.decode, others))
 
     def accepts(self, data: bytes, doc: Any) -> bool:
@@ -118,36 +117,16 @@ def _clean(place: dict[str, WirePath], paths: dict[str, tuple[WirePath, ...]]) -
     return True
 
 
-def _tree(place: dict[str, WirePath]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for name, path in place.items():
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = name
-    return tree
+def _top(name: str, tree: dict[str, Any], fields: dict[str, Any], forbid: bool) -> Any:
+    """The object's type: `T | None` when nothing in it is required (an absent or null
+    object)."""
 
+    def field(n: str) -> structs.Field:
+        t = _strict_type(fields[n])
+        return (t,) if fields[n].required else (t | None, None)
 
-def _level(name: str, node: dict[str, Any], fields: dict[str, Any], forbid: bool) -> Any:
-    """The struct type of one object level (`T | None` when nothing in it is required)."""
-    out: list[Any] = []
-    rename: dict[str, str] = {}
-    for i, (key, sub) in enumerate(node.items()):
-        attr = f"f{i}"
-        rename[attr] = key
-        if isinstance(sub, dict):
-            t = _level(f"{name}_{i}", sub, fields, forbid)
-            required = not _optional(t)
-        else:
-            t, required = _strict_type(fields[sub]), fields[sub].required
-        out.append((attr, t) if required else (attr, t | None, None))
-    out.sort(key=lambda f: len(f) != 2)  # msgspec: required fields first
-    struct = msgspec.defstruct(name, out, rename=rename, forbid_unknown_fields=forbid, gc=False)
-    return struct if any(len(f) == 2 for f in out) else struct | None
-
-
-def _optional(t: Any) -> bool:
-    return type(None) in getattr(t, "__args__", ())
+    t, required = structs.struct(name, tree, field, forbid)
+    return t if required else t | None
 
 
 def _reaches(doc: Any, path: WirePath) -> bool:

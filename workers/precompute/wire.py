@@ -36,7 +36,7 @@ from schemas.normalize import Rejection
 from schemas.spec import FleetSpec
 from schemas.spec.fields import Attribute, Boolean, Categorical, Metric, WirePath
 from schemas.wire import StreamReader
-from workers.precompute import metadata
+from workers.precompute import metadata, structs
 
 DecodeError = msgspec.DecodeError  # ValidationError is a subclass
 
@@ -161,43 +161,19 @@ class HeartbeatWire:
 
     # -- structs -------------------------------------------------------------------------------
     def _struct(self, name: str, text_numbers: bool, forbid: bool) -> type[msgspec.Struct]:
-        tree: dict[str, Any] = {}
-        for leaf in self.typed:
-            node = tree
-            for key in leaf.path[:-1]:
-                node = node.setdefault(key, {})
-            node[leaf.path[-1]] = leaf
-        for k in self.raw_keys:
-            tree[k] = "raw"
-        return self._level(name, tree, text_numbers, forbid)
+        def field(leaf: Leaf | str) -> structs.Field:
+            if leaf == "raw":
+                return msgspec.Raw, msgspec.Raw()
+            assert isinstance(leaf, Leaf)
+            t = _type(leaf, self.spec, text_numbers)
+            if leaf.required:
+                return (t,)
+            if leaf.role in ("kind", "version", "boolean") and leaf.default is not None:
+                return t, leaf.default
+            return t | None, None
 
-    def _level(
-        self, name: str, tree: dict[str, Any], text_numbers: bool, forbid: bool
-    ) -> type[msgspec.Struct]:
-        fields: list[Any] = []
-        rename: dict[str, str] = {}
-        for i, (key, node) in enumerate(tree.items()):
-            attr = f"f{i}"
-            rename[attr] = key
-            if node == "raw":
-                fields.append((attr, msgspec.Raw, msgspec.Raw()))
-            elif isinstance(node, dict):
-                sub = self._level(f"{name}_{i}", node, text_numbers, forbid)
-                optional = all(not x.required for x in _leaves_of(node))
-                fields.append((attr, sub | None, None) if optional else (attr, sub))
-            else:
-                t = _type(node, self.spec, text_numbers)
-                if node.required:
-                    fields.append((attr, t))
-                elif node.role in ("kind", "version", "boolean") and node.default is not None:
-                    fields.append((attr, t, node.default))
-                else:
-                    fields.append((attr, t | None, None))
-        # required fields first: msgspec wants no required field after an optional one
-        fields.sort(key=lambda f: len(f) != 2)
-        return msgspec.defstruct(
-            name, fields, rename=rename, forbid_unknown_fields=forbid, gc=False
-        )
+        items = [(x.path, x) for x in self.typed] + [((k,), "raw") for k in self.raw_keys]
+        return structs.struct(name, structs.tree(items), field, forbid)[0]
 
     def decode_variant(self, value: bytes, error: Exception | None = None) -> Any:
         """A record in a tolerated variant (numbers as text, undeclared fields), or None when the
@@ -222,14 +198,9 @@ class HeartbeatWire:
     # -- columns -------------------------------------------------------------------------------
     def _extractor(self) -> Any:
         """rows -> {leaf name: column list} (C-level attribute access, level by level)."""
-        tree: dict[str, Any] = {}
-        for leaf in self.typed:
-            node = tree
-            for key in leaf.path[:-1]:
-                node = node.setdefault(key, {})
-            node[leaf.path[-1]] = leaf.name
-        for k in self.raw_keys:
-            tree[k] = f"raw:{k}"
+        tree = structs.tree(
+            [(x.path, x.name) for x in self.typed] + [((k,), f"raw:{k}") for k in self.raw_keys]
+        )
 
         def level(node: dict[str, Any]) -> tuple[Any, list[tuple[int, Any]]]:
             attrs = [f"f{i}" for i in range(len(node))]
@@ -297,13 +268,6 @@ class HeartbeatWire:
         except Rejection:
             return False
         return True
-
-
-def _leaves_of(node: dict[str, Any]) -> list[Leaf]:
-    out: list[Leaf] = []
-    for v in node.values():
-        out += _leaves_of(v) if isinstance(v, dict) else [v] if isinstance(v, Leaf) else []
-    return out
 
 
 def _has(doc: Any, path: WirePath) -> bool:
