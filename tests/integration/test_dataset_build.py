@@ -190,29 +190,20 @@ def test_bad_input_is_one_line_and_exit_2(kafka_settings, topics, tmp_path):
         r = precast(env, "dataset", "build", *args)
         assert r.returncode == 2 and expected in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    r = precast(
-        {**env, "PRECAST_FLEET__SPEC": str(no_outcomes)},
-        "dataset",
-        "build",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--out",
-        str(out),
-    )
-    assert r.returncode == 2 and "declares no [outcomes]" in r.stderr, r.stderr
-    r = precast(
-        {**env, "PRECAST_FLEET__SPEC": str(broken)},
-        "dataset",
-        "build",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--out",
-        str(out),
-    )
-    assert (
-        r.returncode == 2
-        and "serving.default_label" in r.stderr
-        and len(r.stderr.splitlines()) == 1
-    )
+    for spec, expected in (
+        (no_outcomes, "declares no [outcomes]"),
+        (broken, "serving.default_label"),
+    ):
+        r = precast(
+            {**env, "PRECAST_FLEET__SPEC": str(spec)},
+            "dataset",
+            "build",
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--out",
+            str(out),
+        )
+        assert r.returncode == 2 and expected in r.stderr, r.stderr
+        assert len(r.stderr.splitlines()) == 1, r.stderr
     r = precast(env, "dataset", "show", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no dataset folder" in r.stderr
