@@ -61,9 +61,13 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     # of ~7 (python -m bench cluster; docs/cluster.md, "Failover time").
     "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 1_000,
-    # Fetch in large chunks; the worker consumes in batches anyway.
+    # A fetch returns at its first byte (min 1), so the wait below is only how long an idle
+    # fetch is parked at the broker before the next is sent: it adds no latency to a record.
+    # At 50 ms an idle worker and read API (6 topics x 6 partitions) cost the broker 250 ms of
+    # CPU per second, a quarter of a core of a 2-core machine that every hop then waited for;
+    # at librdkafka's 500 ms they cost it nothing measurable (docs/workers.md, "Idle fetches").
     "fetch.min.bytes": 1,
-    "fetch.wait.max.ms": 50,
+    "fetch.wait.max.ms": 500,
     "queued.max.messages.kbytes": 64 * 1024,
     # Once a partition's queue passes queued.min.messages or queued.max.messages.kbytes,
     # librdkafka postpones its next fetch by this long: 1 s by default, although a worker drains
