@@ -89,6 +89,13 @@ class Decoder:
         self._has_produced = any(x.name == "produced_at_ms" for x in leaves)
         self._has_event_id = any(x.name == "event_id" for x in leaves)
         self._skew = round(fleet.spec.time.max_skew_s * 1000)
+        # the numeric state columns as one block: where they are all present, finite and in
+        # range (every record of a healthy fleet), one array step checks them all
+        num = [(j, c.name) for j, c in enumerate(self.state) if c.kind == "numeric"]
+        self._num_pos, self._num_names = [j for j, _ in num], [name for _, name in num]
+        bounds = [self._metrics.get(name) for name in self._num_names]
+        self._num_lo = np.array([-np.inf if f is None or f.min is None else f.min for f in bounds])
+        self._num_hi = np.array([np.inf if f is None or f.max is None else f.max for f in bounds])
         # device -> raw metadata objects last found valid: a device's metadata rarely changes,
         # so after its first heartbeat the check is one comparison of raw bytes. Bounded.
         self._raw_good: dict[str, tuple[msgspec.Raw, ...]] = {}
@@ -221,9 +228,11 @@ class Decoder:
             ok[list(bad)] = False
         times = self._times(cols, n, ok)
         values = np.empty((n, len(self.state)), dtype=np.float64)
+        clean = self._numeric_block(cols, values)
         for j, c in enumerate(self.state):
             if c.kind == "numeric":
-                values[:, j] = self._numeric_column(c.name, cols[c.name], ok)
+                if not clean:
+                    values[:, j] = self._numeric_column(c.name, cols[c.name], ok)
             elif c.kind == "code":
                 get = self._index[c.name].get
                 col = cols[c.name]
@@ -256,6 +265,19 @@ class Decoder:
             ok &= (t >= ev.MIN_TIME_MS) & (t <= ev.MAX_TIME_MS)
             t = np.where(ok, t, 0)
         return np.asarray(t, dtype=np.int64)
+
+    def _numeric_block(self, cols: dict[str, list[Any]], values: np.ndarray) -> bool:
+        """All numeric columns at once into `values`; False (nothing decided) unless every
+        value is present, finite and within its bounds: then `_numeric_column`, column by
+        column, applies the rules for the others."""
+        names = self._num_names
+        if not names or any(None in cols[name] for name in names):
+            return False
+        v = np.array([cols[name] for name in names], dtype=np.float64).T  # parses number text
+        if not (np.isfinite(v).all() and (v >= self._num_lo).all() and (v <= self._num_hi).all()):
+            return False
+        values[:, self._num_pos] = v
+        return True
 
     def _numeric_column(self, name: str, col: list[Any], ok: np.ndarray) -> np.ndarray:
         v = np.array(col, dtype=np.float64)  # (parses number text, see _text_numbers; None: NaN)
