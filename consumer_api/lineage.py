@@ -55,7 +55,10 @@ class LineageReader:
 
     def _fetch(self, wanted: dict[Ref, dict[str, Any]], timeout_s: float) -> None:
         if self._consumer is None:
-            self._consumer = Consumer(self._kafka, self._group, bounded_prefetch=True)
+            # A reader someone waits on, assigned anew per read: a fetch of the last read still
+            # parked at the broker (fetch.wait.max.ms) delays the next one's, so park briefly.
+            parked: dict[str, Any] = {"fetch.wait.max.ms": 50}
+            self._consumer = Consumer(self._kafka, self._group, bounded_prefetch=True, **parked)
         c = self._consumer
         left = dict(wanted)
         starts: dict[tuple[str, int], int] = {}
