@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in report.notes:
             print(f"  note: {n}")
         if not args.quick:
-            record(name, f"python -m bench {name}", report)
+            record(report.section or name, f"python -m bench {name}", report)
     return 0
 
 

@@ -41,6 +41,9 @@ class Report:
     rows: list[list[Any]]
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # A partial run's own BENCHMARKS.md section (e.g. "cluster:soak1"), so it does not replace
+    # the whole run's; its figures merge into results.json like any others.
+    section: str | None = None
 
 
 @dataclass
