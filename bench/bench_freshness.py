@@ -21,6 +21,7 @@ from bench.freshness_run import (
     PROCESSES,
     Pipeline,
     Point,
+    cpu_s,
     log_append_catalog,
     pct,
 )
@@ -74,6 +75,9 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         topics = log_append_catalog(catalog(ctx.unique("fresh") + ".", PARTITIONS))
         admin.ensure_topics(list(topics))
         broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
+        # Deleting the capacity run's backlog keeps the broker busy for seconds (a full core
+        # at the first point of a sweep, measured): the sweep starts once it is quiet.
+        _quiet(broker)
         pipe = Pipeline(ctx, topics, PARTITIONS, broker)
         points: list[Point] = []
         try:
@@ -100,6 +104,16 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         "points": points,
         "broker_pinned": pin_broker,
     }
+
+
+def _quiet(pid: int | None, busy: float = 0.15, limit_s: float = 30.0) -> None:
+    """Wait until `pid` uses less than `busy` of a core over a second (at most `limit_s`)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        c0 = cpu_s(pid)
+        time.sleep(1.0)
+        if cpu_s(pid) - c0 < busy:
+            return
 
 
 def _passes_up_to(points: list[Point]) -> int:
