@@ -25,7 +25,13 @@ from precast.kafka import Producer
 from precast.kafka.access import connect_as
 from precast.presence import Presence
 from precast.redis_client import connect_async
-from precast.runtime import OneLineParser, run_cli, setup_logging
+from precast.runtime import (
+    OneLineParser,
+    limit_malloc_arenas,
+    run_cli,
+    setup_logging,
+    trim_malloc_every,
+)
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
 from precast.settings import load
 from schemas.topics import catalog
@@ -225,8 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {k: v for k, v in vars(args).items() if v is not None}
         settings = load(ApiSettings, api=overrides)
         setup_logging(settings.log_level)
+        trim_malloc_every()
         return run(settings)
 
+    limit_malloc_arenas()  # before any thread: RSS that follows the data (docs/workers.md)
     return run_cli("precast-api", body)
 
 

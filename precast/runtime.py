@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
+import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -19,6 +23,47 @@ def setup_logging(level: str = "INFO") -> None:
     logging.getLogger("precast.kafka.librdkafka").setLevel(
         max(logging.getLevelName(level), logging.WARNING)
     )
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+
+
+def limit_malloc_arenas(arenas: int = 2) -> bool:
+    """Cap glibc's malloc arenas for this process, before its threads start; True when set.
+
+    glibc gives each thread that allocates under contention an arena of its own (up to 8 per
+    core) and keeps what is freed in it. A process whose librdkafka, consumer and server threads
+    all allocate (the read API: materializer, board feed, event loop) then grows its RSS with
+    every new high-water mark of any arena, long after its data stopped growing. MALLOC_ARENA_MAX
+    in the environment, the operator's word, wins; other C libraries are left alone."""
+    if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+def trim_malloc_every(interval_s: float = 30.0) -> bool:
+    """Hand glibc's free heap pages back to the system every `interval_s`, on a daemon thread;
+    True when started. Freed memory inside an arena stays in the process's RSS until it is
+    trimmed: after a burst (a lagging consumer catching up) the RSS would keep its high-water
+    mark although the data is gone. A trim of a ~200 MB heap takes a few milliseconds."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+    def run() -> None:
+        while True:
+            time.sleep(interval_s)
+            trim(0)
+
+    threading.Thread(target=run, name="malloc-trim", daemon=True).start()
+    return True
 
 
 def run_cli(prog: str, body: Callable[[], int]) -> int:
