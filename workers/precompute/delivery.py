@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from precast.deadletter import DeadLetters
-from precast.kafka import Consumer, KafkaFailure, KafkaMessage, Producer, TopicPartitionOffset
+from precast.kafka import (
+    Consumer,
+    DeliveryFailed,
+    KafkaFailure,
+    KafkaMessage,
+    Producer,
+    TopicPartitionOffset,
+)
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
 from workers.precompute import metrics as M
@@ -91,6 +98,22 @@ class AtLeastOnce:
         self._committed.update({(o.topic, o.partition): o.offset for o in changed})
         return True
 
+    def settle(self, sync: bool, timeout: float = 30.0) -> bool:
+        """Wait for every output so far before a commit. False when some are still in flight
+        after `timeout` on a periodic commit (`sync=False`): a stalled broker, not a failure.
+        Nothing is committed then, the next commit covers these offsets too, and the loop goes
+        on meanwhile. Raising instead ended the worker when brokers stalled past 30 s (one
+        starved core in the soak) although every record would have been delivered."""
+        try:
+            self.producer.flush(timeout)
+        except DeliveryFailed as exc:
+            if sync or exc.code != "_TIMED_OUT":
+                raise
+            log.warning("commit deferred: %s", exc)
+            M.COMMITS_DEFERRED.inc()
+            return False
+        return True
+
     def forget(self, partitions: Sequence[TopicPartitionOffset]) -> None:
         for p in partitions:
             self._committed.pop((p.topic, p.partition), None)
@@ -123,6 +146,10 @@ class ExactlyOnce:
         self._open = False
         self._dirty = False
         self._new_producer()
+
+    def settle(self, sync: bool, timeout: float = 30.0) -> bool:
+        """A transaction's commit waits for its outputs itself (see `AtLeastOnce.settle`)."""
+        return True
 
     def _new_producer(self) -> None:
         self.producer = Producer(self._kafka, **self._conf)

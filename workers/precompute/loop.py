@@ -305,7 +305,7 @@ class Worker(Rebalancing, LeasePublishing):
                     log.warning("rewinding to the committed offsets: %s", exc)
                     self._rewind()
             self.sink.begin()
-        else:
+        elif self.sink.settle(sync):  # else a stalled broker: a later commit, the loop goes on
             self._flush_state()
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
 

@@ -6,6 +6,10 @@ import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS_IN = Counter("precast_worker_events_total", "records consumed", ["topic"])
+COMMITS_DEFERRED = Counter(
+    "precast_worker_commits_deferred_total",
+    "periodic commits put off because outputs were still in flight after 30 s",
+)
 DECISIONS = Counter("precast_worker_decisions_total", "speculation policy decisions", ["reason"])
 COALESCED = Counter(
     "precast_worker_coalesced_total",
