@@ -90,8 +90,8 @@ class AtLeastOnce:
         """Commit these input offsets once their outputs are acknowledged: after a flush, or,
         with `flush=False`, because `acknowledged()` just said so."""
         changed = [o for o in offsets if self._committed.get((o.topic, o.partition)) != o.offset]
-        if flush:
-            self.producer.flush()  # raises unless every output so far is acknowledged
+        if flush and not self.settle(sync):  # raises unless acknowledged or merely in flight
+            return False
         if not changed:
             return False
         consumer.commit(changed, asynchronous=not sync)
@@ -146,10 +146,6 @@ class ExactlyOnce:
         self._open = False
         self._dirty = False
         self._new_producer()
-
-    def settle(self, sync: bool, timeout: float = 30.0) -> bool:
-        """A transaction's commit waits for its outputs itself (see `AtLeastOnce.settle`)."""
-        return True
 
     def _new_producer(self) -> None:
         self.producer = Producer(self._kafka, **self._conf)

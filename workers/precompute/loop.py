@@ -305,8 +305,8 @@ class Worker(Rebalancing, LeasePublishing):
                     log.warning("rewinding to the committed offsets: %s", exc)
                     self._rewind()
             self.sink.begin()
-        elif self.sink.settle(sync):  # else a stalled broker: a later commit, the loop goes on
-            self._flush_state()
+        elif isinstance(self.sink, AtLeastOnce) and self.sink.settle(sync):  # else: stalled
+            self._flush_state()  # (the commit then settles the state records the same way)
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
 
     def _commit_acknowledged(self) -> bool:
