@@ -18,11 +18,12 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
+from sys import intern
 from typing import Any
 
-import orjson
-
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, data_time, origin, segments
+from consumer_api.board_history import Past, history_item, past
 from consumer_api.board_layout import AGE, ALARM, SOURCES, BoardLayout
 from consumer_api.device_view import ContextView, Summary, summarize
 from precast.fleet import load_fleet
@@ -68,14 +69,16 @@ class FleetIndex:
         self._lock = threading.Lock()
         self._latest: dict[str, Entry] = {}
         self._summaries: dict[str, tuple[Entry, Summary]] = {}
-        self._history: OrderedDict[str, deque[Entry]] = OrderedDict()
+        self._history: OrderedDict[str, deque[Past]] = OrderedDict()  # compact (board_history)
         self._context: dict[str, ContextView] = {}
         # device -> (its layout.info_fields from a heartbeat, time.monotonic() when read)
         self._info: dict[str, tuple[tuple[Any, ...], float]] = {}
         self._tails: dict[str, tuple[Any, ...]] = {}  # the spec's part of each row, kept current
         self.info_refresh_s = info_refresh_s
         self._devices: dict[str, None] = {}  # every device seen anywhere, in arrival order
-        self._log: deque[tuple[int, str]] = deque(maxlen=log_size)
+        # The devices of the last `log_size` changes; the newest is change `seq`. Interned IDs and
+        # implied numbers: 8 bytes a change, where (seq, a fresh str) tuples took ~150.
+        self._log: deque[str] = deque(maxlen=log_size)
         self.seq = 0
         self._subs: set[Subscriber] = set()
 
@@ -89,6 +92,7 @@ class FleetIndex:
             latest, keep = self._latest, self.history_depth > 1
             devices = []
             for d, e in items:
+                d = intern(d)  # one object per device, however many records named it
                 old = latest.get(d)
                 latest[d] = e
                 if keep and old is not None:
@@ -105,7 +109,7 @@ class FleetIndex:
                 self._history.popitem(last=False)
         else:
             self._history.move_to_end(d)
-        h.append(old)
+        h.append(past(old))
 
     def leased(self, leases: list[Lease]) -> None:
         """Validity leases the materializer stored: sent to every board as one small `lease`
@@ -153,10 +157,10 @@ class FleetIndex:
         self._changed_many([d])
 
     def _changed_many(self, ds: list[str]) -> None:  # under the lock
+        ds = list(map(intern, ds))
         self._devices.update(dict.fromkeys(ds))
-        first = self.seq + 1
         self.seq += len(ds)
-        self._log.extend(zip(range(first, self.seq + 1), ds, strict=True))
+        self._log.extend(ds)
         for s in self._subs:
             if not s.overflow:
                 s.pending.update(ds)
@@ -208,9 +212,10 @@ class FleetIndex:
             return None  # a sequence from another process (restarted replica): reload
         if seq == self.seq:
             return set()
-        if not self._log or self._log[0][0] > seq + 1:
+        first = self.seq - len(self._log) + 1  # the oldest change the log still holds
+        if not self._log or first > seq + 1:
             return None
-        return {d for s, d in self._log if s > seq}
+        return set(islice(self._log, seq + 1 - first, None))
 
     # -- readers (event loop) --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -309,7 +314,7 @@ class FleetIndex:
         return {
             "device_id": d,
             **shown,
-            "history": [_history_item(e, self.default_strategy) for e in reversed(history)],
+            "history": [history_item(e, self.default_strategy) for e in reversed(history)],
         }
 
     def _sort_key(self, column: str) -> Callable[[list[Any]], Any]:
@@ -379,19 +384,3 @@ def _lease_cell(e: Entry, s: Summary) -> list[Any] | None:
     certified = None if x is None else x.certified_at_ms
     return [t.partition, t.generation, e.until_ms, own, certified, s.strategy, s.score,
             e.computed_at_ms]  # fmt: skip
-
-
-def _history_item(e: Entry, default_strategy: str) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(e.body)
-        candidates, trigger = doc.get("candidates", []), doc.get("trigger")
-    except orjson.JSONDecodeError:
-        candidates, trigger = [], None
-    return {
-        "computed_at_ms": e.computed_at_ms,
-        "produced_at_ms": e.produced_at_ms,
-        "valid_until_ms": e.valid_until_ms,
-        "model_version": e.model_version,
-        "trigger": trigger,
-        "candidates": candidates or [{"strategy": default_strategy, "score": 1.0}],
-    }

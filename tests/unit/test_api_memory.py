@@ -124,3 +124,39 @@ def test_fleet_index_history_and_change_log_are_bounded():
     assert len(index._history) <= 100
     assert all(len(h) <= 3 for h in index._history.values())
     assert len(index._log) <= 1_000
+
+
+def test_board_history_keeps_what_it_shows_not_the_answers_bodies():
+    """Earlier answers are kept as `Past` (times, model, trigger, candidates JSON), not as the
+    Entry with its body and lineage; the change log holds one interned ID per change. Kept
+    whole, both filled for as long as a soak ran (issue 27)."""
+    index = FleetIndex(
+        default_strategy="monitor_only", serve_stale=False, grace_ms=0, history_depth=3
+    )
+    for r in range(3):
+        # a fresh str per record, as a decoder makes them
+        index.stored(
+            [("".join(["dev-", str(i)]), prediction(f"dev-{i}", 1_000 + r)) for i in range(5)]
+        )
+    kept = index._history["dev-1"]
+    assert [type(p).__name__ for p in kept] == ["Past", "Past"]
+    assert not any(hasattr(p, "body") for p in kept)
+    assert all(len(p.candidates) < 120 for p in kept)  # the body is ~330 bytes here
+    latest = next(k for k in index._latest if k == "dev-1")
+    assert all(d is latest for d in index._log if d == "dev-1")  # one object, not one a record
+    items = index.detail("dev-1")["history"]
+    assert [h["computed_at_ms"] for h in items] == [1_002, 1_001, 1_000]
+    assert [h["candidates"][0]["strategy"] for h in items] == ["remote_restart"] * 3
+    assert {h["trigger"] for h in items} == {"heartbeat"}
+
+
+def test_change_log_resumes_from_any_sequence_it_still_holds():
+    index = FleetIndex(default_strategy="monitor_only", serve_stale=False, grace_ms=0, log_size=10)
+    for i in range(25):
+        index.stored([(f"dev-{i}", prediction(f"dev-{i}", 1_000))])
+    assert index.seq == 25
+    assert index._since(25) == set()
+    assert index._since(20) == {f"dev-{i}" for i in range(20, 25)}
+    assert index._since(15) == {f"dev-{i}" for i in range(15, 25)}  # the oldest it holds
+    assert index._since(14) is None  # change 15 is gone: reload
+    assert index._since(26) is None
