@@ -25,6 +25,8 @@ from bench.cluster_procs import (
     active_controller,
     group_coordinator,
     group_led_by,
+    heap_growth,
+    heap_sample,
     high_watermarks,
     lineage_covered,
     lost_assignments,
@@ -235,6 +237,13 @@ def _lag(settings, admin, topic: str, group: str) -> int | None:
     return sum(ends[p] - done.get(p, 0) for p in ends)
 
 
+def _sample(pids: dict, samples: dict, aports: list[int], heaps: dict) -> None:
+    for k, pid in pids.items():
+        samples[k].append(rss_bytes(pid or 0))
+    for i, port in enumerate(aports):
+        heaps[f"api {i + 1}"].append(heap_sample(port))
+
+
 def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> dict:
     from opsctl.stack.process import free_port
 
@@ -279,6 +288,7 @@ def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> di
         assert stack.redis_cluster is not None
         pids |= {n.proc.name: n.proc.pid() for n in stack.redis_cluster.nodes}
         samples: dict[str, list[int]] = {k: [] for k in pids}
+        heaps: dict[str, list[dict[str, float]]] = {f"api {i + 1}": [] for i in range(2)}
         lags: list[int | None] = []
         pinned = [*pids.values(), os.getpid()]  # this process: the load and the reads
         if one_core:  # the constrained machine: every process of the soak shares CPU 0
@@ -289,8 +299,7 @@ def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> di
         t0 = time.monotonic()
         while load.is_alive():
             time.sleep(5)
-            for k, pid in pids.items():
-                samples[k].append(rss_bytes(pid or 0))
+            _sample(pids, samples, aports, heaps)
             lags.append(_lag(settings, admin, hb, group))  # None: a starved broker, go on
             progress(f"soak {time.monotonic() - t0:.0f}/{seconds}s, lag {lags[-1]}")
         stop_reads.set()
@@ -305,6 +314,8 @@ def _soak(ctx, stack, settings, admin, logs: Path, one_core: bool = False) -> di
             "seconds": seconds,
             "warmup": warmup,
             "growth": growth,
+            # what grew inside each API replica: first sample after warm-up -> last quarter
+            "heap": {k: heap_growth(xs, first_after_warmup) for k, xs in heaps.items()},
             "rss_mb": {k: xs[-1] / 2**20 for k, xs in samples.items()},
             "max_lag": max((x for x in lags[first_after_warmup:] if x is not None), default=0),
             "lag_unread": lags.count(None),

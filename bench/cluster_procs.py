@@ -101,6 +101,38 @@ def wait_http(port: int, path: str = "/readyz", timeout: float = 120.0) -> None:
     raise TimeoutError(f"nothing ready on port {port} within {timeout}s")
 
 
+def heap_sample(port: int) -> dict[str, float]:
+    """A process's heap gauges (precast.heap) from its /metrics: Python's blocks and glibc
+    malloc's bytes in use and free; {} when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for key, pattern in (
+        ("python_blocks", r"\nprecast_python_heap_blocks (\S+)"),
+        ("malloc_in_use", r'\nprecast_malloc_bytes\{state="in_use"\} (\S+)'),
+        ("malloc_free", r'\nprecast_malloc_bytes\{state="free"\} (\S+)'),
+    ):
+        m = re.search(pattern, text)
+        if m:
+            out[key] = float(m.group(1))
+    return out
+
+
+def heap_growth(samples: list[dict[str, float]], first: int) -> dict[str, float]:
+    """Each gauge's change from sample `first` to the mean of the last quarter."""
+    out: dict[str, float] = {}
+    tail = samples[-max(1, len(samples) // 4) :]
+    for key in ("python_blocks", "malloc_in_use", "malloc_free"):
+        base = samples[first].get(key) if first < len(samples) else None
+        xs = [s[key] for s in tail if key in s]
+        if base is not None and xs:
+            out[key] = sum(xs) / len(xs) - base
+    return out
+
+
 def rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -125,6 +125,15 @@ def _soak_rows(soak: dict, rows: list, figures: list) -> None:
         [f"{tag} RSS at end: {k}", f"{mb:.0f} MB ({soak['growth'][k]:+.1f} %)"]
         for k, mb in soak["rss_mb"].items()
     ]
+    for k, h in soak.get("heap", {}).items():
+        if h:
+            rows.append(
+                [
+                    f"{tag}: {k} heap change (Python blocks; malloc in use, free)",
+                    f"{h.get('python_blocks', 0):+,.0f}; {h.get('malloc_in_use', 0) / 2**20:+.1f} MB, "
+                    f"{h.get('malloc_free', 0) / 2**20:+.1f} MB",
+                ]
+            )
     cores = "every process pinned to one core (taskset)" if one else f"{soak['cores']} cores"
     cond = (
         f"{soak['seconds']} s soak, warm-up {soak['warmup']} s, {soak['asked']:,} heartbeats/s "

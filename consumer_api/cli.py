@@ -21,6 +21,7 @@ from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.fleet import load_fleet
+from precast.heap import register_heap_metrics
 from precast.kafka import Producer
 from precast.kafka.access import connect_as
 from precast.presence import Presence
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load(ApiSettings, api=overrides)
         setup_logging(settings.log_level)
         trim_malloc_every()
+        register_heap_metrics()
         return run(settings)
 
     limit_malloc_arenas()  # before any thread: RSS that follows the data (docs/workers.md)

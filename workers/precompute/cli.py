@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from precast.fleet import load_fleet
+from precast.heap import register_heap_metrics
 from precast.kafka.access import connect_as
 from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
@@ -135,6 +136,7 @@ def run(settings: WorkerSettings) -> int:
         flush=True,
     )
     tune_gc()
+    register_heap_metrics()
     try:
         worker.run()  # returns after everything consumed is predicted, flushed and committed
     finally:
