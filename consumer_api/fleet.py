@@ -92,7 +92,9 @@ class FleetIndex:
             latest, keep = self._latest, self.history_depth > 1
             devices = []
             for d, e in items:
-                d = intern(d)  # one object per device, however many records named it
+                # one object per device, however many records named it (on 3.12 an interned
+                # string lives as long as the process: no more than `_devices` keeps anyway)
+                d = intern(d)
                 old = latest.get(d)
                 latest[d] = e
                 if keep and old is not None:
