@@ -9,8 +9,9 @@
   heartbeats read from `info_lookback_s` before the start (devices beat about once a second,
   so a few seconds name every live device); a heartbeat is validated (with the spec's own
   validator, so every declared wire variant works) only for a device not read yet or last
-  read `FleetIndex.info_refresh_s` ago (its key is checked first), so the cost stays a dict
-  lookup for almost every record;
+  read about `FleetIndex.info_refresh_s` ago (0.75-1.25 of it, drawn per read so that
+  devices first seen together do not stay due together; its key is checked first), so the
+  cost stays a dict lookup for almost every record;
 - fleet throughput: every few seconds the end offsets of the event topics (events), the
   predictions topic (inferences published) and the dead-letter topic, turned into rates. No
   record of those topics is read for this.

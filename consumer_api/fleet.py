@@ -71,8 +71,10 @@ class FleetIndex:
         self._summaries: dict[str, tuple[Entry, Summary]] = {}
         self._history: OrderedDict[str, deque[Past]] = OrderedDict()  # compact (board_history)
         self._context: dict[str, ContextView] = {}
-        # device -> (its layout.info_fields from a heartbeat, time.monotonic() when read)
+        # device -> (its layout.info_fields from a heartbeat, time.monotonic() when the next
+        # read is due)
         self._info: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self._rng = random.Random()
         self._tails: dict[str, tuple[Any, ...]] = {}  # the spec's part of each row, kept current
         self.info_refresh_s = info_refresh_s
         self._devices: dict[str, None] = {}  # every device seen anywhere, in arrival order
@@ -134,14 +136,19 @@ class FleetIndex:
         longer than `info_refresh_s` ago (a site or firmware changes rarely, a metric column
         moves; between two reads the row shows the older heartbeat)."""
         got = self._info.get(device_id)
-        return got is None or mono - got[1] >= self.info_refresh_s
+        return got is None or mono >= got[1]
 
     def set_info(self, device_id: str, event: Mapping[str, Any], mono: float) -> None:
         """What the board shows of a device's heartbeat (a validated, flat event)."""
         values = self.layout.info(event)
         with self._lock:
             old = self._info.get(device_id)
-            self._info[device_id] = (values, mono)
+            # The next read is due after 0.75-1.25 refresh intervals, drawn per read: devices
+            # first seen together (a replica's start, a fleet coming online) would otherwise be
+            # due together forever, and each refresh would be a burst of full validations
+            # (10,000 devices at 2k heartbeats/s: every heartbeat for 5 s of each minute).
+            due = mono + self.info_refresh_s * (0.75 + 0.5 * self._rng.random())
+            self._info[device_id] = (values, due)
             if old is None or old[0] != values:  # a refresh that changes nothing sends nothing
                 self._retail(device_id)
                 self._changed(device_id)

@@ -5,6 +5,9 @@ facets, alarm state and detail come from the spec."""
 
 from __future__ import annotations
 
+import collections
+import random
+
 import asyncio
 import tomllib
 
@@ -190,11 +193,33 @@ def test_heartbeat_fields_are_read_again_after_the_refresh_interval_and_only_cha
     assert ix.wants_info("dev-1", 100.0)
     ix.set_info("dev-1", {"site": "north", "device_type": "meter"}, 100.0)
     seq = ix.seq
-    assert not ix.wants_info("dev-1", 159.0) and ix.wants_info("dev-1", 160.0)
+    # due after 0.75-1.25 intervals (drawn per read, so that devices seen together spread)
+    assert not ix.wants_info("dev-1", 144.9) and ix.wants_info("dev-1", 175.0)
     ix.set_info("dev-1", {"site": "north", "device_type": "meter"}, 160.0)
     assert ix.seq == seq  # the same values: no change for the boards
     ix.set_info("dev-1", {"site": "south", "device_type": "meter"}, 220.0)
     assert ix.seq == seq + 1 and _row(ix, "dev-1", now_ms())["site"] == "south"
+
+
+def test_devices_first_seen_together_spread_their_refreshes():
+    """10,000 devices first read within one second, each beating every 5 s: with a fixed
+    interval all of them were due again in the same 5 s of every minute, and in those seconds
+    the board feed validated every heartbeat."""
+    ix = _index(info_refresh_s=60.0)
+    ix._rng = random.Random(7)
+    devices = [f"dev-{i}" for i in range(10_000)]
+    info = {"site": "north", "device_type": "meter"}
+    reads: collections.Counter[int] = collections.Counter()
+    for t in range(0, 600, 5):  # ten minutes, a heartbeat per device every 5 s
+        for i, d in enumerate(devices):
+            mono = t + i / len(devices)  # spread over each 5 s round
+            if ix.wants_info(d, mono):
+                ix.set_info(d, info, mono)
+                reads[int(mono // 5)] += 1
+    late = [reads[r] for r in range(60, 120)]  # minutes 5-10, after a few refreshes
+    assert max(late) < 0.2 * len(devices)  # fixed interval: 100 % in one round of each minute
+    per_minute = sum(late) / 5  # 60 rounds of 5 s
+    assert 0.85 * len(devices) <= per_minute <= 1.05 * len(devices)  # a read a device a minute
 
 
 def test_subscribers_resume_from_the_log_and_reload_past_its_bounds():
