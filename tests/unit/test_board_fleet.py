@@ -5,10 +5,9 @@ facets, alarm state and detail come from the spec."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import random
-
-import asyncio
 import tomllib
 
 import jsonschema_rs
