@@ -104,20 +104,24 @@ def wait_http(port: int, path: str = "/readyz", timeout: float = 120.0) -> None:
 def heap_sample(port: int) -> dict[str, float]:
     """A process's heap gauges (precast.heap) from its /metrics: Python's blocks and glibc
     malloc's bytes in use and free; {} when it does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
         return {}
+    wanted = {
+        ("precast_python_heap_blocks", ""): "python_blocks",
+        ("precast_malloc_bytes", "in_use"): "malloc_in_use",
+        ("precast_malloc_bytes", "free"): "malloc_free",
+    }
     out = {}
-    for key, pattern in (
-        ("python_blocks", r"\nprecast_python_heap_blocks (\S+)"),
-        ("malloc_in_use", r'\nprecast_malloc_bytes\{state="in_use"\} (\S+)'),
-        ("malloc_free", r'\nprecast_malloc_bytes\{state="free"\} (\S+)'),
-    ):
-        m = re.search(pattern, text)
-        if m:
-            out[key] = float(m.group(1))
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = wanted.get((s.name, s.labels.get("state", "")))
+            if key:
+                out[key] = s.value
     return out
 
 

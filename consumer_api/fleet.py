@@ -132,9 +132,9 @@ class FleetIndex:
         self._wake()
 
     def wants_info(self, device_id: str, mono: float) -> bool:
-        """Whether a heartbeat of this device is worth reading: none read yet, or the last one
-        longer than `info_refresh_s` ago (a site or firmware changes rarely, a metric column
-        moves; between two reads the row shows the older heartbeat)."""
+        """Whether a heartbeat of this device is worth reading: none read yet, or its next read
+        is due (about `info_refresh_s` after the last: a site or firmware changes rarely, a
+        metric column moves; between two reads the row shows the older heartbeat)."""
         got = self._info.get(device_id)
         return got is None or mono >= got[1]
 

@@ -306,7 +306,7 @@ class Worker(Rebalancing, LeasePublishing):
                     self._rewind()
             self.sink.begin()
         elif isinstance(self.sink, AtLeastOnce) and self.sink.settle(sync):  # else: stalled
-            self._flush_state()  # (the commit then settles the state records the same way)
+            self._flush_state()  # predictions settled; the commit settles the state the same way
             self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
 
     def _commit_acknowledged(self) -> bool:
@@ -342,14 +342,14 @@ class Worker(Rebalancing, LeasePublishing):
 
     def _flush_state(self) -> None:
         """At-least-once: the state of the devices predicted since the last commit goes out only
-        once their predictions are acknowledged, then the commit flushes it with everything
-        else. State produced with the predictions could be delivered without them (another
-        partition, another batch) by a worker killed before its commit: the next owner would
-        restore it and skip the re-read inputs as already seen, and their predictions would be
-        lost. This way the restored state never runs ahead of the published predictions."""
+        once their predictions are acknowledged (the caller has settled them), then the commit
+        flushes it with everything else. State produced with the predictions could be delivered
+        without them (another partition, another batch) by a worker killed before its commit:
+        the next owner would restore it and skip the re-read inputs as already seen, and their
+        predictions would be lost. This way the restored state never runs ahead of the
+        published predictions."""
         if not self._state:
             return
-        self.sink.producer.flush()  # raises unless every prediction so far is acknowledged
         keys, values = list(self._state), list(self._state.values())
         self._state.clear()
         self.sink.produce(self.topics.worker_state.name, keys, values)
