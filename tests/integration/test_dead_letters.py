@@ -42,6 +42,27 @@ def read_all(
     return out
 
 
+def where_it_stopped(consumer, topic_names: list[str], partitions: int) -> str:
+    """Each partition's position, committed offset and watermarks, for a run that ended short:
+    whether the records it missed are on the broker at all (a consumer stall) or not (lost)."""
+    parts = [TopicPartitionOffset(t, p, 0) for t in topic_names for p in range(partitions)]
+    pos = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(parts)}
+    done = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(parts)}
+    assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+    rows, stored = [], 0
+    for tp in parts:
+        k = (tp.topic, tp.partition)
+        low, high = consumer.watermarks(*k)
+        stored += high - low
+        if done[k] != high or k not in assigned:
+            rows.append(
+                f"{k}: assigned {k in assigned}, position {pos[k]}, committed {done[k]}, "
+                f"watermarks {low}..{high}"
+            )
+    where = "; ".join(rows) or "every partition committed to its high watermark"
+    return f"{stored} records on the broker; {where}"
+
+
 def test_fuzzed_bad_records_all_dead_lettered_with_reasons(kafka_settings, topics, unique):
     # Half the records injured, so 10k bad ones come with about as many good ones, on all three
     # event topics (speedup makes alarms and work orders frequent enough to be injured too).
@@ -84,9 +105,10 @@ def test_fuzzed_bad_records_all_dead_lettered_with_reasons(kafka_settings, topic
         res = vc.run_once(handle)
         consumed += res.consumed
         rejected += res.rejected
+    short = "" if consumed == total else where_it_stopped(consumer, list(roles), 3)
     consumer.close()
     # the consumer went through everything: no bad record stopped it, no good event was lost
-    assert consumed == total
+    assert consumed == total, short
     assert rejected == BAD_TARGET
     assert set(accepted) == set(sent_good) and max(accepted.values()) == 1
 
