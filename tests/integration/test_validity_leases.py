@@ -86,10 +86,16 @@ def test_quiet_answers_stay_valid_past_their_horizon_without_new_predictions(
         beats.start()
         time.sleep(12.0)
         url = f"http://127.0.0.1:{aport}/v1/devices"
-        quiet = httpx2.get(f"{url}/dev-007/prediction", timeout=5).json()
+
+        def served() -> dict | None:
+            got = httpx2.get(f"{url}/dev-007/prediction", timeout=5).json()
+            return got if got["source"] == "precomputed" else None
+
+        # Computed from its first heartbeat, served valid 12 s later under a lease. A lease
+        # certifies once a second; on a starved core (CI on one core) one may come late and
+        # the answer reads stale meanwhile, as designed: the next lease makes it valid again.
+        quiet = wait_for(served, 10, 0.2, "dev-007's answer valid under a lease")
         now = int(time.time() * 1000)
-        # computed from its first heartbeat, served valid 12 s later under a lease
-        assert quiet["source"] == "precomputed", quiet
         assert quiet["computed_at_ms"] < t0 + 3_000 < now - HORIZON_MS
         assert quiet["valid_until_ms"] > now and "extended_by" in quiet
         assert quiet["age_ms"] < HORIZON_MS  # counted from the lease's certification
@@ -101,6 +107,10 @@ def test_quiet_answers_stay_valid_past_their_horizon_without_new_predictions(
             httpx2.get(f"http://127.0.0.1:{wport}/metrics", timeout=5).text,
             "precast_worker_inferences_total",
         )
+    except BaseException:
+        if auditor is not None:  # else it outlives the test, its stderr pipe left open
+            stop(auditor)
+        raise
     finally:
         if api is not None:
             api.terminate()
