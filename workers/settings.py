@@ -71,6 +71,18 @@ class WorkerOptions(Section):
         ),
     )
     poll_timeout_s: float = Field(default=0.1, gt=0, le=10)
+    request_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3_600,
+        description=(
+            "how long a precompute request for a device without data waits for that data "
+            "(a failover reading a backlog, heartbeats behind the request); 0 drops it at once"
+        ),
+    )
+    request_wait_max: int = Field(
+        default=10_000, ge=0, le=1_000_000, description="devices whose requests wait at once"
+    )
     horizon_s: float | None = Field(
         default=None,
         gt=0,

@@ -12,6 +12,7 @@ from opsctl.stack.process import free_port
 from tests.integration.worker_support import (
     Load,
     assert_answered,
+    explain_missing,
     input_offsets,
     lineage_refs,
     read_predictions,
@@ -71,7 +72,15 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
             if p.poll() is None:
                 p.kill()
     refs = Counter(lineage_refs(committed))
-    assert_answered(expected, requests, set(refs))  # committed predictions only
+    # committed predictions only
+    assert_answered(
+        expected,
+        requests,
+        set(refs),
+        lambda missing: (
+            explain_missing(kafka_settings, missing, committed) + f"\nworker logs: {tmp_path}"
+        ),
+    )
     twice = {k: n for k, n in refs.items() if n > 1}
     assert not twice, f"{len(twice)} inputs predicted more than once, e.g. {list(twice)[:3]}"
     everything = read_predictions(

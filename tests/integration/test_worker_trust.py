@@ -87,7 +87,12 @@ def _assert_real_answers(first: dict[str, dict], again: dict[str, dict], hb_t: i
 
 def test_restart_then_request_keeps_the_real_answer(kafka_settings, topics, unique, tmp_path):
     group, port = unique("workers"), free_port()
-    env = {"PRECAST_METRICS__PORT": str(port), "PRECAST_WORKER__HORIZON_S": "600"}
+    # the ghost's request waits 2 s for data that never comes, then is counted and dropped
+    env = {
+        "PRECAST_METRICS__PORT": str(port),
+        "PRECAST_WORKER__HORIZON_S": "600",
+        "PRECAST_WORKER__REQUEST_WAIT_S": "2",
+    }
     a = spawn_worker(kafka_settings, topics, group, tmp_path / "a.log", **env)
     b = None
     try:
@@ -108,7 +113,14 @@ def test_restart_then_request_keeps_the_real_answer(kafka_settings, topics, uniq
         )
         _assert_real_answers(first, _by_trigger(preds, "prefetch"), hb_t)
         assert "trust-ghost" not in {p["device_id"] for p in preds}
+        deadline = time.monotonic() + 20
+        while _metric(port, "precast_worker_requests_without_data_total") < 1:
+            assert time.monotonic() < deadline, "the ghost's request was never given up"
+            time.sleep(0.2)
         assert _metric(port, "precast_worker_requests_without_data_total") == 1
+        assert _metric(port, "precast_worker_requests_awaiting_data") == 0
+        preds = _predictions(kafka_settings, topics, unique, lambda ps: True)
+        assert "trust-ghost" not in {p["device_id"] for p in preds}
         assert stop(b) == 0
     finally:
         for p in (a, b):

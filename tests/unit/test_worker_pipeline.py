@@ -192,11 +192,48 @@ def test_work_order_triggers_with_its_own_context_in_the_features(model):
     assert pred.lineage[0].topic == WO and first.computed_at_ms == T0
 
 
-def test_request_for_a_device_without_data_publishes_nothing_and_is_committed(model):
+def _committed(p) -> dict[str, int]:
+    return {o.topic: o.offset for o in p.commit_offsets()}
+
+
+def test_a_request_before_its_devices_data_waits_for_it_and_is_answered_by_it(model):
+    """Kafka orders no two topics: after a failover the request can come first."""
     p, _, _ = make()
+    p.ingest([record(REQ, request("d1", T0 + 7, "prefetch"), 0)], T0, 0.0)
+    assert flush(p, model) == [] and "d1" not in p.table and len(p.awaiting) == 1
+    assert _committed(p)[REQ] == 0  # a worker taking the partition over reads it again
+    p.ingest([record(HB, heartbeat("d1", T0 - 1_000), 0)], T0 + 10, 0.1)
+    (pred,) = flush(p, model, T0 + 10)
+    assert pred.trigger == "prefetch" and pred.computed_at_ms == T0 - 1_000
+    assert {(x.topic, x.offset) for x in pred.lineage} == {(REQ, 0), (HB, 0)}
+    assert len(p.awaiting) == 0 and _committed(p) == {REQ: 1, HB: 1}
+
+
+def test_a_request_whose_data_never_comes_is_dropped_after_its_wait_and_committed(model):
+    p, _, _ = make(request_wait_s=5.0)
     p.ingest([record(REQ, request("ghost", T0 + 7, "prefetch"), 0)], T0, 0.0)
+    p.ingest([record(REQ, request("ghost", T0 + 8, "api_miss"), 1)], T0, 1.0)  # merged
+    p.release_deferred(T0, 4.9)
+    assert len(p.awaiting) == 1 and _committed(p)[REQ] == 0
+    p.release_deferred(T0, 5.1)  # the first request's wait is up: both go
+    assert len(p.awaiting) == 0 and _committed(p)[REQ] == 2
     assert flush(p, model) == [] and "ghost" not in p.table
-    assert {(o.topic, o.offset) for o in p.commit_offsets()} == {(REQ, 1)}
+
+
+def test_requests_without_data_are_bounded_and_the_oldest_make_room(model):
+    p, _, _ = make(request_wait_max=2)
+    for i, d in enumerate(["g1", "g2", "g3"]):
+        p.ingest([record(REQ, request(d, T0 + i), i)], T0, float(i))
+    assert [it.device for it in p.awaiting] == ["g2", "g3"] and _committed(p)[REQ] == 1
+    p.forget([0])  # the partition went to another worker: it reads them again
+    assert len(p.awaiting) == 0 and REQ not in _committed(p)
+
+
+def test_with_no_wait_a_request_without_data_is_dropped_and_committed_at_once(model):
+    p, _, _ = make(request_wait_s=0.0)
+    p.ingest([record(REQ, request("ghost", T0 + 7, "prefetch"), 0)], T0, 0.0)
+    assert flush(p, model) == [] and "ghost" not in p.table and len(p.awaiting) == 0
+    assert _committed(p) == {REQ: 1}
 
 
 def test_a_request_is_stamped_with_the_event_time_of_the_data_never_the_request_time(model):

@@ -73,6 +73,8 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
         horizon_ms=int((w.horizon_s or serving.horizon_s) * 1000),
         top_k=m.top_k or serving.top_k,
         max_ahead_ms=round(fleet.spec.time.max_ahead_s * 1000),
+        request_wait_s=w.request_wait_s,
+        request_wait_max=w.request_wait_max,
         lease=LeaseConfig(
             enabled=w.renewal == "lease",
             interval_ms=w.lease_interval_ms,

@@ -32,6 +32,9 @@ class PipelineConfig:
     # event times ahead of the worker's clock by more than this are dead-lettered
     max_ahead_ms: int = MAX_AHEAD_MS
     lease: LeaseConfig = LeaseConfig()
+    # a request for a device without data waits this long for it, at most this many devices
+    request_wait_s: float = 30.0
+    request_wait_max: int = 10_000
 
 
 @dataclass(frozen=True)

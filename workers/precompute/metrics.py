@@ -113,7 +113,13 @@ STAGES = (
 STAGE = {name: STAGE_S.labels(name) for name in STAGES}  # bound once: one inc() per batch per stage
 NO_DATA = Counter(
     "precast_worker_requests_without_data_total",
-    "precompute requests for a device the worker has no data for (nothing is published)",
+    "precompute requests for a device the worker had no data for, dropped after waiting for it "
+    "(request_wait_s) or to make room (request_wait_max); nothing is published for them",
+)
+AWAITING = Gauge(
+    "precast_worker_requests_awaiting_data",
+    "precompute requests held until their device's data arrives (bounded by request_wait_s "
+    "and request_wait_max)",
 )
 RESTORED = Counter(
     "precast_worker_state_restored_devices_total",

@@ -19,6 +19,7 @@ from workers.model.sensitivity import Sensitivity
 from workers.precompute import changelog
 from workers.precompute import metrics as M
 from workers.precompute import policy as P
+from workers.precompute.awaiting import AwaitingData
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.compute import BatchResult, Scoring, StateRef
 from workers.precompute.config import PipelineConfig
@@ -69,6 +70,8 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
             cfg.max_batch, cfg.max_queue_delay_s, cfg.preferred_batch_sizes
         )
         self.deferred: dict[str, Pending] = {}
+        # requests for devices without data yet, until their data comes (workers.precompute.awaiting)
+        self.awaiting = AwaitingData(cfg.request_wait_s, cfg.request_wait_max)
         self._due: list[tuple[int, int, str]] = []  # heap of (release ms, seq, device)
         self._seq = 0
         self.positions: dict[tuple[str, int], int] = {}  # next offset consumed, per partition
@@ -111,6 +114,11 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         if "heartbeats" in by_role:
             self._ingest_heartbeats(by_role["heartbeats"], now_ms, mono)
         self._ingest_rest(by_role, now_ms, mono)
+        if self.awaiting:
+            for item in self.awaiting.ready(self.table.has_data):
+                self.table.slots([item.device], [item.partition])
+                self._trigger(item, now_ms, mono)
+            M.AWAITING.set(len(self.awaiting))
 
     def _ingest_rest(
         self, by_role: dict[str, list[KafkaMessage]], now_ms: int, mono: float
@@ -174,24 +182,21 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
 
     def _ingest_requests(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         for m, r in decode_requests(msgs, self.reject):
+            item = Pending(
+                r.device_id,
+                m.partition(),
+                P.REQUEST_REASON[r.reason],
+                [(m, r.request_id)],
+                requested_at_ms=r.requested_at_ms,
+            )
             if not self.table.has_data(r.device_id):
-                # Nothing from the device itself: a prediction would be the default features'
-                # answer stamped with no real time, so nothing is published (and no slot kept).
-                M.NO_DATA.inc()
+                # Nothing from the device itself: a prediction now would be the default
+                # features' answer stamped with no real time. It waits for the device's data
+                # (a failover's backlog, another topic's lag), within bounds.
+                M.NO_DATA.inc(self.awaiting.hold(item, mono))
                 continue
             self.table.slots([r.device_id], [m.partition()])
-            reason = P.REQUEST_REASON[r.reason]
-            self._trigger(
-                Pending(
-                    r.device_id,
-                    m.partition(),
-                    reason,
-                    [(m, r.request_id)],
-                    requested_at_ms=r.requested_at_ms,
-                ),
-                now_ms,
-                mono,
-            )
+            self._trigger(item, now_ms, mono)
 
     def _ingest_hints(self, msgs: list[KafkaMessage]) -> None:
         """Read hints (schemas.hints): advice, never a trigger; a bad one is dead-lettered."""
@@ -252,6 +257,9 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
     def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
         """Move throttled devices whose window ended (or all of them) into the batcher."""
         n = 0
+        if self.awaiting:
+            M.NO_DATA.inc(self.awaiting.expire(mono))
+            M.AWAITING.set(len(self.awaiting))
         while self._due and (everything or self._due[0][0] <= now_ms):
             _, _, d = heapq.heappop(self._due)
             item = self.deferred.pop(d, None)
@@ -283,10 +291,11 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
     # -- offsets and partitions -----------------------------------------------------------------------
     def commit_offsets(self, include_pending: bool = False) -> list[TopicPartitionOffset]:
         """Next offsets safe to commit: everything consumed, except that a partition stops at
-        the oldest record still waiting for its prediction (queued or throttled)."""
+        the oldest record still waiting for its prediction (queued, throttled, or a request
+        waiting for its device's data)."""
         safe = {tp: o for tp, o in self.positions.items() if tp[0] != self.context_topic}
         if not include_pending:
-            for it in (*self.batcher, *self.deferred.values()):
+            for it in (*self.batcher, *self.deferred.values(), *self.awaiting):
                 for m, _ in it.refs:
                     if type(m) is StateRef:  # a record consumed long ago, not one that waits
                         continue
@@ -300,6 +309,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         parts = set(partitions)
         self.table.forget_partitions(parts)
         self.forget_leases(parts)
+        self.awaiting.forget(parts)
         self.positions = {tp: o for tp, o in self.positions.items() if tp[1] not in parts}
         for d in [d for d, it in self.deferred.items() if it.partition in parts]:
             del self.deferred[d]
@@ -315,6 +325,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         """Forget everything (after an aborted transaction the consumer rewinds to committed)."""
         self.table.clear()
         self.deferred.clear()
+        self.awaiting.clear()
         self._due.clear()
         self.positions.clear()
         self.batcher = MicroBatcher(
