@@ -4,6 +4,7 @@ then sees every input record in exactly one prediction's lineage: none lost, non
 import os
 import signal
 import time
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -66,6 +67,12 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         expected, requests, committed = read_until_answered(
             kafka_settings, topics, inputs, unique("rc"), committed_only=True, timeout=100
         )
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports[1]}/metrics", timeout=5) as r:
+            b_metrics = [
+                ln
+                for ln in r.read().decode().splitlines()
+                if ln.startswith(("precast_worker_lineage_truncated", "precast_worker_decisions"))
+            ]
         assert stop(b) == 0
     finally:
         for p in (a, b):
@@ -78,7 +85,9 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         requests,
         set(refs),
         lambda missing: (
-            explain_missing(kafka_settings, missing, committed) + f"\nworker logs: {tmp_path}"
+            explain_missing(kafka_settings, missing, committed)
+            + f"\nworker logs: {tmp_path}\nsurvivor: "
+            + "; ".join(b_metrics)
         ),
     )
     twice = {k: n for k, n in refs.items() if n > 1}
