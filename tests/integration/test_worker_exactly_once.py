@@ -20,6 +20,7 @@ from tests.integration.worker_support import (
     read_until_answered,
     spawn_worker,
     stop,
+    superseded,
     wait_ready,
 )
 
@@ -28,6 +29,15 @@ EOS = {
     "PRECAST_WORKER__TRANSACTION_TIMEOUT_MS": "5000",
     "PRECAST_WORKER__COMMIT_INTERVAL_MS": "1000",
 }
+
+
+def truncated(port: int) -> int:
+    """A worker's precast_worker_lineage_truncated_total."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("precast_worker_lineage_truncated_total "):
+                return int(float(line.split()[1]))
+    return 0
 
 
 # slow: a fault scenario of ~20 s; the default suite keeps near 10 minutes (`./dev test -m slow`)
@@ -59,6 +69,7 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         for port in ports:  # both members hold partitions before one dies
             assert wait_ready(port)["assigned_partitions"] > 0
         time.sleep(1.5)  # under load with 1 s transactions one is almost always open, with records
+        cut = truncated(ports[0])  # what a leaves out of lineage by design, until it dies
         os.kill(a.pid, signal.SIGKILL)
         a.wait(10)
         load.join(30)
@@ -67,27 +78,25 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         expected, requests, committed = read_until_answered(
             kafka_settings, topics, inputs, unique("rc"), committed_only=True, timeout=100
         )
-        with urllib.request.urlopen(f"http://127.0.0.1:{ports[1]}/metrics", timeout=5) as r:
-            b_metrics = [
-                ln
-                for ln in r.read().decode().splitlines()
-                if ln.startswith(("precast_worker_lineage_truncated", "precast_worker_decisions"))
-            ]
+        cut += truncated(ports[1])
         assert stop(b) == 0
     finally:
         for p in (a, b):
             if p.poll() is None:
                 p.kill()
     refs = Counter(lineage_refs(committed))
-    # committed predictions only
+    # A device with more triggers waiting than a prediction names (LINEAGE_MAX) loses its oldest
+    # heartbeats from lineage, superseded by a newer one it names: a backlog's first batch can
+    # hold every work order and alarm of an event device. Those, and no more than the workers
+    # counted, may be missing; any other input must be in a committed prediction.
+    cut_out = superseded(kafka_settings, expected - set(refs), committed, topics.heartbeats.name)
+    assert len(cut_out) <= cut, (len(cut_out), cut)
     assert_answered(
-        expected,
+        expected - cut_out,
         requests,
         set(refs),
         lambda missing: (
-            explain_missing(kafka_settings, missing, committed)
-            + f"\nworker logs: {tmp_path}\nsurvivor: "
-            + "; ".join(b_metrics)
+            explain_missing(kafka_settings, missing, committed) + f"\nworker logs: {tmp_path}"
         ),
     )
     twice = {k: n for k, n in refs.items() if n > 1}
@@ -105,5 +114,6 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
     aborted = len(everything) - len(committed)
     print(
         f"\n{len(expected)} inputs -> {len(committed)} committed predictions, each input exactly once; "
-        f"{aborted} records of aborted transactions hidden from read_committed"
+        f"{aborted} records of aborted transactions hidden from read_committed; "
+        f"{len(cut_out)} superseded heartbeats left out of lineage (workers counted {cut})"
     )
