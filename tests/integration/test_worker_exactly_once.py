@@ -86,10 +86,12 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
                 p.kill()
     refs = Counter(lineage_refs(committed))
     # A device with more triggers waiting than a prediction names (LINEAGE_MAX) loses its oldest
-    # heartbeats from lineage, superseded by a newer one it names: a backlog's first batch can
-    # hold every work order and alarm of an event device. Those, and no more than the workers
-    # counted, may be missing; any other input must be in a committed prediction.
-    cut_out = superseded(kafka_settings, expected - set(refs), committed, topics.heartbeats.name)
+    # heartbeats from lineage, then its oldest events, each superseded by a newer one it names:
+    # a backlog's first batch can hold every work order and alarm of an event device. Those,
+    # and no more than the workers counted, may be missing; any other input must be in a
+    # committed prediction.
+    inputs_cut = {topics.heartbeats.name, topics.work_orders.name, topics.alarms.name}
+    cut_out = superseded(kafka_settings, expected - set(refs), committed, inputs_cut)
     assert len(cut_out) <= cut, (len(cut_out), cut)
     assert_answered(
         expected - cut_out,
@@ -115,5 +117,5 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
     print(
         f"\n{len(expected)} inputs -> {len(committed)} committed predictions, each input exactly once; "
         f"{aborted} records of aborted transactions hidden from read_committed; "
-        f"{len(cut_out)} superseded heartbeats left out of lineage (workers counted {cut})"
+        f"{len(cut_out)} superseded inputs left out of lineage (workers counted {cut})"
     )

@@ -249,33 +249,34 @@ def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
     return proc.wait(timeout)
 
 
-def superseded(kafka_settings, missing: set, preds: list[dict], heartbeats: str) -> set:
-    """The heartbeats of `missing` that a newer heartbeat of the same device, named in one of
-    `preds`, supersedes: what lineage truncation leaves out by design (LINEAGE_MAX; counted in
+def superseded(kafka_settings, missing: set, preds: list[dict], topics: set[str]) -> set:
+    """The inputs of `missing` (on `topics`) that a newer record of the same device and topic,
+    named in one of `preds`, supersedes: what lineage truncation leaves out by design
+    (LINEAGE_MAX: the oldest heartbeats first, then the oldest events; counted in
     precast_worker_lineage_truncated_total), as opposed to an input nobody predicted."""
-    wanted = {(p, o) for t, p, o in missing if t == heartbeats}
+    wanted = {(t, p, o) for t, p, o in missing if t in topics}
     if not wanted:
         return set()
-    newest: dict[tuple[str, int], int] = {}  # (device, partition) -> newest named heartbeat
+    newest: dict[tuple[str, int, str], int] = {}  # (topic, partition, device) -> newest named
     for pred in preds:
         for r in pred["lineage"]:
-            if r["topic"] == heartbeats:
-                k = (pred["device_id"], r["partition"])
+            if r["topic"] in topics:
+                k = (r["topic"], r["partition"], pred["device_id"])
                 newest[k] = max(newest.get(k, -1), r["offset"])
     c = Consumer(kafka_settings, f"superseded-{time.monotonic_ns()}")
     out = set()
     try:
-        for part in sorted({p for p, _ in wanted}):
-            offsets = sorted(o for p, o in wanted if p == part)
-            c.assign([TopicPartitionOffset(heartbeats, part, offsets[0])])
-            left, deadline = set(offsets), time.monotonic() + 30
+        for topic, part in sorted({(t, p) for t, p, _ in wanted}):
+            left = {o for t, p, o in wanted if (t, p) == (topic, part)}
+            c.assign([TopicPartitionOffset(topic, part, min(left))])
+            deadline = time.monotonic() + 30
             while left and time.monotonic() < deadline:
                 for m in c.consume(1000, 1.0):
                     if m.offset() in left:
                         left.discard(m.offset())
                         device = orjson.loads(m.value())["device_id"]
-                        if newest.get((device, part), -1) > m.offset():
-                            out.add((heartbeats, part, m.offset()))
+                        if newest.get((topic, part, device), -1) > m.offset():
+                            out.add((topic, part, m.offset()))
     finally:
         c.close()
     return out
