@@ -229,6 +229,20 @@ def test_requests_without_data_are_bounded_and_the_oldest_make_room(model):
     assert len(p.awaiting) == 0 and REQ not in _committed(p)
 
 
+def test_exactly_once_keeps_waiting_requests_over_a_revoke_for_the_partitions_it_gets_back():
+    """Exactly-once commits a waiting request's offset with the transaction: dropped at the
+    revoke, nobody would read it again. It stays until the next assignment says whose it is."""
+    p, _, _ = make()
+    p.ingest([record(REQ, request("g0", T0), 0, partition=0)], T0, 0.0)
+    p.ingest([record(REQ, request("g1", T0), 0, partition=1)], T0, 0.0)
+    p.forget([0, 1], keep_awaiting=True)  # an eager rebalance revokes everything
+    assert sorted(it.device for it in p.awaiting) == ["g0", "g1"]
+    p.awaiting.keep([1])  # partition 1 comes back, partition 0 went to another worker
+    assert [it.device for it in p.awaiting] == ["g1"]
+    p.ingest([record(HB, heartbeat("g1", T0 - 500), 0, partition=1)], T0 + 10, 0.1)
+    assert len(p.awaiting) == 0 and "g1" in p.batcher
+
+
 def test_with_no_wait_a_request_without_data_is_dropped_and_committed_at_once(model):
     p, _, _ = make(request_wait_s=0.0)
     p.ingest([record(REQ, request("ghost", T0 + 7, "prefetch"), 0)], T0, 0.0)

@@ -73,5 +73,11 @@ class AwaitingData:
         for d in [d for d, (_, it) in self._items.items() if it.partition in parts]:
             del self._items[d]
 
+    def keep(self, partitions: Iterable[int]) -> None:
+        """Drop the items of every partition but these (the assignment after a rebalance)."""
+        parts = set(partitions)
+        for d in [d for d, (_, it) in self._items.items() if it.partition not in parts]:
+            del self._items[d]
+
     def clear(self) -> None:
         self._items.clear()

@@ -304,12 +304,16 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
                         safe[tp] = m.offset()
         return [TopicPartitionOffset(t, p, o) for (t, p), o in sorted(safe.items())]
 
-    def forget(self, partitions: Sequence[int]) -> None:
-        """Drop state, positions and waiting work of these partition indexes (revoked/lost)."""
+    def forget(self, partitions: Sequence[int], keep_awaiting: bool = False) -> None:
+        """Drop state, positions and waiting work of these partition indexes (revoked/lost).
+        `keep_awaiting`: requests waiting for data stay until the next assignment says whose
+        partitions they are (exactly-once: their offsets are committed, so nobody reads them
+        again; a worker given the partition back still answers them)."""
         parts = set(partitions)
         self.table.forget_partitions(parts)
         self.forget_leases(parts)
-        self.awaiting.forget(parts)
+        if not keep_awaiting:
+            self.awaiting.forget(parts)
         self.positions = {tp: o for tp, o in self.positions.items() if tp[1] not in parts}
         for d in [d for d, it in self.deferred.items() if it.partition in parts]:
             del self.deferred[d]

@@ -50,6 +50,7 @@ class Rebalancing:
             for p in parts
         ]
         gained = sorted({p.partition for p in parts})
+        self.pipeline.awaiting.keep(gained)  # what a revoke kept (exactly-once) and is still ours
         self._restore_state(gained)
         # a new lease generation per gained partition, above what the restored state saw
         self.pipeline.assign_leases(gained, time.time_ns() // 1_000_000)
@@ -107,7 +108,9 @@ class Rebalancing:
             self.drain()
             self.commit(sync=True, rewind=False)
         finally:
-            self.pipeline.forget(sorted({p.partition for p in parts}))
+            self.pipeline.forget(
+                sorted({p.partition for p in parts}), keep_awaiting=self.sink.exactly_once
+            )
             self.sink.forget(parts)
             self.restoring = {}
             gone = {(p.topic, p.partition) for p in parts}
