@@ -33,8 +33,9 @@ class AwaitingData:
         return (item for _, item in self._items.values())
 
     def hold(self, item: Pending, mono: float) -> int:
-        """Keep `item` until its device has data; returns how many older ones were evicted
-        to stay within `max_items` (0 when `wait_s` is 0: then nothing is kept, 1 is)."""
+        """Keep `item` until its device has data. Returns how many requests leave unanswered:
+        the oldest ones evicted to stay within `max_items`, or `item` itself when waiting is
+        off (`wait_s` or `max_items` 0)."""
         if self.wait_s <= 0 or self.max_items <= 0:
             return 1
         held = self._items.get(item.device)
