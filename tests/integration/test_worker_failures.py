@@ -124,20 +124,33 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
         topics.work_orders.name, b"d1", orjson.dumps(work_order("d1", 1_700_000_002_000, "w-new"))
     )
     p.flush()
+    from prometheus_client import REGISTRY
+
+    from schemas.partitioning import partition_for
+
+    part = str(partition_for(b"d1", 3))
+    read = (topics.heartbeats.name, topics.work_orders.name)
+
+    def read_to_the_end():
+        # The two topics are fetched apart: the work order can be applied before the heartbeat's
+        # fetch returns (and its cached high watermark is known), so wait for both.
+        known = {
+            p.topic: lag
+            for p, lag in worker.consumer.lag(worker.assigned)
+            if str(p.partition) == part and p.topic in read
+        }
+        return known == dict.fromkeys(read, 0)
+
     run_until(
         worker,
         lambda: (
             worker.batches >= 1
             and not worker.pipeline.pending
             and len(worker.pipeline.table.contexts["d1"].open[0]) == 2
+            and read_to_the_end()
         ),
     )
     worker._update_lag()  # from cached high watermarks: everything read, so no lag
-    from prometheus_client import REGISTRY
-
-    from schemas.partitioning import partition_for
-
-    part = str(partition_for(b"d1", 3))
     lag = {
         s.labels["topic"]: s.value
         for m in REGISTRY.collect()
