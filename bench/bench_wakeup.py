@@ -1,4 +1,4 @@
-"""What one hand-over between two threads costs on this machine, on one CPU and across two.
+"""What one hand-over between two processes costs on this machine, on one CPU and across two.
 
 Every hop of the pipeline is a chain of hand-overs: a Python thread wakes librdkafka's broker
 thread, which writes to a socket the broker's network thread wakes on, which queues the request
