@@ -33,8 +33,6 @@ SPARE_CPU = (
 
 @dataclass
 class Trips:
-    cpus: tuple[int, int]
-    gap_s: float
     p50_us: float
     p99_us: float
     cpu_us: float  # both processes, per round trip (the parent's wait for its gap included)
@@ -80,8 +78,6 @@ def round_trips(cpus: tuple[int, int], gap_s: float, n: int) -> Trips:
     child = (child1.ru_utime + child1.ru_stime) - (child0.ru_utime + child0.ru_stime)
     rtts.sort()
     return Trips(
-        cpus,
-        gap_s,
         rtts[len(rtts) // 2],
         rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))],
         1e6 * (mine + child) / n,

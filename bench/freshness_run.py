@@ -260,7 +260,7 @@ class Pipeline:
             if got is not None and got[2] >= p.event_ms:
                 p.published, p.batch = float(got[0]), float(got[1])
         # Per event actually sent: on a busy machine the load falls short of the asked rate
-        # (75-93 % of 2k/s measured), and dividing by the asked rate understated every row.
+        # (67-94 % of the asked rate measured), and dividing by the asked rate understated every row.
         events = max(1.0, min(rate, sent / (seconds + 4)) * el)
         batches = b1[0] - b0[0]
         return Point(

@@ -135,9 +135,9 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
         # The two topics are fetched apart: the work order can be applied before the heartbeat's
         # fetch returns (and its cached high watermark is known), so wait for both.
         known = {
-            p.topic: lag
-            for p, lag in worker.consumer.lag(worker.assigned)
-            if str(p.partition) == part and p.topic in read
+            tp.topic: lag
+            for tp, lag in worker.consumer.lag(worker.assigned)
+            if str(tp.partition) == part and tp.topic in read
         }
         return known == dict.fromkeys(read, 0)
 
@@ -156,8 +156,7 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
         for m in REGISTRY.collect()
         if m.name == "precast_worker_consumer_lag"
         for s in m.samples
-        if s.labels["partition"] == part
-        and s.labels["topic"] in (topics.heartbeats.name, topics.work_orders.name)
+        if s.labels["partition"] == part and s.labels["topic"] in read
     }
     assert lag == {topics.heartbeats.name: 0.0, topics.work_orders.name: 0.0}
     worker.close()
