@@ -91,6 +91,9 @@ def test_build_writes_the_rows_the_builder_computes_and_a_manifest(
     assert shown.returncode == 0 and json.loads(shown.stdout)["counts"] == m["counts"]
 
 
+# A kill-and-resume scenario (~30 s), with the slow fault scenarios (`./dev test -m slow`); the
+# default suite keeps the build itself and its rerun ("nothing to do", above).
+@pytest.mark.slow
 def test_a_killed_build_resumes_to_the_same_dataset(kafka_settings, admin, unique, tmp_path):
     from schemas.topics import catalog
 

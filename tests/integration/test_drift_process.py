@@ -10,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from opsctl.stack.process import free_port
@@ -30,6 +31,9 @@ def _metrics(port: int) -> dict[tuple[str, str], float]:
     }
 
 
+# A wall-clock scenario (~38 s: the drift starts 25 s in): with the slow scenarios. The
+# monitor's windows and tests are covered without a process in tests/unit/test_drift_*.py.
+@pytest.mark.slow
 def test_drift_monitor_process_is_clean_then_flags_a_drift(
     kafka_settings, topics, unique, tmp_path
 ):
