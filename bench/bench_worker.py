@@ -46,16 +46,17 @@ def _produce_heartbeats(
     rate: float | None = None,
     seconds: float | None = None,
     stop: threading.Event | None = None,
+    step_s: float = 0.001,
 ) -> int:
     """Heartbeats from a simulated fleet; each round is one heartbeat per device, 1 s of event
-    time later. Paced at `rate`/s for `seconds` when given."""
+    time later. Paced at `rate`/s for `seconds` when given, `step_s` worth at a time."""
     from precast.kafka import Producer
     from producers.publisher import TraceIds
     from producers.simulator import Fleet
 
     fleet, p, trace = Fleet(devices, seed=3), Producer(settings), TraceIds(seed=3).new
     if rate is not None:
-        return _paced(p, fleet, trace, topic, devices, rate, seconds, stop)
+        return _paced(p, fleet, trace, topic, devices, rate, seconds, stop, step_s=step_s)
     # Unpaced rounds step event time 1 s each: start that far back so none lies in the future
     # (a worker dead-letters event times ahead of its clock).
     back = 1000 * rounds
@@ -71,13 +72,16 @@ def _produce_heartbeats(
     return sent
 
 
-def _paced(p, fleet, trace, topic, devices, rate, seconds, stop, pool: int = 2) -> int:
-    """`rate` heartbeats/s, a millisecond's worth at a time, as a fleet sends (a 500-record
-    burst every 50 ms would put up to 50 ms of the load's own queueing into every freshness
-    figure). The load stands in for devices on other machines, so it must cost this machine as
-    little as it can: `pool` rounds of the fleet are drawn and encoded once and cycled, each
-    record sent with the current time patched into its fixed-width time fields (drawing and
-    encoding a heartbeat per record took a fifth of a core at 1,000 events/s)."""
+def _paced(
+    p, fleet, trace, topic, devices, rate, seconds, stop, pool: int = 2, step_s: float = 0.001
+) -> int:
+    """`rate` heartbeats/s, `step_s` worth at a time: a millisecond's by default, as a fleet
+    sends (a 500-record burst every 50 ms would put up to 50 ms of the load's own queueing into
+    every freshness figure that starts at a load record's produce call). The load stands in for
+    devices on other machines, so it must cost this machine as little as it can: `pool` rounds
+    of the fleet are drawn and encoded once and cycled, each record sent with the current time
+    patched into its fixed-width time fields (drawing and encoding a heartbeat per record took a
+    fifth of a core at 1,000 events/s)."""
     base = int(time.time() * 1000)
     marker = str(base).encode()  # 13 digits until 2286: the same width as any fresh time
     records = [
@@ -85,7 +89,7 @@ def _paced(p, fleet, trace, topic, devices, rate, seconds, stop, pool: int = 2) 
         for e in fleet.heartbeats(devices * pool, base)
     ]
     produce, n, i, sent, start = p.produce, len(records), 0, 0, time.monotonic()
-    chunk = max(1, int(rate // 1000))
+    chunk = max(1, int(rate * step_s))
     while (seconds is None or time.monotonic() - start < seconds) and not (
         stop is not None and stop.is_set()
     ):
@@ -108,12 +112,14 @@ class LoadProcess:
     threads then never wait for the GIL behind the load generator (Python hands the GIL over
     only every 5 ms to a thread that asks for it)."""
 
-    def __init__(self, settings, topic: str, *, rate: float, seconds: float) -> None:
+    def __init__(
+        self, settings, topic: str, *, rate: float, seconds: float, step_s: float = 0.001
+    ) -> None:
         mp = multiprocessing.get_context("spawn")
         self.stop, self.started, self._sent = mp.Event(), mp.Event(), mp.Value("q", -1)
         self._proc = mp.Process(
             target=_load_child,
-            args=(settings, topic, rate, seconds, self.stop, self.started, self._sent),
+            args=(settings, topic, rate, seconds, self.stop, self.started, self._sent, step_s),
             daemon=True,
         )
 
@@ -135,13 +141,13 @@ class LoadProcess:
         return int(self._sent.value)
 
 
-def _load_child(settings, topic, rate, seconds, stop, started, sent) -> None:
+def _load_child(settings, topic, rate, seconds, stop, started, sent, step_s) -> None:
     # The load stands in for devices on other machines: on this 2-core box it yields the CPU
     # to the pipeline under test (the achieved rate is reported, so a starved load shows).
     os.nice(10)
     started.set()
     sent.value = _produce_heartbeats(
-        settings, topic, 10_000, 0, rate=rate, seconds=seconds, stop=stop
+        settings, topic, 10_000, 0, rate=rate, seconds=seconds, stop=stop, step_s=step_s
     )
 
 
