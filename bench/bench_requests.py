@@ -20,10 +20,12 @@ Rows are interleaved over rounds and the median of the rounds reported.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +78,11 @@ def measure(broker: int | None, seconds: float, work=None) -> Window:
     """Broker CPU and switches while `work(deadline)` runs (or nothing); `work` returns the
     requests it sent."""
     c0, s0, t0 = cpu_s(broker), context_switches(broker), time.monotonic()
-    n = work(t0 + seconds) if work is not None else time.sleep(seconds) or 0
+    n = 0
+    if work is None:
+        time.sleep(seconds)
+    else:
+        n = work(t0 + seconds)
     el = time.monotonic() - t0
     return Window(cpu_s(broker) - c0, context_switches(broker) - s0, el, n)
 
@@ -90,7 +96,8 @@ class Rig:
         self.topics = [ctx.unique(f"requests{i}") for i in range(TOPICS)]
         for t in self.topics:
             self.admin.create_topic(t, PARTITIONS)
-        self.producer = Producer(ctx.kafka_settings(), **{"linger.ms": 0})
+        unbatched: dict[str, Any] = {"linger.ms": 0}  # one record, one request
+        self.producer = Producer(ctx.kafka_settings(), **unbatched)
         self.producer.produce(self.topics[0], b"k", b"warm", partition=0)
         self.producer.flush()
 
@@ -108,30 +115,32 @@ class Rig:
 
         return work
 
-    def with_reader(self, partitions: int, rate: float):
+    @contextlib.contextmanager
+    def reader(self, partitions: int) -> Iterator[None]:
+        """Inside: a consumer of `partitions` partitions keeps a fetch parked, from a thread of
+        this process; its assignment and first fetches happen before anything is measured."""
         from precast.kafka import OFFSET_END, Consumer, TopicPartitionOffset
 
-        def work(deadline: float) -> int:
-            c = Consumer(self.ctx.kafka_settings(), self.ctx.unique("requests"))
-            parts = [TopicPartitionOffset(t, p, OFFSET_END) for t in self.topics for p in range(6)]
-            c.assign(parts[:partitions])
-            stop, got = threading.Event(), [0]
+        c = Consumer(self.ctx.kafka_settings(), self.ctx.unique("requests"))
+        parts = [
+            TopicPartitionOffset(t, p, OFFSET_END) for t in self.topics for p in range(PARTITIONS)
+        ]
+        c.assign(parts[:partitions])
+        stop = threading.Event()
 
-            def read() -> None:
-                while not stop.is_set():
-                    got[0] += len(c.consume_available(1000, 0.1))
+        def read() -> None:
+            while not stop.is_set():
+                c.consume_available(1000, 0.1)
 
-            reader = threading.Thread(target=read, name="bench-requests-reader", daemon=True)
-            reader.start()
-            time.sleep(1.0)  # assigned and a fetch parked before the window counts
-            try:
-                return self.produce_at(rate)(deadline + 1.0)
-            finally:
-                stop.set()
-                reader.join()
-                c.close()
-
-        return work
+        thread = threading.Thread(target=read, name="bench-requests-reader", daemon=True)
+        thread.start()
+        time.sleep(1.0)  # assigned, offsets looked up, a fetch parked
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            c.close()
 
     def close(self) -> None:
         self.producer.flush()
@@ -151,9 +160,11 @@ def _sweep(rig: Rig, broker: int, seconds: float, rounds: int, where: str) -> di
     for r in range(rounds):
         for name, kind, parts, rate in CASES:
             progress(f"requests ({where}): round {r + 1}/{rounds}: idle, then {name}")
-            work = rig.produce_at(rate) if kind == "produce" else rig.with_reader(parts, rate)
-            idle = measure(broker, seconds / 2)
-            got[name].append((idle, measure(broker, seconds, work)))
+            # With a reader, idle is measured with its fetch parked too: what is left is what
+            # the produce requests and the fetch responses they complete cost.
+            with rig.reader(parts) if kind == "fetch" else contextlib.nullcontext():
+                idle = measure(broker, seconds / 2)
+                got[name].append((idle, measure(broker, seconds, rig.produce_at(rate))))
     out: dict[str, Any] = {
         "idle_ms": statistics.median(
             1000 * i.cpu_s / i.seconds for pairs in got.values() for i, _ in pairs
@@ -206,7 +217,7 @@ def run(ctx: Context) -> Report:
     figures = []
     for where, _ in modes:
         m, tail = res[where], "" if where == "all cores" else "_one_core"
-        pinned = "" if where == "all cores" else "; this process and the broker on CPU 0"
+        on = "" if where == "all cores" else "; this process and the broker on CPU 0"
         # Two produce requests and two fetch responses per produce request of the fleet (the
         # fleet's and the worker's produce, the worker's and the API's fetch), 200 a second:
         # the device producers' 5 ms linger at any rate above 200 events/s.
@@ -217,14 +228,14 @@ def run(ctx: Context) -> Report:
                 m["produce"],
                 "us",
                 "-",
-                cond + ", 200/s" + pinned,
+                cond + ", 200/s" + on,
             ),
             Figure(
                 f"broker_cpu_us_per_fetch_response{tail}",
                 m["fetch1"],
                 "us",
                 f"36 partitions: {m['fetch36']:.0f}",
-                cond + ", above the produce request that completes it, 1 partition" + pinned,
+                cond + ", above the produce request that completes it, 1 partition" + on,
             ),
             Figure(
                 f"broker_floor_cores_at_200_fleet_requests_per_s{tail}",
@@ -232,7 +243,7 @@ def run(ctx: Context) -> Report:
                 "cores",
                 "the broker's share of the freshness pipeline at 200 fleet requests/s",
                 "2 produce requests + a 36-partition fetch + a 1-partition fetch per fleet "
-                "request (fleet -> worker -> read API), above idle" + pinned,
+                "request (fleet -> worker -> read API), above idle" + on,
             ),
         ]
     figures.append(
