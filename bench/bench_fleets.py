@@ -12,7 +12,10 @@ import orjson
 from bench.harness import Context, Figure, Report, progress
 
 NAME = "fleets"
-DESCRIPTION = "spec-driven decode+features vs the hand-written built-in path; worker events/s per shipped fleet"
+DESCRIPTION = (
+    "spec-driven decode+features vs the hand-written built-in path; context fold cost by "
+    "window size; worker events/s per shipped fleet"
+)
 PARTITIONS = 6
 ROOT_MODELS = {"devices": "fleet-strategy/1.0.0", "trailers": "reefer-service/1.0.0"}
 
@@ -99,6 +102,67 @@ def _decode_ratio(ctx: Context) -> tuple[list[list], list[Figure]]:
     return rows, figs
 
 
+def _fold_events(model, n: int, window_ms: int, t0: int) -> list[dict]:
+    """`n` events of the first window group's stream that pass its first count's filter, one
+    per `window_ms / n` ms, so a sliding window holds about `n` of them."""
+    group = model.window_groups[0]
+    base: dict = {"device_id": "d"}
+    for og in model.open_groups:
+        if og.stream == group.stream:  # read by the open groups of the stream: opens nothing
+            base[og.entity], base[og.status] = "x", "-"
+    for k, allowed in group.members[0][1].items():
+        base[k] = sorted(allowed)[0]
+    step = max(1, window_ms // n)
+    return [
+        {
+            **base,
+            "event_id": f"e{i}",
+            group.distinct or "event_id": f"e{i}",
+            "event_time_ms": t0 + i * step,
+        }  # fmt: skip
+        for i in range(4 * n + 20_000)
+    ]
+
+
+def _context_fold(ctx: Context) -> tuple[list[list], list[Figure]]:
+    """Folding an event into a device's context and reading its values, with a window of a
+    few entries and one at the group's limit: the cost must not grow with the entries."""
+    from precast.fleet import load_fleet
+    from schemas.spec import FLEETS
+
+    model = load_fleet(FLEETS / "trailers.toml").context
+    group = model.window_groups[0]
+    sizes = (16, group.limit)
+    progress(f"context fold: windows of {sizes[0]} and {sizes[1]:,} entries (trailers spec)")
+    best: dict[int, float] = {}
+    for _ in range(3 if ctx.quick else 5):  # alternate, keep the best of each
+        for n in sizes:
+            events = _fold_events(model, n, group.window_ms, 1_760_000_000_000)
+            c = model.new("d")
+            for e in events[: 4 * n]:  # fill the window, then slide it
+                model.apply(c, group.stream, e)
+            timed = events[4 * n :]
+            t = time.perf_counter()
+            for e in timed:
+                model.apply(c, group.stream, e)
+                model.values(c, e["event_time_ms"])
+            best[n] = min(best.get(n, 1e9), (time.perf_counter() - t) / len(timed))
+    rows = [[f"context fold + read, window of {n:,} entries", round(1 / best[n]),
+             round(1e6 * best[n], 2)] for n in sizes]  # fmt: skip
+    figs = [
+        Figure(
+            "context_fold_us_per_event_at_window_limit",
+            1e6 * best[sizes[1]],
+            "us",
+            f"{1e6 * best[sizes[0]]:.2f} us with {sizes[0]} entries (ratio "
+            f"{best[sizes[1]] / best[sizes[0]]:.2f})",
+            f"trailers spec, `{group.stream}` stream: apply + values per event with a sliding "
+            f"window of {sizes[1]:,} entries (the group's limit), best of alternating runs",
+        )
+    ]
+    return rows, figs
+
+
 def _worker_rate(ctx: Context, admin, fleet_name: str, devices: int, rounds: int) -> float:
     from precast.fleet import load_fleet
     from precast.kafka import Consumer, Producer, TopicPartitionOffset
@@ -158,6 +222,8 @@ def run(ctx: Context) -> Report:
     from precast.kafka import Admin
 
     rows, figs = _decode_ratio(ctx)
+    fold_rows, fold_figs = _context_fold(ctx)
+    rows, figs = rows + fold_rows, figs + fold_figs
     admin = Admin(ctx.kafka_settings())
     devices, rounds = (10_000, 3) if ctx.quick else (50_000, 3)
     for name in ("devices", "trailers"):

@@ -18,6 +18,8 @@ State per device, shared by the context values that read the same thing:
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +40,9 @@ class DeviceContext:
     since: dict[str, int] = field(default_factory=dict)
     last: dict[str, tuple[int, float]] = field(default_factory=dict)
     as_of_ms: int = 0  # newest event time folded in
+    # per window group, its entries ordered by event time (`_Order`): derived from `windows`
+    # on first use, neither state nor part of a snapshot
+    order: list[_Order | None] = field(default_factory=list, compare=False, repr=False)
 
     def state(self) -> tuple[Any, ...]:
         """Everything a context value reads (to tell whether an event changed anything)."""
@@ -47,6 +52,67 @@ class DeviceContext:
             dict(self.since),
             dict(self.last),
         )
+
+
+class _Order:
+    """A window group's entries by event time: a heap of (event time, insertion number, ID),
+    so pruning and eviction take the oldest in O(log n), and per bit (per `window_count`) the
+    sorted event times, so a count over [lo, hi] is two bisections. Scanning every entry made
+    folding an event, and reading a count, O(limit): with 1,024 alarms in a window, ~100 µs
+    an event in the worker and the aggregator alike. Ties go to the earliest inserted, as
+    `min` over the dict's order did."""
+
+    __slots__ = ("entries", "heap", "seq", "times")
+
+    def __init__(self, entries: dict[str, tuple[int, int]]) -> None:
+        self.entries = entries  # the dict this orders (rebuilt when it is replaced)
+        self.heap = [(t, i, k) for i, (k, (t, _)) in enumerate(entries.items())]
+        heapq.heapify(self.heap)
+        self.seq = len(self.heap)
+        self.times: dict[int, list[int]] = {}
+        for t, m in entries.values():
+            for b in _bits(m):
+                self.times.setdefault(b, []).append(t)
+        for ts in self.times.values():
+            ts.sort()
+
+    def push(self, key: str, t: int, mask: int) -> None:
+        heapq.heappush(self.heap, (t, self.seq, key))
+        self.seq += 1
+        for b in _bits(mask):
+            bisect.insort(self.times.setdefault(b, []), t)
+
+    def pop_oldest(self) -> None:
+        """Remove the oldest entry (the heap holds exactly the dict's entries: only this
+        class removes any)."""
+        t, _, key = heapq.heappop(self.heap)
+        if self.entries.get(key, (None,))[0] == t:
+            for b in _bits(self.entries.pop(key)[1]):
+                ts = self.times[b]
+                del ts[bisect.bisect_left(ts, t)]
+
+    def count(self, bit: int, lo: int, hi: int) -> int:
+        ts = self.times.get(bit)
+        return bisect.bisect_right(ts, hi) - bisect.bisect_left(ts, lo) if ts else 0
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        b = mask & -mask
+        out.append(b)
+        mask ^= b
+    return out
+
+
+def _order_of(ctx: DeviceContext, g: int) -> _Order:
+    entries = ctx.windows[g]
+    if len(ctx.order) != len(ctx.windows):
+        ctx.order = [None] * len(ctx.windows)
+    o = ctx.order[g]
+    if o is None or o.entries is not entries:  # first use, or a snapshot merged in
+        o = ctx.order[g] = _Order(entries)
+    return o
 
 
 def _passes(where: Where, event: Mapping[str, Any]) -> bool:
@@ -210,10 +276,11 @@ class ContextModel:
     def _apply_window(
         ctx: DeviceContext, g: int, group: WindowGroup, event: Mapping[str, Any], t: int
     ) -> bool:
-        entries = ctx.windows[g]
+        order = _order_of(ctx, g)
+        entries, heap = order.entries, order.heap
         cutoff = ctx.as_of_ms - group.window_ms
-        if any(et < cutoff for et, _ in entries.values()):
-            ctx.windows[g] = entries = {k: v for k, v in entries.items() if v[0] >= cutoff}
+        while heap and heap[0][0] < cutoff:
+            order.pop_oldest()
         mask = 0
         for bit, where in group.members:
             if _passes(where, event):
@@ -222,8 +289,9 @@ class ContextModel:
         if not mask or key is None or str(key) in entries or t < cutoff:
             return False
         entries[str(key)] = (t, mask)
-        if len(entries) > group.limit:
-            entries.pop(min(entries, key=lambda k: entries[k][0]))
+        order.push(str(key), t, mask)
+        while len(entries) > group.limit and heap:
+            order.pop_oldest()
         return True
 
     # -- values -----------------------------------------------------------------------------------
@@ -250,10 +318,12 @@ class ContextModel:
         if r.kind == "window":
             if ctx is None:
                 return 0.0
-            lo = at_ms - r.window_ms
-            return float(
-                sum(1 for t, m in ctx.windows[r.group].values() if m & r.bit and lo <= t <= at_ms)
-            )
+            lo, entries = at_ms - r.window_ms, ctx.windows[r.group]
+            order = ctx.order[r.group] if len(ctx.order) > r.group else None
+            if order is not None and order.entries is entries:  # what the folds keep up
+                return float(order.count(r.bit, lo, at_ms))
+            # (a context read once, as a snapshot on the board: one pass beats an index)
+            return float(sum(1 for t, m in entries.values() if m & r.bit and lo <= t <= at_ms))
         if r.kind == "since":
             last = None if ctx is None else ctx.since.get(name)
             if last is None:
