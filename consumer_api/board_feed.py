@@ -61,6 +61,10 @@ class Rates:
             return 0.0
         return max(0, total - prev[1]) / (mono - prev[0])
 
+    def totals(self) -> dict[str, int]:
+        """The totals the last update saw, by name."""
+        return {name: total for name, (_, total) in self._last.items()}
+
 
 class BoardFeed:
     def __init__(
@@ -174,22 +178,37 @@ class BoardFeed:
         return "heartbeat"
 
     def _update_rates(self, mono: float) -> None:
-        t = self.topics
         try:
-            events = sum(
-                self._end(s.name, s.partitions) for s in (t.heartbeats, t.work_orders, t.alarms)
-            )
-            preds = self._end(t.predictions.name, t.predictions.partitions)
-            dead = self._end(t.dead_letters.name, t.dead_letters.partitions)
+            ends = self.ends()
         except KafkaFailure as exc:  # a topic not created yet, a leader moving: try next time
             log.debug("board rates: %s", exc)
             return
+        if ends is None:
+            return
         r = self.rates
-        r.events_per_s = r.update("events", events, mono)
-        r.inferences_per_s = r.update("inferences", preds, mono)
-        r.dead_letters_per_s = r.update("dead", dead, mono)
-        r.dead_letters_total = dead
+        r.events_per_s = r.update("events", ends["events"], mono)
+        r.inferences_per_s = r.update("inferences", ends["inferences"], mono)
+        r.dead_letters_per_s = r.update("dead", ends["dead"], mono)
+        r.dead_letters_total = ends["dead"]
         r.at_ms = int(time.time() * 1000)
 
-    def _end(self, topic: str, partitions: int) -> int:
-        return sum(self._consumer.watermarks(topic, p, timeout=2.0)[1] for p in range(partitions))
+    def ends(self) -> dict[str, int] | None:
+        """End offsets summed per rate ("events", "inferences", "dead"), or None when some
+        partition could not be asked this time. Call it on the feed's thread (a call from
+        another waits behind its consume()). One ListOffsets request per broker for every
+        partition: asking each partition's watermarks was a round trip per partition, 30 of
+        them every 2 s over a 6-partition catalog, each a request for the broker to serve."""
+        t = self.topics
+        rate_of = {s.name: "events" for s in (t.heartbeats, t.work_orders, t.alarms)}
+        rate_of.update({t.predictions.name: "inferences", t.dead_letters.name: "dead"})
+        specs = (t.heartbeats, t.work_orders, t.alarms, t.predictions, t.dead_letters)
+        asked = [
+            TopicPartitionOffset(s.name, p, OFFSET_END) for s in specs for p in range(s.partitions)
+        ]
+        out = dict.fromkeys(("events", "inferences", "dead"), 0)
+        # (a timestamp of -1 asks for the latest offset, what a watermark's high end is)
+        for f in self._consumer.offsets_for_times(asked, timeout=2.0):
+            if f.offset < 0:
+                return None
+            out[rate_of[f.topic]] += f.offset
+        return out

@@ -92,6 +92,9 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
                 orjson.dumps({"schema_version": 1, "device_id": "dev-g", "as_of_ms": now}),
             ),
             (topics.device_context.name, "dev-m", b'{"schema_version": 2, "context": "x'),
+            # read by nobody here, counted by the board's rates
+            (topics.work_orders.name, "dev-c", b"{}"),
+            (topics.dead_letters.name, "dev-x", b"{}"),
         ],
     )
     built = build(api_settings(kafka_settings, topics))
@@ -118,6 +121,12 @@ def test_fleet_rows_context_info_and_history_from_kafka(kafka_settings, topics):
                 )
 
             wait_for(settled, what="three devices with context and info on the board")
+            # the rates' end offsets, every partition in one request (every 2 s): a heartbeat
+            # and a work order, three answers over two partitions, a dead letter
+            rates = built.board_feed.rates
+            want = {"events": 2, "inferences": 3, "dead": 1}
+            wait_for(lambda: rates.totals() == want, what=f"rates' totals {want}")
+            assert rates.dead_letters_total == 1
             doc = fleet()
             rows = {r[0]: dict(zip(doc["columns"], r, strict=True)) for r in doc["rows"]}
             assert (
