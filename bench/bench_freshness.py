@@ -16,14 +16,17 @@ from __future__ import annotations
 import os
 import time
 
+from bench.bench_worker import LOAD_DEVICES, LoadProcess
 from bench.freshness_run import (
     HOPS,
+    LOAD_STEP_S,
     PROCESSES,
     Pipeline,
     Point,
     cpu_s,
     log_append_catalog,
     pct,
+    thread_cpu_s,
 )
 from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
 
@@ -43,6 +46,11 @@ RATES = (1_000, 2_000, 5_000, 10_000)
 GOAL_P50, GOAL_P99 = 5.0, 25.0
 # Development only (with --quick): "all" or "one" core alone, and a comma list of rates.
 MODES_ENV, RATES_ENV = "PRECAST_BENCH_FRESHNESS_MODES", "PRECAST_BENCH_FRESHNESS_RATES"
+# Before the first point every device of the load passes this many times at this rate, and
+# the load goes on (up to a limit) until the broker's JIT compilers use under JIT_SETTLED of
+# a core over JIT_WINDOW_S.
+INTRODUCE_ROUNDS, INTRODUCE_RATE, INTRODUCE_MAX_S = 2, 2_000, 180.0
+JIT_SETTLED, JIT_WINDOW_S = 0.05, 5.0
 
 
 def _capacity(ctx: Context, admin, devices: int) -> float:
@@ -80,8 +88,10 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         _quiet(broker)
         pipe = Pipeline(ctx, topics, PARTITIONS, broker)
         points: list[Point] = []
+        introduced = 0.0
         try:
             pipe.start()
+            introduced = _introduce_fleet(ctx, tag, topics, broker)
             for rate in rates:
                 progress(
                     f"freshness [{tag}]: {rate:,} heartbeats/s for {seconds:.0f}s, "
@@ -103,7 +113,51 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         "quarter": quarter,
         "points": points,
         "broker_pinned": pin_broker,
+        "introduced_s": introduced,
     }
+
+
+def _introduce_fleet(ctx: Context, tag: str, topics, broker: int | None) -> float:
+    """Load at a rate the points also run until every device has passed twice and the
+    broker's JIT compilers have settled; returns the seconds it took.
+
+    The points measure rates, not a start. A device's first heartbeat is always predicted
+    (first seen) and fully validated by the board feed, and the load cycles the same 10,000
+    devices: at 1,000/s the first point was half made of first heartbeats. And a freshly
+    started broker compiles its request paths for minutes on this class of machine: in quick
+    runs on a fresh stack its C2 compiler thread took 30-50 % of the broker's CPU through
+    every point (678-830 µs of 1,507-1,655 per event at 1,000/s), where a warm broker's took
+    1-2 % (docs/workers.md)."""
+    least = INTRODUCE_ROUNDS * LOAD_DEVICES / INTRODUCE_RATE
+    progress(f"freshness [{tag}]: every device first, and the broker's JIT settled")
+    load = LoadProcess(
+        ctx.kafka_settings(),
+        topics.heartbeats.name,
+        rate=INTRODUCE_RATE,
+        seconds=INTRODUCE_MAX_S,
+        step_s=LOAD_STEP_S,
+    )
+    t0 = time.monotonic()
+    load.start()
+    before = _compiling_s(broker)
+    while time.monotonic() - t0 < INTRODUCE_MAX_S:
+        time.sleep(JIT_WINDOW_S)
+        now = _compiling_s(broker)
+        settled = (now - before) / JIT_WINDOW_S < JIT_SETTLED
+        before = now
+        if settled and time.monotonic() - t0 >= least:
+            break
+    load.stop.set()
+    load.join()
+    took = time.monotonic() - t0
+    progress(f"freshness [{tag}]: introduced in {took:.0f}s")
+    _quiet(broker)  # the worker and the API have caught up
+    return took
+
+
+def _compiling_s(pid: int | None) -> float:
+    """CPU seconds of the JVM's JIT compiler threads ("C1/C2 CompilerThread<n>")."""
+    return sum(v for name, v in thread_cpu_s(pid).items() if "Compiler" in name)
 
 
 def _quiet(pid: int | None, busy: float = 0.15, limit_s: float = 30.0) -> None:
@@ -247,6 +301,9 @@ def run(ctx: Context) -> Report:
     caps = ", ".join(
         f"{'one core' if m['one_core'] else 'all cores'} {m['capacity']:,.0f}/s" for m in modes
     )
+    intro = ", ".join(
+        f"{'one core' if m['one_core'] else 'all cores'} {m['introduced_s']:.0f} s" for m in modes
+    )
     return Report(
         "Freshness end to end, swept over rates (`python -m bench freshness`)",
         ["point / hop", "probes", "p50 ms", "p99 ms", "notes"],
@@ -254,9 +311,14 @@ def run(ctx: Context) -> Report:
         figures,
         [
             f"Worker capacity measured in the same run, before each sweep: {caps}.",
+            f"Before each sweep the load ran at {INTRODUCE_RATE:,}/s until every device had "
+            f"passed {INTRODUCE_ROUNDS} times and the broker's JIT compilers used under "
+            f"{JIT_SETTLED:.0%} of a core over {JIT_WINDOW_S:.0f} s (at most "
+            f"{INTRODUCE_MAX_S:.0f} s): {intro}.",
             "Probe = a heartbeat of a device the worker has never seen (first_seen: always "
-            "predicted), flushed at once; the load: fleet heartbeats from 10,000 devices, from "
-            "a process at nice 10 through the producer library's defaults (5 ms linger).",
+            f"predicted), flushed at once; the load: fleet heartbeats from {LOAD_DEVICES:,} "
+            "devices, from a process at nice 10 through the producer library's defaults (5 ms "
+            f"linger), every device seen {INTRODUCE_ROUNDS} times before the first point.",
             "Hops from the probe's produce call, the broker's append times of the probe and of "
             "its prediction (LogAppendTime on both topics), the worker's batch start "
             "(produced_at_ms) and the materializer's receive time (Server-Timing): ms clocks, "

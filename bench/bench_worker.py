@@ -36,6 +36,7 @@ PARTITIONS = 6
 
 
 WARMUP_S = 3.0  # freshness: seconds of load before inputs count
+LOAD_DEVICES = 10_000  # the devices a `LoadProcess` sends for (the same IDs every time)
 
 
 def _produce_heartbeats(
@@ -147,7 +148,7 @@ def _load_child(settings, topic, rate, seconds, stop, started, sent, step_s) -> 
     os.nice(10)
     started.set()
     sent.value = _produce_heartbeats(
-        settings, topic, 10_000, 0, rate=rate, seconds=seconds, stop=stop, step_s=step_s
+        settings, topic, LOAD_DEVICES, 0, rate=rate, seconds=seconds, stop=stop, step_s=step_s
     )
 
 
