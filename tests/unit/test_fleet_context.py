@@ -4,9 +4,9 @@ same in the aggregator and the worker; snapshots that refuse to be misread under
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 from precast.fleet import Fleet, load_fleet, snapshot
 from precast.fleet.context import ContextModel
