@@ -17,6 +17,12 @@ DESCRIPTION = (
     "window size; worker events/s per shipped fleet"
 )
 PARTITIONS = 6
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "one core for this process: the decode ratio and the context-fold rows are CPU-bound runs "
+    "in it, alternated, so their ratios hold on a busy machine better than their events/s; "
+    "the worker rates need a second core for the broker and nothing else running."
+)
 ROOT_MODELS = {"devices": "fleet-strategy/1.0.0", "trailers": "reefer-service/1.0.0"}
 
 

@@ -23,6 +23,12 @@ from bench.learn_stream import DRIFT, Stream, publish
 NAME = "learn"
 DESCRIPTION = "dataset build vs replay, retrained vs stale and ground-truth models, PIT leaks"
 ROLES = ("heartbeats", "work_orders", "alarms")
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "accuracy, agreement and leak figures none (they are counts); the build-vs-replay ratio "
+    "and its events/s need a core each for the build or replay process and the broker, run one "
+    "after the other, nothing else running."
+)
 
 
 PEAK_RSS: dict[str, float] = {}  # command -> peak resident memory, MiB

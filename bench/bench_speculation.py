@@ -37,6 +37,12 @@ from workers.settings import DEFAULT_MODEL_DIR
 
 NAME = "speculation"
 DESCRIPTION = "policy vs predict-on-every-event: inferences, hit ratio, answer quality"
+# What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
+SPARE_CPU = (
+    "none: both arms run on a virtual clock in one process, so inferences, records, hit ratio, "
+    "agreement and audit bytes are counts that do not depend on CPU; a busy machine only makes "
+    "the run take longer."
+)
 
 ROLE_TOPIC = {
     "heartbeat": TOPICS.heartbeats.name,
