@@ -118,14 +118,9 @@ def _fold_events(model, n: int, window_ms: int, t0: int) -> list[dict]:
             base[og.entity], base[og.status] = "x", "-"
     for k, allowed in group.members[0][1].items():
         base[k] = sorted(allowed)[0]
-    step = max(1, window_ms // n)
+    step, distinct = max(1, window_ms // n), group.distinct or "event_id"  # each one new
     return [
-        {
-            **base,
-            "event_id": f"e{i}",
-            group.distinct or "event_id": f"e{i}",
-            "event_time_ms": t0 + i * step,
-        }  # fmt: skip
+        {**base, "event_id": f"e{i}", distinct: f"e{i}", "event_time_ms": t0 + i * step}
         for i in range(4 * n + 20_000)
     ]
 
