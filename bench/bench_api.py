@@ -3,20 +3,14 @@ fixed rates, rebuild of 1M devices, hit ratio and freshness while the simulator 
 
 from __future__ import annotations
 
-import collections
-import http.client
 import os
-import resource
-import subprocess
-import sys
-import threading
-import time
 
 import numpy as np
-import orjson
 
-from bench.api_load import ApiServer, fixed_rate, wrk, zipf_paths
-from bench.harness import ROOT, Context, Figure, Report, progress
+from bench.api_live import live_phase
+from bench.api_load import ApiServer, fixed_rate, wrk
+from bench.api_rebuild import publish, rebuild
+from bench.harness import Context, Figure, Report, progress
 
 NAME = "api"
 DESCRIPTION = "read API: req/s vs constant body and on-demand, fixed-rate p99, rebuild 1M, hit ratio, freshness"
@@ -27,123 +21,6 @@ SPARE_CPU = (
     "both cores free: the server, the load generators (wrk, h2load), Kafka and Redis share "
     "them; the fixed-rate latencies are the first to move when anything else runs."
 )
-
-
-def _value(device: str, computed: int, produced: int, horizon_ms: int) -> bytes:
-    return orjson.dumps(
-        {
-            "schema_version": 1,
-            "device_id": device,
-            "candidates": [
-                {"strategy": "remote_restart", "score": 0.71},
-                {"strategy": "monitor_only", "score": 0.2},
-                {"strategy": "firmware_rollback", "score": 0.05},
-            ],
-            "model_version": "1.0.0",
-            "computed_at_ms": computed,
-            "valid_until_ms": computed + horizon_ms,
-            "produced_at_ms": produced,
-            "trigger": "heartbeat",
-            "lineage": [{"topic": "precast.heartbeats", "partition": 0, "offset": 1}],
-        }
-    )
-
-
-def _publish(ctx: Context, topic: str, devices: list[str], horizon_ms: int) -> None:
-    from precast.kafka import Producer
-
-    p = Producer(ctx.kafka_settings())
-    now = int(time.time() * 1000)
-    for i, d in enumerate(devices):
-        p.produce(topic, d.encode(), _value(d, now - 200, now - 150, horizon_ms))
-        if i % 10_000 == 0:
-            p.poll(0)
-    p.flush(120)
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]:
-    """Time from start to ready: the in-process view, and Redis (view off, Lua CAS batches)."""
-    import redis as redis_lib
-
-    from consumer_api.materializer import Materializer
-    from precast.serving import MemoryStore, RedisStore
-
-    progress(f"rebuild: publishing {n:,} predictions")
-    devices = [f"dev-{i:07d}" for i in range(n)]
-    _publish(ctx, topics.predictions.name, devices, horizon_ms=300_000)
-    del devices
-    rows, figs = [], {}
-    rss0 = _rss_mb()
-    view = MemoryStore(30_000)
-    mat = Materializer(
-        ctx.kafka_settings(),
-        topics.predictions.name,
-        topics.predictions.partitions,
-        view=view,
-        group_prefix=ctx.unique("rebuild"),
-        batch=10_000,
-    )
-    t0 = time.perf_counter()
-    mat.start()
-    while not mat.ready:
-        time.sleep(0.01)
-    s = time.perf_counter() - t0
-    mat.stop()
-    mb = _rss_mb() - rss0
-    progress(f"rebuild: view {len(view):,} devices in {s:.2f}s, +{mb:,.0f} MB RSS")
-    rows.append(
-        [
-            "rebuild: in-process view",
-            f"{len(view):,} devices",
-            f"{s:.2f} s",
-            f"{len(view) / s:,.0f}/s",
-            f"+{mb:,.0f} MB RSS",
-        ]
-    )
-    figs["view"], figs["view_mb"] = s, mb
-    del view
-
-    client = redis_lib.Redis.from_url(ctx.redis_url)
-    used0 = client.info("memory")["used_memory"]
-    store = RedisStore(client, ctx.unique("rebuild") + ":", grace_ms=30_000)
-    mat = Materializer(
-        ctx.kafka_settings(),
-        topics.predictions.name,
-        topics.predictions.partitions,
-        view=None,
-        shared=store,
-        group_prefix=ctx.unique("rebuild"),
-        batch=10_000,
-    )
-    t0 = time.perf_counter()
-    mat.start()
-    while not store.loaded():
-        time.sleep(0.05)
-    s = time.perf_counter() - t0
-    mat.stop()
-    used = (client.info("memory")["used_memory"] - used0) / 2**20
-    for i, keys in enumerate(store._scan(10_000)):  # the shared Redis: leave nothing behind
-        client.unlink(*keys)
-        if i % 20 == 0:
-            progress(f"rebuild: cleaning Redis ({i * 10_000:,} keys)")
-    client.delete(store._loaded)
-    progress(f"rebuild: Redis {n:,} devices in {s:.2f}s, +{used:,.0f} MB used_memory")
-    rows.append(
-        [
-            "rebuild: Redis (Lua CAS, 500/call)",
-            f"{n:,} devices",
-            f"{s:.2f} s",
-            f"{n / s:,.0f}/s",
-            f"+{used:,.0f} MB Redis",
-        ]
-    )
-    figs["redis"], figs["redis_mb"] = s, used
-    return rows, figs
 
 
 SERVERS = ("granian", "uvicorn")  # the default first (consumer_api.settings.ApiOptions.server)
@@ -170,7 +47,7 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
         "PRECAST_LOG_LEVEL": "WARNING",
     }
     devices = [f"dev-{i:06d}" for i in range(n_devices)]
-    _publish(ctx, topics.predictions.name, devices, horizon_ms=3_600_000)
+    publish(ctx, topics.predictions.name, devices, horizon_ms=3_600_000)
     server_cpus, load_cpus = _pins()
     sample = devices[:: max(1, n_devices // 500)]
     paths = {
@@ -257,159 +134,6 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
         res["lat"] = lat
     finally:
         server.stop()
-    return rows, res
-
-
-def _probe_freshness(
-    url: str,
-    publisher,
-    fleet_event: dict,
-    probes: int,
-    stop: threading.Event,
-    sources: collections.Counter,
-) -> list[float]:
-    """Publish a heartbeat for a probe device, poll until an answer computed from it is served.
-    `sources` counts the probe's own reads by answer source, so the hit ratio can leave them out:
-    a probe device gets a heartbeat only when probed (every few seconds), so its polls often
-    see an expired answer until the new one lands, which says nothing about the UI's reads."""
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=5)
-    out = []
-    for i in range(probes):
-        if stop.is_set():
-            break
-        device = f"probe-{i % 50:03d}"
-        now = int(time.time() * 1000)
-        publisher.publish(
-            {
-                **fleet_event,
-                "device_id": device,
-                "event_id": f"probe-{now}-{i}",
-                "event_time_ms": now,
-                "produced_at_ms": now,
-            }
-        )
-        publisher.flush(5)
-        t_pub = time.time()
-        deadline = t_pub + 10
-        while time.time() < deadline:
-            conn.request("GET", f"/v1/devices/{device}/prediction")
-            body = orjson.loads(conn.getresponse().read())
-            sources[body.get("source", "?")] += 1
-            if (body.get("computed_at_ms") or 0) >= now:
-                out.append((time.time() * 1000) - now)
-                break
-            time.sleep(0.002)
-        time.sleep(0.1)
-    conn.close()
-    return out
-
-
-def live_phase(
-    ctx: Context, topics, devices: int, rate: int, seconds: float
-) -> tuple[list[list], dict]:
-    """Simulator + worker + API; Zipf reads at a fixed rate; hit ratio from the API's counters."""
-    from precast.kafka import Producer
-    from producers.publisher import EventPublisher
-    from producers.simulator import Fleet
-
-    env = {
-        **os.environ,
-        "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
-        "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
-        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-        "PRECAST_REDIS__URL": "",
-        "PRECAST_API__GROUP_ID": ctx.unique("api"),
-        "PRECAST_WORKER__GROUP_ID": ctx.unique("workers"),
-        "PRECAST_SIMULATOR__DEVICES": str(devices),
-        "PRECAST_SIMULATOR__RATE": str(rate),
-        "PRECAST_MODEL__PROVIDER": "cpu",
-        "PRECAST_LOG_LEVEL": "WARNING",
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", m],
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for m in ("producers.cli", "workers.precompute.cli")
-    ]
-    server = ApiServer(8791, {k: env[k] for k in env if k.startswith("PRECAST_")}, devices)
-    rows, res = [], {}
-    try:
-        server.wait_ready()
-        warm = 2 * devices / rate + 10
-        progress(
-            f"live: simulator {devices:,} devices at {rate:,}/s + worker + API; warming up {warm:.0f}s"
-        )
-        time.sleep(warm)
-        fleet_event = Fleet(1, seed=3).heartbeats(1, int(time.time() * 1000))[0]
-        publisher = EventPublisher(Producer(ctx.kafka_settings()), topics)
-        stop = threading.Event()
-        fresh: list[float] = []
-        for i in range(50):  # probe devices get a first answer before the measured window
-            publisher.publish(
-                {**fleet_event, "device_id": f"probe-{i:03d}", "event_id": f"warm-{i}"}
-            )
-        publisher.flush(5)
-        time.sleep(2)
-        probe_reads: collections.Counter = collections.Counter()
-        prober = threading.Thread(
-            target=lambda: fresh.extend(
-                _probe_freshness(server.url, publisher, fleet_event, 10_000, stop, probe_reads)
-            )
-        )
-        reads = {
-            s: server.metric("precast_api_reads_total", f'{{source="{s}"}}')
-            for s in ("precomputed", "stale", "fallback")
-        }
-        prober.start()
-        r = fixed_rate(
-            server.url, zipf_paths([f"dev-{i:06d}" for i in range(devices)], 50_000), 1_000, seconds
-        )
-        stop.set()
-        prober.join()
-        after = {s: server.metric("precast_api_reads_total", f'{{source="{s}"}}') for s in reads}
-        # UI reads only: the API's counters minus the freshness probe's own polls.
-        delta = {s: after[s] - reads[s] - probe_reads[s] for s in reads}
-        total = sum(delta.values())
-        hit = delta["precomputed"] / total if total else 0.0
-        res.update(hit=hit, delta=delta, fresh=fresh, zipf=r, probe_reads=probe_reads)
-        fp = np.percentile(fresh, [50, 99]) if fresh else [float("nan")] * 2
-        progress(
-            f"live: hit ratio {hit:.5f} ({delta}), freshness p50 {fp[0]:.0f} ms p99 "
-            f"{fp[1]:.0f} ms over {len(fresh)} probes"
-        )
-        rows.append(
-            [
-                "live: Zipf reads 1,000/s, simulator + worker",
-                f"{int(total):,} reads",
-                f"hit {hit * 100:.3f} %",
-                f"p99 {r['p99']:.2f} ms",
-                f"stale {int(delta['stale'])}, fallback {int(delta['fallback'])}",
-            ]
-        )
-        rows.append(
-            [
-                "live: event produced -> newest answer served",
-                f"{len(fresh)} probes",
-                f"p50 {fp[0]:.0f} ms",
-                f"p99 {fp[1]:.0f} ms",
-                "",
-            ]
-        )
-    finally:
-        server.stop()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
     return rows, res
 
 

@@ -4,8 +4,6 @@ leaves, and proof sizes and times."""
 
 from __future__ import annotations
 
-import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -13,8 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from bench.audit_proofs import PARTITIONS, big_log, leaf_value, proof_times
 from bench.harness import Context, Figure, Report, progress
 
 NAME = "audit"
@@ -25,37 +22,6 @@ SPARE_CPU = (
     "both cores free: the appender and the lag producer share them with the broker; "
     "checkpoint lag grows with any other load."
 )
-PARTITIONS = 6
-
-
-def _value(i: int) -> bytes:
-    dev = f"dev-{i % 10_000:06d}"
-    return orjson.dumps(
-        {
-            "schema_version": 1,
-            "device_id": dev,
-            "candidates": [
-                {"strategy": "replace_part", "score": 0.61},
-                {"strategy": "remote_reset", "score": 0.25},
-                {"strategy": "dispatch_technician", "score": 0.14},
-            ],
-            "model_version": "1.0.0",
-            "computed_at_ms": 1_750_000_000_000 + i,
-            "valid_until_ms": 1_750_000_600_000 + i,
-            "produced_at_ms": 1_750_000_000_050 + i,
-            "trigger": "heartbeat",
-            "lineage": [
-                {
-                    "topic": "precast.heartbeats",
-                    "partition": i % PARTITIONS,
-                    "offset": i,
-                    "event_id": f"{i:032x}",
-                    "trace_id": f"{i:032x}",
-                }
-            ],
-            "inference_ms": 3,
-        }
-    )
 
 
 def _fill(settings, topic: str, n: int) -> None:
@@ -66,7 +32,7 @@ def _fill(settings, topic: str, n: int) -> None:
     for start in range(0, n, step):
         idx = range(start, min(n, start + step))
         p.produce_batch(
-            topic, [f"dev-{i % 10_000:06d}".encode() for i in idx], [_value(i) for i in idx]
+            topic, [f"dev-{i % 10_000:06d}".encode() for i in idx], [leaf_value(i) for i in idx]
         )
     p.flush(120)
 
@@ -184,7 +150,7 @@ def _paced_producer(bootstrap: str, topic: str, rate: int, total: int) -> None:
     from precast.kafka import Producer
     from precast.settings import KafkaSettings
 
-    values = [_value(1_000_000 + i) for i in range(total)]
+    values = [leaf_value(1_000_000 + i) for i in range(total)]
     keys = [f"dev-{i % 10_000:06d}".encode() for i in range(total)]
     linger: dict[str, Any] = {"linger.ms": 2}
     p = Producer(KafkaSettings(bootstrap_servers=bootstrap), **linger)
@@ -196,69 +162,6 @@ def _paced_producer(bootstrap: str, topic: str, rate: int, total: int) -> None:
             time.sleep(wait)
         p.produce_batch(topic, keys[start : start + per_slice], values[start : start + per_slice])
     p.flush(60)
-
-
-def _big_log(n: int, tmp: Path, every: int):
-    """n leaves appended through the auditor's own batch step, a signed checkpoint every
-    `every` leaves (what 1/s looks like at that rate)."""
-    from precast.audit.batch import append_records
-    from precast.audit.checkpoint import Checkpoint, Signer
-    from precast.audit.store import LogStore
-    from precast.kafka.types import Record
-
-    signer = Signer.generate("bench.local/audit")
-    store = LogStore(tmp / "big.db")
-    store.bind(signer.name, "bench.predictions")
-    offsets = [0] * PARTITIONS
-    batch = 5_000
-    for start in range(0, n, batch):
-        recs = []
-        for i in range(start, min(n, start + batch)):
-            p = i % PARTITIONS
-            recs.append(Record("bench.predictions", p, offsets[p], None, _value(i)))
-            offsets[p] += 1
-        b = append_records(store, "bench.predictions", recs)
-        if b.tree.size % every == 0 or b.tree.size == n:
-            cp = Checkpoint(signer.name, b.tree.size, b.tree.root())
-            store.add_checkpoint(cp.size, cp.root, signer.sign(cp), 0)
-    return store, signer
-
-
-def _proofs(store, sizes: list[int], samples: int) -> dict[str, float]:
-    from precast.audit.hashing import leaf_hash
-    from precast.audit.proofs import Prover, verify_consistency, verify_inclusion
-
-    prover = Prover(store)
-    n = store.size()
-    root = store.latest_checkpoint().root
-    rng = random.Random(7)
-    inc_t, inc_len, ver_t = [], [], []
-    for _ in range(samples):
-        i = rng.randrange(n)
-        t = time.perf_counter()
-        proof = prover.inclusion(i, n)
-        inc_t.append(time.perf_counter() - t)
-        inc_len.append(len(proof))
-        lh = leaf_hash(store.leaf(i)[1])
-        t = time.perf_counter()
-        verify_inclusion(i, n, lh, proof, root)
-        ver_t.append(time.perf_counter() - t)
-    con_t, con_len = [], []
-    for _ in range(samples):
-        a, b = sorted(rng.sample(sizes, 2))
-        t = time.perf_counter()
-        proof = prover.consistency(a, b)
-        con_t.append(time.perf_counter() - t)
-        con_len.append(len(proof))
-        verify_consistency(a, b, store.checkpoint(a).root, store.checkpoint(b).root, proof)
-    return {
-        "inclusion_ms": statistics.median(inc_t) * 1000,
-        "inclusion_p99_ms": sorted(inc_t)[int(0.99 * (len(inc_t) - 1))] * 1000,
-        "inclusion_bytes": statistics.mean(inc_len) * 32,
-        "inclusion_verify_us": statistics.median(ver_t) * 1e6,
-        "consistency_ms": statistics.median(con_t) * 1000,
-        "consistency_bytes": statistics.mean(con_len) * 32,
-    }
 
 
 def run(ctx: Context) -> Report:
@@ -304,7 +207,7 @@ def run(ctx: Context) -> Report:
             )
             progress(f"audit: building a {big:,}-leaf log")
             t = time.perf_counter()
-            store, signer = _big_log(big, tmp, every=50_000)
+            store, signer = big_log(big, tmp, every=50_000)
             build_s = time.perf_counter() - t
             rows.append(
                 [
@@ -336,7 +239,7 @@ def run(ctx: Context) -> Report:
                 ]
             )
             sizes = [c.size for c in store.checkpoints()]
-            pr = _proofs(store, sizes, 50 if ctx.quick else 300)
+            pr = proof_times(store, sizes, 50 if ctx.quick else 300)
             rows.append(
                 [
                     "inclusion proof (build, median)",
@@ -392,7 +295,7 @@ def run(ctx: Context) -> Report:
             store.close()
     finally:
         admin.delete_topics([topic, lag_topic, cp_topic])
-    cond = f"{PARTITIONS} partitions, PredictionSets of ~{len(_value(0))} B, batches of 5,000"
+    cond = f"{PARTITIONS} partitions, PredictionSets of ~{len(leaf_value(0))} B, batches of 5,000"
     return Report(
         title="Audit log (RFC 6962 Merkle log, SQLite WAL, Ed25519 checkpoints every second)",
         columns=["what", "size", "value", "unit"],

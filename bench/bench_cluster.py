@@ -17,14 +17,13 @@ from pathlib import Path
 
 import orjson
 
+from bench.cluster_groups import group_coordinator, group_led_by
 from bench.cluster_procs import (
     PARTITIONS,
     LeaderWatch,
     Load,
     PostFaultTail,
     active_controller,
-    group_coordinator,
-    group_led_by,
     heap_growth,
     heap_sample,
     high_watermarks,

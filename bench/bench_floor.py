@@ -22,9 +22,10 @@ import time
 import orjson
 
 from bench.bench_freshness import _capacity, _quiet
-from bench.bench_worker import LoadProcess
-from bench.freshness_run import LOAD_STEP_S, cpu_s, log_append_catalog, pct
+from bench.fleet_load import LoadProcess
+from bench.freshness_run import LOAD_STEP_S, log_append_catalog, pct
 from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
+from bench.procstat import cpu_s
 
 NAME = "floor"
 DESCRIPTION = "freshness of Kafka alone (load, relay, reader) at the freshness sweep's rates"

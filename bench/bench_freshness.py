@@ -16,19 +16,18 @@ from __future__ import annotations
 import os
 import time
 
-from bench.bench_worker import LOAD_DEVICES, LoadProcess
+from bench.fleet_load import LOAD_DEVICES, LoadProcess
 from bench.freshness_run import (
     HOPS,
     LOAD_STEP_S,
     PROCESSES,
     Pipeline,
     Point,
-    cpu_s,
     log_append_catalog,
     pct,
-    thread_cpu_s,
 )
 from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
+from bench.procstat import cpu_s, thread_cpu_s
 
 NAME = "freshness"
 DESCRIPTION = "event -> answer readable and pushed, swept over rates, all cores and one core"
@@ -55,13 +54,14 @@ JIT_SETTLED, JIT_WINDOW_S = 0.05, 5.0
 
 def _capacity(ctx: Context, admin, devices: int) -> float:
     """Events/s of one worker over a backlog of the fleet's heartbeats, on this process's CPUs."""
-    from bench.bench_worker import _catalog, _produce_heartbeats, _run_worker
+    from bench.bench_worker import _catalog, _run_worker
+    from bench.fleet_load import produce_heartbeats
     from precast.kafka import Consumer
 
     topics = _catalog(ctx, admin)
     try:
         hb = topics.heartbeats.name
-        _produce_heartbeats(ctx.kafka_settings(), hb, devices, 2)
+        produce_heartbeats(ctx.kafka_settings(), hb, devices, 2)
         c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
         ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
         c.close()

@@ -21,7 +21,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bench.bench_worker import PARTITIONS, ROOT, _catalog, _produce_heartbeats, _worker
+from bench.bench_worker import PARTITIONS, ROOT, _catalog, _worker
+from bench.fleet_load import produce_heartbeats
 from bench.harness import Context, Figure, Report, progress
 
 NAME = "shadow"
@@ -135,7 +136,7 @@ def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str
     try:
         progress(f"long range: producing {devices * rounds:,} heartbeats ({devices:,} x {rounds})")
         t0 = time.monotonic()
-        _produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
+        produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
         produce_s = time.monotonic() - t0
         c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
         ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
@@ -216,7 +217,7 @@ def run(ctx: Context) -> Report:
     hb = topics.heartbeats.name
     try:
         progress(f"producing {devices * rounds:,} heartbeats ({devices:,} devices x {rounds})")
-        _produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
+        produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
         c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
         ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
         c.close()
@@ -232,7 +233,7 @@ def run(ctx: Context) -> Report:
                 shadow.append(total / s["elapsed_s"])
             # Memory: the same fleet over a 1x and a 4x longer range, each in its own process.
             progress(f"producing {3 * devices * rounds:,} more heartbeats for the memory check")
-            _produce_heartbeats(ctx.kafka_settings(), hb, devices, 3 * rounds)
+            produce_heartbeats(ctx.kafka_settings(), hb, devices, 3 * rounds)
             c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
             ends4 = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
             c.close()

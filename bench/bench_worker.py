@@ -4,22 +4,17 @@ per-stage profile of where a worker's time goes."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import orjson
 
+from bench.fleet_load import produce_heartbeats
 from bench.harness import Context, Figure, Report, progress
 from bench.worker_bound import decode_free
+from bench.worker_freshness import WARMUP_S, freshness
 from bench.worker_one_core import gap_rows, one_core
-from schemas.leases import is_lease_key
 
 NAME = "worker"
 DESCRIPTION = (
@@ -34,123 +29,6 @@ SPARE_CPU = (
 )
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
-
-
-WARMUP_S = 3.0  # freshness: seconds of load before inputs count
-LOAD_DEVICES = 10_000  # the devices a `LoadProcess` sends for (the same IDs every time)
-
-
-def _produce_heartbeats(
-    settings,
-    topic: str,
-    devices: int,
-    rounds: int,
-    rate: float | None = None,
-    seconds: float | None = None,
-    stop: threading.Event | None = None,
-    step_s: float = 0.001,
-) -> int:
-    """Heartbeats from a simulated fleet; each round is one heartbeat per device, 1 s of event
-    time later. Paced at `rate`/s for `seconds` when given, `step_s` worth at a time."""
-    from precast.kafka import Producer
-    from producers.publisher import TraceIds
-    from producers.simulator import Fleet
-
-    fleet, p, trace = Fleet(devices, seed=3), Producer(settings), TraceIds(seed=3).new
-    if rate is not None:
-        return _paced(p, fleet, trace, topic, devices, rate, seconds, stop, step_s=step_s)
-    # Unpaced rounds step event time 1 s each: start that far back so none lies in the future
-    # (a worker dead-letters event times ahead of its clock).
-    back = 1000 * rounds
-    t0, sent = int(time.time() * 1000) - back, 0
-    chunk = 500
-    while sent < devices * rounds:
-        now = t0 + 1000 * (sent // devices)
-        for e in fleet.heartbeats(chunk, now):
-            p.produce(topic, e["device_id"].encode(), orjson.dumps(e), [("traceparent", trace())])
-        p.poll(0)
-        sent += chunk
-    p.flush()
-    return sent
-
-
-def _paced(
-    p, fleet, trace, topic, devices, rate, seconds, stop, pool: int = 2, step_s: float = 0.001
-) -> int:
-    """`rate` heartbeats/s, `step_s` worth at a time: a millisecond's by default, as a fleet
-    sends (a 500-record burst every 50 ms would put up to 50 ms of the load's own queueing into
-    every freshness figure that starts at a load record's produce call). The load stands in for
-    devices on other machines, so it must cost this machine as little as it can: `pool` rounds
-    of the fleet are drawn and encoded once and cycled, each record sent with the current time
-    patched into its fixed-width time fields (drawing and encoding a heartbeat per record took a
-    fifth of a core at 1,000 events/s)."""
-    base = int(time.time() * 1000)
-    marker = str(base).encode()  # 13 digits until 2286: the same width as any fresh time
-    records = [
-        (e["device_id"].encode(), orjson.dumps(e), [("traceparent", trace())])
-        for e in fleet.heartbeats(devices * pool, base)
-    ]
-    produce, n, i, sent, start = p.produce, len(records), 0, 0, time.monotonic()
-    chunk = max(1, int(rate * step_s))
-    while (seconds is None or time.monotonic() - start < seconds) and not (
-        stop is not None and stop.is_set()
-    ):
-        ahead = sent / rate - (time.monotonic() - start)
-        if ahead > 0:
-            time.sleep(ahead)
-        now = str(int(time.time() * 1000)).encode()
-        for _ in range(chunk):
-            key, value, headers = records[i]
-            produce(topic, key, value.replace(marker, now), headers)
-            i = (i + 1) % n
-        p.poll(0)
-        sent += chunk
-    p.flush()
-    return sent
-
-
-class LoadProcess:
-    """`_produce_heartbeats` at a steady rate in a child process. A latency benchmark's timing
-    threads then never wait for the GIL behind the load generator (Python hands the GIL over
-    only every 5 ms to a thread that asks for it)."""
-
-    def __init__(
-        self, settings, topic: str, *, rate: float, seconds: float, step_s: float = 0.001
-    ) -> None:
-        mp = multiprocessing.get_context("spawn")
-        self.stop, self.started, self._sent = mp.Event(), mp.Event(), mp.Value("q", -1)
-        self._proc = mp.Process(
-            target=_load_child,
-            args=(settings, topic, rate, seconds, self.stop, self.started, self._sent, step_s),
-            daemon=True,
-        )
-
-    def start(self, timeout: float = 60) -> None:
-        self._proc.start()
-        if not self.started.wait(timeout):
-            raise RuntimeError("the load process did not start")
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid
-
-    def join(self, timeout: float = 60) -> int:
-        """Records sent (after the run ends or `stop` is set)."""
-        self._proc.join(timeout)
-        if self._proc.is_alive():
-            self._proc.kill()
-            raise RuntimeError("the load process did not finish")
-        return int(self._sent.value)
-
-
-def _load_child(settings, topic, rate, seconds, stop, started, sent, step_s) -> None:
-    # The load stands in for devices on other machines: on this 2-core box it yields the CPU
-    # to the pipeline under test (the achieved rate is reported, so a starved load shows).
-    os.nice(10)
-    started.set()
-    sent.value = _produce_heartbeats(
-        settings, topic, LOAD_DEVICES, 0, rate=rate, seconds=seconds, stop=stop, step_s=step_s
-    )
 
 
 def _catalog(ctx: Context, admin):
@@ -278,98 +156,6 @@ def _inference_rows_per_s(sizes: list[int]) -> dict[int, float]:
     return out
 
 
-def _freshness(ctx, admin, exactly_once: bool, seconds: float) -> tuple[np.ndarray, int]:
-    """ms from an event's produce call to a read_committed reader holding its prediction,
-    for every input in a prediction's lineage, with a worker process running on its own."""
-    from precast.kafka import OFFSET_END, Consumer, TopicPartitionOffset
-
-    topics = _catalog(ctx, admin)
-    from opsctl.stack.process import free_port
-
-    port = free_port()
-    env = {
-        **os.environ,
-        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-        "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
-        "PRECAST_WORKER__GROUP_ID": ctx.unique("fr"),
-        "PRECAST_MODEL__PROVIDER": "cpu",
-        "PRECAST_METRICS__PORT": str(port),
-        "PRECAST_LOG_LEVEL": "WARNING",
-        "PRECAST_WORKER__EXACTLY_ONCE": "true" if exactly_once else "false",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.precompute.cli"],
-        env=env,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-    )
-    reader = Consumer(
-        ctx.kafka_settings(), ctx.unique("rd"), **{"isolation.level": "read_committed"}
-    )
-    reader.assign(
-        [TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(PARTITIONS)]
-    )
-    try:
-        _wait_ready(port)
-        stop, lat = threading.Event(), []
-        ts: dict[tuple[int, int], int] = {}
-
-        def read() -> None:
-            while not stop.is_set():
-                # consume_available: a full-batch wait would add up to 50 ms to the figure
-                for m in reader.consume_available(5_000, 0.05):
-                    now = time.time() * 1000
-                    if is_lease_key(m.key()):
-                        continue  # a validity lease names no input
-                    for r in orjson.loads(m.value())["lineage"]:
-                        lat.append((r["partition"], r["offset"], now))
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        load = LoadProcess(
-            ctx.kafka_settings(), topics.heartbeats.name, rate=10_000, seconds=seconds + WARMUP_S
-        )
-        load.start()
-        # The first seconds after start-up (group join, first fetches, the producer's PID) are
-        # not the steady state the figure is about: inputs produced then are left out.
-        measured_from = time.time() * 1000 + WARMUP_S * 1000
-        sent = load.join(seconds + WARMUP_S + 60)
-        time.sleep(1.5)
-        stop.set()
-        t.join()
-        # produce time of each input = its record's CreateTime, set by our producer at produce()
-        c = Consumer(ctx.kafka_settings(), ctx.unique("ts"))
-        c.assign([TopicPartitionOffset(topics.heartbeats.name, p, 0) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + 30
-        while len(ts) < sent and time.monotonic() < deadline:
-            for m in c.consume(10_000, 0.2):
-                ts[(m.partition(), m.offset())] = m.timestamp()[1]
-        c.close()
-        ms = np.array(
-            [now - ts[(p, o)] for p, o, now in lat if (p, o) in ts and ts[(p, o)] >= measured_from]
-        )
-        return ms, sent
-    finally:
-        reader.close()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        admin.delete_topics([t.name for t in topics])
-
-
-def _wait_ready(port: int, timeout: float = 60) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError("worker did not become ready")
-
-
 def run(ctx: Context) -> Report:
     from precast.kafka import Admin, Consumer
 
@@ -380,7 +166,7 @@ def run(ctx: Context) -> Report:
     hb = topics.heartbeats.name
     try:
         progress(f"producing {devices * rounds:,} heartbeats ({devices:,} devices x {rounds})")
-        _produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
+        produce_heartbeats(ctx.kafka_settings(), hb, devices, rounds)
         c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
         ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
         c.close()
@@ -406,9 +192,9 @@ def run(ctx: Context) -> Report:
     finally:
         admin.delete_topics([t.name for t in topics])
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, at-least-once")
-    f_alo, _ = _freshness(ctx, admin, False, fresh_s)
+    f_alo, _ = freshness(ctx, admin, _catalog, False, fresh_s)
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, exactly-once")
-    f_eos, _ = _freshness(ctx, admin, True, fresh_s)
+    f_eos, _ = freshness(ctx, admin, _catalog, True, fresh_s)
 
     where = "pinned with the broker" if one["broker_pinned"] else "pinned (broker not pinned)"
     rows = [

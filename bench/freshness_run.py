@@ -35,8 +35,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import orjson
 
-from bench.bench_worker import LoadProcess, _wait_ready
+from bench.fleet_load import LoadProcess
 from bench.harness import ROOT, app_env, stop_processes
+from bench.procstat import cpu_s, thread_cpu_s
+from bench.worker_freshness import wait_ready
 from precast.kafka.config import PRODUCER_DEFAULTS
 
 HOPS = (
@@ -67,33 +69,6 @@ def log_append_catalog(catalog):
         heartbeats=replace(catalog.heartbeats, config={**catalog.heartbeats.config, **stamp}),
         predictions=replace(catalog.predictions, config={**catalog.predictions.config, **stamp}),
     )
-
-
-def cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of a process, all its threads (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, TypeError, IndexError):
-        return 0.0
-
-
-def thread_cpu_s(pid: int | None) -> dict[str, float]:
-    """CPU seconds per thread name of a process (librdkafka names its threads rdk:*)."""
-    out: dict[str, float] = {}
-    try:
-        for t in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{t}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
-                "SC_CLK_TCK"
-            )
-    except (OSError, TypeError, IndexError):
-        pass
-    return out
 
 
 @dataclass
@@ -173,8 +148,8 @@ class Pipeline:
         self.producer = Producer(ctx.kafka_settings(), **{"delivery.report.only.error": False})
 
     def start(self) -> None:
-        _wait_ready(self.worker_port)
-        _wait_ready(self.api_port, timeout=120)
+        wait_ready(self.worker_port)
+        wait_ready(self.api_port, timeout=120)
         # A new producer's first record waits for topic metadata (~0.5 s): not the pipeline's.
         self.producer.produce(self.topics.heartbeats.name, b"warmup", b"{}")
         self.producer.flush(10)

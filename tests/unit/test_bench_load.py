@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.bench_worker import _paced
+from bench.fleet_load import paced
 from producers.publisher import TraceIds
 from producers.simulator import Fleet
 
@@ -34,7 +34,7 @@ def test_the_load_keeps_its_rate_and_wakes_once_per_step(step_s):
     fleet, trace, p = Fleet(50, seed=1), TraceIds(seed=1).new, Counting()
     rate, seconds = 4_000, 0.5
     t0 = time.monotonic()
-    sent = _paced(p, fleet, trace, "t", 50, rate, seconds, None, step_s=step_s)
+    sent = paced(p, fleet, trace, "t", 50, rate, seconds, None, step_s=step_s)
     took = time.monotonic() - t0
     assert sent == p.records
     assert rate * seconds * 0.9 <= sent <= rate * took * 1.1  # the asked rate, not a burst

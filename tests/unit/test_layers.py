@@ -145,7 +145,7 @@ def test_no_module_over_400_lines():
     """Small modules named for what they hold: a module past 400 lines is split by concern."""
     big = {
         str(p.relative_to(ROOT)): n
-        for pkg in PACKAGES
+        for pkg in (*PACKAGES, "bench")  # the benchmarks are code the project keeps too
         for p in _sources(pkg)
         if (n := len(p.read_text().splitlines())) > 400
     }

@@ -1,0 +1,33 @@
+"""CPU time of a process, and of each of its threads by name, from /proc: what the benchmarks
+report as CPU per event (it hardly moves with other work on the machine, unlike wall time)."""
+
+from __future__ import annotations
+
+import os
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process, all its threads (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, TypeError, IndexError):
+        return 0.0
+
+
+def thread_cpu_s(pid: int | None) -> dict[str, float]:
+    """CPU seconds per thread name of a process (librdkafka names its threads rdk:*)."""
+    out: dict[str, float] = {}
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
+                "SC_CLK_TCK"
+            )
+    except (OSError, TypeError, IndexError):
+        pass
+    return out
