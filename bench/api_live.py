@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import http.client
-import os
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ import numpy as np
 import orjson
 
 from bench.api_load import ApiServer, fixed_rate, zipf_paths
-from bench.harness import ROOT, Context, progress
+from bench.harness import ROOT, Context, app_env, progress
 
 
 def _probe_freshness(
@@ -71,19 +70,17 @@ def live_phase(
     from producers.publisher import EventPublisher
     from producers.simulator import Fleet
 
-    env = {
-        **os.environ,
-        "PRECAST_TOPICS__PREFIX": topics.predictions.name.removesuffix("predictions"),
-        "PRECAST_TOPICS__PARTITIONS": str(topics.predictions.partitions),
-        "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
-        "PRECAST_REDIS__URL": "",
-        "PRECAST_API__GROUP_ID": ctx.unique("api"),
-        "PRECAST_WORKER__GROUP_ID": ctx.unique("workers"),
-        "PRECAST_SIMULATOR__DEVICES": str(devices),
-        "PRECAST_SIMULATOR__RATE": str(rate),
-        "PRECAST_MODEL__PROVIDER": "cpu",
-        "PRECAST_LOG_LEVEL": "WARNING",
-    }
+    env = app_env(
+        ctx.bootstrap_servers,
+        topics,
+        topics.predictions.partitions,
+        PRECAST_REDIS__URL="",
+        PRECAST_API__GROUP_ID=ctx.unique("api"),
+        PRECAST_WORKER__GROUP_ID=ctx.unique("workers"),
+        PRECAST_SIMULATOR__DEVICES=str(devices),
+        PRECAST_SIMULATOR__RATE=str(rate),
+        PRECAST_MODEL__PROVIDER="cpu",
+    )
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", m],
