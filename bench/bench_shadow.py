@@ -77,6 +77,7 @@ def _shadow_run(ctx: Context, topics, ends: dict[int, int], out: Path) -> dict:
         fresh=True,
         all_triggers=False,
         truth=None,
+        truth_file=None,
         progress=False,
     )
     run(settings, args)
