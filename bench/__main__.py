@@ -6,12 +6,13 @@ import importlib
 import pkgutil
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from bench.harness import Context, progress, record, render_table
 from precast.runtime import OneLineParser
 
 
-def available() -> dict[str, object]:
+def available() -> dict[str, ModuleType]:
     mods = {}
     for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if info.name.startswith("bench_"):

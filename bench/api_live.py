@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import orjson
@@ -93,7 +94,8 @@ def live_phase(
         for m in ("producers.cli", "workers.precompute.cli")
     ]
     server = ApiServer(8791, {k: env[k] for k in env if k.startswith("PRECAST_")}, devices)
-    rows, res = [], {}
+    rows: list[list] = []
+    res: dict[str, Any] = {}
     try:
         server.wait_ready()
         warm = 2 * devices / rate + 10

@@ -104,9 +104,10 @@ def wrk(
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non2xx:
         raise SystemExit(f"bench api: wrk saw {non2xx.group(1)} errors on {url}{paths[0]}")
-    return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1)), int(
-        re.search(r"(\d+) requests in", out).group(1)
-    )
+    rps, count = re.search(r"Requests/sec:\s+([0-9.]+)", out), re.search(r"(\d+) requests in", out)
+    if rps is None or count is None:
+        raise SystemExit(f"bench api: wrk printed no summary for {url}{paths[0]}:\n{out}")
+    return float(rps.group(1)), int(count.group(1))
 
 
 def fixed_rate(

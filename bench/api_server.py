@@ -22,7 +22,7 @@ from consumer_api.settings import ApiSettings
 from precast.fleet import load_fleet
 from precast.settings import load
 from producers.simulator import Fleet
-from schemas.validation import validate_event
+from schemas.validation import Rejected, validate_event
 from workers.model.inference import ModelSession
 from workers.model.topk import top_k
 from workers.settings import DEFAULT_MODEL_DIR
@@ -52,6 +52,8 @@ class OnDemand:
         # the spec's own path of a per-request inference: validate, state columns, features
         fleet = load_fleet()
         got = validate_event("heartbeats", device_id.encode(), orjson.dumps(e))
+        if isinstance(got, Rejected):  # the simulator's own events: not expected
+            return None
         state = np.array([fleet.features.state_row(got.event)], dtype=np.float64)
         x = fleet.features.build(state, fleet.context.columns([None], np.zeros(1, dtype=np.int64)))
         probs = self.model.predict(x)

@@ -4,6 +4,7 @@ fixed rates, rebuild of 1M devices, hit ratio and freshness while the simulator 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,8 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
         CONSTANT: ["/bench/constant"],
         ONDEMAND: [f"/bench/ondemand/{d}" for d in sample],
     }
-    rows, res = [], {}
+    rows: list[list] = []
+    res: dict[str, Any] = {}
     best: dict[tuple[str, str], float] = {}
     cpu_us: dict[tuple[str, str], float] = {}  # server CPU per request: robust to a busy machine
     for rnd in range(
@@ -97,7 +99,7 @@ def http_phase(ctx: Context, topics, n_devices: int, seconds: float) -> tuple[li
     )
     try:
         progress(f"http: {SERVERS[0]} ready after {server.wait_ready():.1f}s")
-        lat: dict[tuple[str, int], dict] = {}
+        lat: dict[tuple[str, int | str], dict] = {}
         for name, rates in ((NEWEST, (1_000, 5_000, 10_000)), (ONDEMAND, (1_000, 10_000))):
             for rate in rates:
                 r = fixed_rate(server.url, paths[name], rate, seconds, cpus=load_cpus)
@@ -143,7 +145,7 @@ def run(ctx: Context) -> Report:
 
     admin = Admin(ctx.kafka_settings())
     q = ctx.quick
-    made = []
+    made: list[str] = []
 
     def fresh_topics(stem: str):
         cat = catalog(prefix=ctx.unique(stem) + ".", partitions=6)

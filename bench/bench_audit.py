@@ -80,7 +80,7 @@ def _throughput(settings, topic: str, cp_topic: str, n: int, tmp: Path) -> tuple
     app.checkpoint()
     elapsed = time.perf_counter() - started
     consumer.close()
-    app.producer.flush(10)  # type: ignore[union-attr]
+    app.producer.flush(10)
     app.store.close()
     return n / elapsed, checkpoints, app.signer.verifier
 

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -129,9 +130,8 @@ def run(ctx: Context) -> Report:
         ),
         _spawn("consumer_api.cli", {**base, "PRECAST_API__PORT": str(api_port)}),
     ]
-    reader = Consumer(
-        ctx.kafka_settings(), ctx.unique("br"), **{"isolation.level": "read_committed"}
-    )
+    committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
+    reader = Consumer(ctx.kafka_settings(), ctx.unique("br"), **committed_only)
     reader.assign(
         [TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(PARTITIONS)]
     )

@@ -31,7 +31,7 @@ def _records(fleet, n: int, seed: int = 3) -> list:
     from producers.simulator import Fleet
 
     sim = Fleet(max(2_000, n // 20), seed=seed, fleet=fleet)
-    out = []
+    out: list = []
     t0 = 1_760_000_000_000
     while len(out) < n:
         for e in sim.heartbeats(2_000, t0 + len(out)):

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import threading
 import time
+from typing import Any
 
 import orjson
 
@@ -50,7 +51,8 @@ def _relay_child(settings, src: str, dst: str, stop, ready) -> None:
     from precast.kafka import OFFSET_END, Consumer, Producer, TopicPartitionOffset
 
     # linger 0, as the worker's predictions producer (workers.precompute.delivery.LINGER_MS)
-    c, p = Consumer(settings, f"relay-{os.getpid()}"), Producer(settings, **{"linger.ms": 0})
+    linger: dict[str, Any] = {"linger.ms": 0}
+    c, p = Consumer(settings, f"relay-{os.getpid()}"), Producer(settings, **linger)
     c.assign([TopicPartitionOffset(src, q, OFFSET_END) for q in range(PARTITIONS)])
     pos: dict[int, int] = {}
     next_commit = time.monotonic() + 0.2
@@ -58,7 +60,7 @@ def _relay_child(settings, src: str, dst: str, stop, ready) -> None:
     while not stop.is_set():
         msgs = c.consume_available(5_000, 0.1)
         if msgs:
-            p.produce_batch(dst, [m.key() for m in msgs], [m.value() for m in msgs])
+            p.produce_batch(dst, [m.key() or b"" for m in msgs], [m.value() or b"" for m in msgs])
             p.poll(0)
             for m in msgs:
                 pos[m.partition()] = m.offset() + 1
@@ -107,7 +109,8 @@ def _point(ctx: Context, src: str, dst: str, relay_pid, broker, rate: int, secon
 
     reader = _Reader(ctx.kafka_settings(), dst, ctx.unique("floor-r"))
     reader.start()
-    producer = Producer(ctx.kafka_settings(), **{"delivery.report.only.error": False})
+    reports: dict[str, Any] = {"delivery.report.only.error": False}
+    producer = Producer(ctx.kafka_settings(), **reports)
     producer.produce(src, b"warmup", b"{}")
     producer.flush(10)
     load = LoadProcess(

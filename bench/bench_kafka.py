@@ -62,7 +62,8 @@ def run(ctx: Context) -> Report:
         admin.create_topic(t, partitions)
     keys = [f"dev-{i % 10_000:06d}".encode() for i in range(n)]
     value = b"x" * 300  # about one heartbeat
-    rows, rates = [], {}
+    rows: list[list] = []
+    rates: dict[str, float] = {}
     try:
         for rnd in range(2):  # alternate A/B twice; keep the better of each (noisy 2-core box)
             progress(f"round {rnd + 1}: produce {n:,} x 300 B")

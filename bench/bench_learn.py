@@ -121,12 +121,18 @@ def _leaks(stream: Stream, folders: list[Path], names: tuple[str, ...]) -> tuple
             if late or ref is None or not np.allclose(x[i], ref, atol=1e-5, rtol=0):
                 leaks += 1
                 if leaks <= 5:  # what differs, for whoever must find out why
-                    diff = [] if ref is None else np.flatnonzero(~np.isclose(x[i], ref, atol=1e-5))
+                    differing = (
+                        "no reference row"
+                        if ref is None
+                        else ", ".join(
+                            f"{names[j]} {x[i][j]:g} vs {ref[j]:g}"
+                            for j in np.flatnonzero(~np.isclose(x[i], ref, atol=1e-5))[:4]
+                        )
+                    )
                     progress(
                         f"learn: leak? {e} opened {cols['time_ms'][i]}, heartbeat "
                         f"{cols['heartbeat_time_ms'][i]} (reference's "
-                        f"{stream.reference_hb_ms.get(e)}), differing: "
-                        + ", ".join(f"{names[j]} {x[i][j]:g} vs {ref[j]:g}" for j in diff[:4])
+                        f"{stream.reference_hb_ms.get(e)}), differing: {differing}"
                     )
     return leaks, checked
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import orjson
+from redis.cluster import RedisCluster
 
 from bench.harness import Context, Figure, Report, progress
 
@@ -103,9 +104,11 @@ def _redis(n: int) -> tuple[float, float]:
         )
 
         def masters_memory() -> int:
+            client = cs.client
+            assert isinstance(client, RedisCluster)  # from_settings(cluster=True)
             return sum(
                 node.redis_connection.info("memory")["used_memory"]
-                for node in cs.client.get_primaries()
+                for node in client.get_primaries()
             )
 
         cluster = _redis_bytes_per_device(cs, masters_memory, n)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -54,7 +55,7 @@ HOT_FOR_MS = 30_000  # a read keeps a device hot this long
 WHOLE = LeaseConfig(enabled=False)  # main's way: every stable answer republished before expiry
 
 
-def _records(events: list, offsets: Iterator[int]) -> list[Record]:
+def _records(events: Sequence[Any], offsets: Iterator[int]) -> list[Record]:
     out = []
     for e in events:
         if isinstance(e, dict) and e.get("kind") in ROLE_TOPIC:
@@ -108,7 +109,7 @@ def simulate(
     fleet = Fleet(devices, seed, profile=profile, drift_share=0.05, drift_s=120.0, run_id="bench")
     reads = Reads(fleet.ids, read_rate, seed)
     tmp = tempfile.TemporaryDirectory(prefix="bench-speculation-")
-    arms = {}
+    arms: dict[str, Arm] = {}
     for name, p in policies.items():
         policy, lease = p if isinstance(p, tuple) else (p, None)
         log = Path(tmp.name) / f"arm{len(arms)}" if name in audit else None

@@ -191,8 +191,8 @@ def _read_unknown(client, reads: int) -> tuple[int, float]:
     done += hints // 500 * 500
     while done < reads:  # batch GETs
         n = min(500, reads - done)
-        ids = ",".join(f"b{rng().hex}" for _ in range(n))
-        r = client.get("/v1/predictions", params={"ids": ids})
+        joined = ",".join(f"b{rng().hex}" for _ in range(n))
+        r = client.get("/v1/predictions", params={"ids": joined})
         assert r.status_code == 200 and r.json()["count"] == n
         done += n
         if done % 200_000 < 500:

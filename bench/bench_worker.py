@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,14 +73,19 @@ def _worker(
         stop_at={(hb, p): end[p] for p in range(PARTITIONS)},
     )
     if predecoded is not None:  # bench.worker_bound: decoding done before the run
-        w.pipeline.decoder.heartbeats = predecoded.heartbeats
+        w.pipeline.decoder.heartbeats = predecoded.heartbeats  # type: ignore[method-assign]
     return w
+
+
+def _count(c: Any) -> float:
+    """A prometheus_client counter's value, read in process (no scrape in the timing)."""
+    return float(c._value.get())
 
 
 def _stage_seconds() -> dict[str, float]:
     from workers.precompute import metrics as M
 
-    return {name: c._value.get() for name, c in M.STAGE.items()}
+    return {name: _count(c) for name, c in M.STAGE.items()}
 
 
 def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
@@ -89,13 +95,13 @@ def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
 
     w = _worker(ctx, topics, end=ends, **kw)
     tune_gc()  # as precast-worker does at start
-    before, preds0 = _stage_seconds(), sum(c._value.get() for c in M.PREDICTIONS._metrics.values())
+    before, preds0 = _stage_seconds(), sum(map(_count, M.PREDICTIONS._metrics.values()))
     t0, cpu0 = time.perf_counter(), time.process_time()
     w.run()
     el, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     w.close()
     after = _stage_seconds()
-    preds = sum(c._value.get() for c in M.PREDICTIONS._metrics.values()) - preds0
+    preds = sum(map(_count, M.PREDICTIONS._metrics.values())) - preds0
     return (
         sum(ends.values()) / el,
         int(preds),
@@ -119,7 +125,7 @@ def _passthrough(ctx, topics, ends) -> tuple[float, float]:
     while done < total:
         msgs = c.consume(5_000, 0.1)
         if msgs:
-            p.produce_batch(out, [m.key() for m in msgs], [m.value() for m in msgs])
+            p.produce_batch(out, [m.key() or b"" for m in msgs], [m.value() or b"" for m in msgs])
             done += len(msgs)
             for m in msgs:
                 pos[m.partition()] = m.offset() + 1

@@ -327,7 +327,7 @@ def lineage_covered(settings, predictions: str, inputs: str, ends: dict[int, int
         for m in msgs:
             if is_lease_key(m.key()):
                 continue  # a validity lease names no input
-            for ref in orjson.loads(m.value())["lineage"]:
+            for ref in orjson.loads(m.value() or b"{}")["lineage"]:
                 if ref["topic"] == inputs:
                     part, off = ref["partition"], ref["offset"]
                     if off < len(seen[part]) and not seen[part][off]:

@@ -31,6 +31,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import orjson
@@ -145,7 +146,8 @@ class Pipeline:
         from precast.kafka import Producer
 
         # Delivery reports for successes too: the probe's carries the broker's append time.
-        self.producer = Producer(ctx.kafka_settings(), **{"delivery.report.only.error": False})
+        reports: dict[str, Any] = {"delivery.report.only.error": False}
+        self.producer = Producer(ctx.kafka_settings(), **reports)
 
     def start(self) -> None:
         wait_ready(self.worker_port)

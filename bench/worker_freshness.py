@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import orjson
@@ -51,9 +52,8 @@ def freshness(
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
-    reader = Consumer(
-        ctx.kafka_settings(), ctx.unique("rd"), **{"isolation.level": "read_committed"}
-    )
+    committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
+    reader = Consumer(ctx.kafka_settings(), ctx.unique("rd"), **committed_only)
     reader.assign(
         [TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(PARTITIONS)]
     )
@@ -69,7 +69,7 @@ def freshness(
                     now = time.time() * 1000
                     if is_lease_key(m.key()):
                         continue  # a validity lease names no input
-                    for r in orjson.loads(m.value())["lineage"]:
+                    for r in orjson.loads(m.value() or b"{}")["lineage"]:
                         lat.append((r["partition"], r["offset"], now))
 
         t = threading.Thread(target=read, daemon=True)

@@ -174,7 +174,8 @@ class ApiProcess:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"precast-api exited: {self.proc.stderr.read()}")
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise AssertionError(f"precast-api exited: {err}")
             try:
                 if httpx2.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return self
