@@ -42,7 +42,6 @@ HOPS = (
     ("broker -> relay -> broker", "appended", "relayed"),
     ("broker -> reader", "relayed", "received"),
 )
-PROCESSES = ("relay", "load", "broker", "bench")
 
 
 def _relay_child(settings, src: str, dst: str, stop, ready) -> None:
@@ -139,15 +138,7 @@ def _point(ctx: Context, src: str, dst: str, relay_pid, broker, rate: int, secon
     sent = load.join(seconds + 60)
     time.sleep(0.5)  # the last probes' copies
     reader.close()
-    hops: dict[str, list[float]] = {"e2e": [], **{h: [] for h, _, _ in HOPS}}
-    for key, (produced, appended) in probes.items():
-        got = reader.seen.get(key)
-        if got is None:
-            continue
-        at = {"produced": produced, "appended": appended, "received": got[0], "relayed": got[1]}
-        hops["e2e"].append(got[0] - produced)
-        for h, a, b in HOPS:
-            hops[h].append(at[b] - at[a])
+    hops = split_hops(probes, reader.seen)
     events = max(1.0, min(rate, sent / (seconds + 4)) * el)
     return {
         "rate": rate,
@@ -156,6 +147,23 @@ def _point(ctx: Context, src: str, dst: str, relay_pid, broker, rate: int, secon
         "n": n,
         "cpu": {k: 1e6 * (cpu1[k] - cpu0[k]) / events for k in pids},
     }
+
+
+def split_hops(
+    probes: dict[bytes, list[float]], seen: dict[bytes, tuple[float, float]]
+) -> dict[str, list[float]]:
+    """ms per hop and end to end ("e2e") of every probe the reader saw: `probes` maps a key to
+    (produced, appended), `seen` to (received, relayed)."""
+    hops: dict[str, list[float]] = {"e2e": [], **{h: [] for h, _, _ in HOPS}}
+    for key, (produced, appended) in probes.items():
+        got = seen.get(key)
+        if got is None:
+            continue
+        at = {"produced": produced, "appended": appended, "received": got[0], "relayed": got[1]}
+        hops["e2e"].append(got[0] - produced)
+        for h, a, b in HOPS:
+            hops[h].append(at[b] - at[a])
+    return hops
 
 
 def _mode(ctx: Context, admin, one_core: bool, seconds: float, n: int) -> dict:

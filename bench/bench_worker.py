@@ -198,9 +198,9 @@ def run(ctx: Context) -> Report:
     finally:
         admin.delete_topics([t.name for t in topics])
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, at-least-once")
-    f_alo, _ = freshness(ctx, admin, _catalog, False, fresh_s)
+    f_alo, _ = freshness(ctx, admin, _catalog(ctx, admin), False, fresh_s)
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, exactly-once")
-    f_eos, _ = freshness(ctx, admin, _catalog, True, fresh_s)
+    f_eos, _ = freshness(ctx, admin, _catalog(ctx, admin), True, fresh_s)
 
     where = "pinned with the broker" if one["broker_pinned"] else "pinned (broker not pinned)"
     rows = [

@@ -7,6 +7,7 @@ run as they do."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from operator import methodcaller
 
@@ -64,8 +65,10 @@ def _read_all(ctx: Context, topic: str, ends: dict[int, int]) -> list:
     c = Consumer(ctx.kafka_settings(), ctx.unique("pre"))
     c.assign([TopicPartitionOffset(topic, p, 0) for p in ends])
     out: list = []
-    total = sum(ends.values())
+    total, deadline = sum(ends.values()), time.monotonic() + 120
     while len(out) < total:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"read {len(out):,} of the backlog's {total:,} records in 120 s")
         out += c.consume(5_000, 1.0)
     c.close()
     return out

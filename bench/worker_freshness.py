@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,26 +19,24 @@ from bench.fleet_load import LoadProcess
 from bench.harness import ROOT
 from schemas.leases import is_lease_key
 
-PARTITIONS = 6
 WARMUP_S = 3.0  # seconds of load before inputs count
 
 
-def freshness(
-    ctx, admin, catalog: Callable, exactly_once: bool, seconds: float
-) -> tuple[np.ndarray, int]:
+def freshness(ctx, admin, topics, exactly_once: bool, seconds: float) -> tuple[np.ndarray, int]:
     """ms from an event's produce call to a read_committed reader holding its prediction,
-    for every input in a prediction's lineage, with a worker process running on its own."""
+    for every input in a prediction's lineage, with a worker process running on its own over
+    `topics` (deleted at the end)."""
     from opsctl.stack.process import free_port
     from precast.kafka import OFFSET_END, Consumer, TopicPartitionOffset
 
-    topics = catalog(ctx, admin)
+    partitions = topics.heartbeats.partitions
 
     port = free_port()
     env = {
         **os.environ,
         "PRECAST_KAFKA__BOOTSTRAP_SERVERS": ctx.bootstrap_servers,
         "PRECAST_TOPICS__PREFIX": topics.heartbeats.name.removesuffix("heartbeats"),
-        "PRECAST_TOPICS__PARTITIONS": str(PARTITIONS),
+        "PRECAST_TOPICS__PARTITIONS": str(partitions),
         "PRECAST_WORKER__GROUP_ID": ctx.unique("fr"),
         "PRECAST_MODEL__PROVIDER": "cpu",
         "PRECAST_METRICS__PORT": str(port),
@@ -55,7 +52,7 @@ def freshness(
     committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
     reader = Consumer(ctx.kafka_settings(), ctx.unique("rd"), **committed_only)
     reader.assign(
-        [TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(PARTITIONS)]
+        [TopicPartitionOffset(topics.predictions.name, p, OFFSET_END) for p in range(partitions)]
     )
     try:
         wait_ready(port)
@@ -87,7 +84,7 @@ def freshness(
         t.join()
         # produce time of each input = its record's CreateTime, set by our producer at produce()
         c = Consumer(ctx.kafka_settings(), ctx.unique("ts"))
-        c.assign([TopicPartitionOffset(topics.heartbeats.name, p, 0) for p in range(PARTITIONS)])
+        c.assign([TopicPartitionOffset(topics.heartbeats.name, p, 0) for p in range(partitions)])
         deadline = time.monotonic() + 30
         while len(ts) < sent and time.monotonic() < deadline:
             for m in c.consume(10_000, 0.2):
