@@ -13,6 +13,7 @@ forgotten first), the change log by length, each subscriber's pending set by
 from __future__ import annotations
 
 import asyncio
+import heapq
 import random
 import threading
 from collections import OrderedDict, deque
@@ -22,6 +23,7 @@ from itertools import islice
 from sys import intern
 from typing import Any
 
+from consumer_api.admission import Admission
 from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, data_time, origin, segments
 from consumer_api.board_history import Past, history_item, past
 from consumer_api.board_layout import AGE, ALARM, SOURCES, BoardLayout
@@ -83,6 +85,8 @@ class FleetIndex:
         self._log: deque[str] = deque(maxlen=log_size)
         self.seq = 0
         self._subs: set[Subscriber] = set()
+        # queries sort the fleet: bounded per client and per replica, on their own threads
+        self.queries = Admission("fleet", per_client=1, total=2)
 
     # -- writers (materializer and board-feed threads) -------------------------------------------
     def stored(self, items: list[tuple[str, Entry]]) -> None:
@@ -288,8 +292,9 @@ class FleetIndex:
         for col, want in (filters or {}).items():
             i = self.layout.index[col]
             rows = [r for r in rows if str(r[i]) == want]
-        rows.sort(key=self._sort_key(sort), reverse=descending)
-        return len(rows), rows[offset : offset + limit]
+        # One page needs only its first offset+limit rows sorted (keys end in the unique ID)
+        pick = heapq.nlargest if descending else heapq.nsmallest
+        return len(rows), pick(offset + limit, rows, key=self._sort_key(sort))[offset:]
 
     def facets(self) -> dict[str, list[Any]]:
         """The values the board offers in its filters: those seen of the spec's filter fields,
