@@ -4,6 +4,7 @@ crashes the consumer; it goes to the dead-letter topic with its original bytes a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client import Counter
 
@@ -33,6 +34,17 @@ class DeadLetters:
         self.send(msg, rejected.reason, rejected.detail)
 
 
+class RejectLetters(DeadLetters):
+    """Dead letters through a reader's own reject callback `(msg, reason, detail)` (a worker's
+    transactional sink, a test's list), for `precast.guard.Guard`."""
+
+    def __init__(self, reject: Callable[[KafkaMessage, dl.Reason, str], None]) -> None:
+        self._reject = reject
+
+    def send(self, msg: KafkaMessage, reason: dl.Reason, detail: str = "") -> None:
+        self._reject(msg, reason, detail)
+
+
 def dead_letter_record(
     msg: KafkaMessage, reason: dl.Reason, detail: str, component: str
 ) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
@@ -57,11 +69,12 @@ def dead_letter_record(
 
 
 def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
-    """The `dlq.*` headers of a dead letter as text, keyed without the prefix."""
+    """The `dlq.*` headers of a dead letter as text, keyed without the prefix. Anyone who can
+    write the topic writes its headers too: a value may be None (read as "") or any bytes."""
     return {
-        k.removeprefix(dl.HEADER_PREFIX): v.decode(errors="replace")
+        k.removeprefix(dl.HEADER_PREFIX): v.decode(errors="replace") if isinstance(v, bytes) else ""
         for k, v in (headers or [])
-        if k.startswith(dl.HEADER_PREFIX)
+        if isinstance(k, str) and k.startswith(dl.HEADER_PREFIX)
     }
 
 

@@ -8,11 +8,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from operator import methodcaller
+from typing import Any
 
 import numpy as np
 
 from precast.fleet import Fleet
 from precast.fleet.features import Standardization
+from precast.guard import Guard
 from precast.kafka import KafkaMessage
 from workers.model.sensitivity import Sensitivity
 from workers.precompute import metrics as M
@@ -42,6 +44,7 @@ class HeartbeatIngest:
     reject: Reject
     decisions: Callable[[P.Reason, int], None]
     sensitivity: Sensitivity | None
+    guard: Guard
 
     def _route(self, item: Pending, decision: P.Reason, predicted_at: int, mono: float) -> None:
         raise NotImplementedError
@@ -51,7 +54,7 @@ class HeartbeatIngest:
 
     def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         t0 = time.perf_counter()
-        hb = self.decoder.heartbeats(msgs, self.reject)
+        hb = self._decode_heartbeats(msgs)
         limit = now_ms + self.cfg.max_ahead_ms
         if len(hb) and int(hb.event_time_ms.max()) > limit:
             hb = self._drop_future(hb, limit, now_ms)
@@ -60,6 +63,23 @@ class HeartbeatIngest:
         if len(hb):
             self._decide_heartbeats(hb, now_ms, mono)
         M.STAGE["policy"].inc(time.perf_counter() - t1)
+
+    def _decode_heartbeats(self, msgs: list[KafkaMessage]) -> Heartbeats:
+        """The batch decode; should a record make it raise (nothing the decoder expects does),
+        the batch again record by record through the guard, so that record alone is rejected.
+        Rejections are held until the batch's outcome is known: none is sent twice."""
+        held: list[tuple[KafkaMessage, Any, str]] = []
+        hold = _holder(held)
+        try:
+            hb = self.decoder.heartbeats(msgs, hold)
+        except Exception:  # noqa: BLE001 - judged again below, one record at a time
+            held.clear()
+            one = self.decoder.heartbeats
+            parts = [self.guard.decode(lambda m: one([m], hold), m) for m in msgs]
+            hb = concat([x for x in parts if x is not None], len(self.decoder.state))
+        for m, reason, detail in held:
+            self.reject(m, reason, detail)
+        return hb
 
     def _drop_future(self, hb: Heartbeats, limit: int, now_ms: int) -> Heartbeats:
         """A device clock running ahead: its heartbeat would win newest-wins over every real one
@@ -194,3 +214,26 @@ class HeartbeatIngest:
                 int(predicted_at[j]),
                 mono,
             )
+
+
+def _holder(held: list[tuple[KafkaMessage, Any, str]]) -> Reject:
+    def hold(m: KafkaMessage, reason: Any, detail: str) -> None:
+        held.append((m, reason, detail))
+
+    return hold
+
+
+def concat(parts: list[Heartbeats], width: int) -> Heartbeats:
+    """Decoded heartbeats of several runs as one, in order."""
+    out = Heartbeats(cols=np.zeros((0, width)))
+    for p in parts:
+        out.msgs += p.msgs
+        out.device_ids += p.device_ids
+        out.event_ids += p.event_ids
+        out.partitions += p.partitions
+    if parts:
+        out.cols = np.vstack([out.cols, *(p.cols.reshape(-1, width) for p in parts)])
+        out.event_time_ms = np.concatenate(
+            [out.event_time_ms, *(p.event_time_ms for p in parts)]
+        ).astype(np.int64)
+    return out

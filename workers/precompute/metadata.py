@@ -83,13 +83,13 @@ class RawCheck:
         for decode in self.strict:
             try:
                 decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 continue
             return True
         for decode, others in self.lenient:
             try:
                 decode(data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 continue
             return not any(_reaches(doc, p) for p in others)
         return False

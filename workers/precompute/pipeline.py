@@ -10,8 +10,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from operator import methodcaller
 
+from precast.deadletter import RejectLetters
 from precast.fleet import Fleet, load_fleet, snapshot
 from precast.fleet.features import Standardization
+from precast.guard import Guard
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas import deadletters as dl
 from schemas.topics import Topics
@@ -23,10 +25,11 @@ from workers.precompute.awaiting import AwaitingData
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.compute import BatchResult, Scoring, StateRef
 from workers.precompute.config import PipelineConfig
-from workers.precompute.decode import Decoder, Reject, decode_hints, decode_requests
+from workers.precompute.decode import Decoder, Reject
 from workers.precompute.encode import Pending, merge
 from workers.precompute.heartbeats import HeartbeatIngest
 from workers.precompute.leases import Leasing
+from workers.precompute.lowrate import decode_hints, decode_requests
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.pipeline")
@@ -36,9 +39,17 @@ __all__ = ["BatchResult", "Pipeline", "PipelineConfig"]
 
 class Pipeline(HeartbeatIngest, Leasing, Scoring):
     def __init__(
-        self, topics: Topics, cfg: PipelineConfig, reject: Reject, fleet: Fleet | None = None
+        self,
+        topics: Topics,
+        cfg: PipelineConfig,
+        reject: Reject,
+        fleet: Fleet | None = None,
+        reader: str = "worker",
     ) -> None:
         self.cfg, self.reject = cfg, reject
+        # The boundary for what no decoder expects (precast.guard): the record is counted,
+        # logged (bounded) and dead-lettered through `reject`, and the loop goes on.
+        self.guard = Guard(reader, log, RejectLetters(reject))
         # The fleet spec, compiled: decoders, context reducer, features (the built-in fleet
         # unless the worker's settings name another).
         self.fleet = fleet or load_fleet()
@@ -131,30 +142,33 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
             self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
 
     def _ingest_context(self, msgs: list[KafkaMessage], now_ms: int) -> None:
-        model = self.fleet.context
         for m in msgs:
-            key, value = m.key(), m.value()
-            if not key:
-                self.reject(m, dl.Reason.MISSING_KEY, "device-context record without a key")
-                continue
-            device = key.decode(errors="replace")
-            if value is None:  # tombstone: the device's context was purged
-                self.table.contexts.pop(device, None)
-                continue
             try:
-                snap = snapshot.from_json(model, value)
-            except snapshot.ForeignSnapshot:
-                # written under another spec: the aggregator of this one rebuilds it
-                M.CONTEXT_FOREIGN.inc()
-                continue
-            except (ValueError, KeyError, TypeError) as exc:
-                self.reject(m, dl.Reason.INVALID, f"device-context snapshot: {exc}")
-                continue
-            if snap.as_of_ms > now_ms + self.cfg.max_ahead_ms:
-                self._future(m, snap.as_of_ms, now_ms)
-                continue
-            self.table.slots([device], [m.partition()])
-            model.merge_snapshot(self.table.context(device), snap)
+                self._context_one(m, now_ms)
+            except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
+                self.guard.reject(exc, m)
+
+    def _context_one(self, m: KafkaMessage, now_ms: int) -> None:
+        model = self.fleet.context
+        key, value = m.key(), m.value()
+        if not key:
+            self.reject(m, dl.Reason.MISSING_KEY, "device-context record without a key")
+            return
+        device = key.decode(errors="replace")
+        if value is None:  # tombstone: the device's context was purged
+            self.table.contexts.pop(device, None)
+            return
+        try:
+            snap = snapshot.from_json(model, value)
+        except snapshot.ForeignSnapshot:
+            # written under another spec: the aggregator of this one rebuilds it
+            M.CONTEXT_FOREIGN.inc()
+            return
+        if snap.as_of_ms > now_ms + self.cfg.max_ahead_ms:
+            self._future(m, snap.as_of_ms, now_ms)
+            return
+        self.table.slots([device], [m.partition()])
+        model.merge_snapshot(self.table.context(device), snap)
 
     def _ingest_context_events(
         self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float
@@ -162,26 +176,29 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         model, stream, rule = self.fleet.context, self.stream_of[role], self.trigger_rule[role]
         event_reason = P.Reason.WORK_ORDER if role == "work_orders" else P.Reason.ALARM
         for m, e in self.decoder.events(role, msgs, self.reject):
-            t = e["event_time_ms"]
-            if t > now_ms + self.cfg.max_ahead_ms:
-                self._future(m, t, now_ms)
+            try:
+                t = e["event_time_ms"]
+                if t > now_ms + self.cfg.max_ahead_ms:
+                    self._future(m, t, now_ms)
+                    continue
+                device = e["device_id"]
+                self.table.slots([device], [m.partition()])
+                ctx = self.table.context(device)
+                if ctx.as_of_ms - t > self.lateness_ms:
+                    M.LATE.labels(stream).inc()  # folded in all the same; windows ignore it
+                model.apply(ctx, stream, e)
+                # A redelivered event (already folded in) still triggers: its prediction may
+                # never have been made by the worker that saw it first.
+                fires = rule == "any" or (rule == "counted" and model.counts(stream, e))
+                reason = event_reason if fires else P.Reason.CONTEXT_ONLY
+                item = Pending(device, m.partition(), reason, [(m, e["event_id"])])
+            except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
+                self.guard.reject(exc, m)
                 continue
-            device = e["device_id"]
-            self.table.slots([device], [m.partition()])
-            ctx = self.table.context(device)
-            if ctx.as_of_ms - t > self.lateness_ms:
-                M.LATE.labels(stream).inc()  # folded in all the same; windows ignore it
-            model.apply(ctx, stream, e)
-            # A redelivered event (already folded in) still triggers: its prediction may never
-            # have been made by the worker that saw it first.
-            fires = rule == "any" or (rule == "counted" and model.counts(stream, e))
-            reason = event_reason if fires else P.Reason.CONTEXT_ONLY
-            self._trigger(
-                Pending(device, m.partition(), reason, [(m, e["event_id"])]), now_ms, mono
-            )
+            self._trigger(item, now_ms, mono)
 
     def _ingest_requests(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
-        for m, r in decode_requests(msgs, self.reject):
+        for m, r in decode_requests(msgs, self.reject, self.guard):
             item = Pending(
                 r.device_id,
                 m.partition(),
@@ -200,7 +217,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
 
     def _ingest_hints(self, msgs: list[KafkaMessage]) -> None:
         """Read hints (schemas.hints): advice, never a trigger; a bad one is dead-lettered."""
-        for _, device, until in decode_hints(msgs, self.reject):
+        for _, device, until in decode_hints(msgs, self.reject, self.guard):
             self.mark_hot([device], until)
 
     def _trigger(self, item: Pending, now_ms: int, mono: float) -> None:

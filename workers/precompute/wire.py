@@ -182,14 +182,14 @@ class HeartbeatWire:
         if error is None or "unknown field" not in str(error):
             try:
                 return self._as_text(value)
-            except DecodeError:
+            except (DecodeError, RecursionError):  # msgspec recurses into skipped values
                 pass
         if not self.lenient_ok:
             return None
         try:
             row = self._lenient(value)
             doc = orjson.loads(value)
-        except (DecodeError, orjson.JSONDecodeError):
+        except (DecodeError, orjson.JSONDecodeError, RecursionError):
             return None
         if self.alternatives and any(_has(doc, p) for p in self.alternatives):
             return None
