@@ -24,7 +24,6 @@ import re
 from typing import Annotated
 
 import msgspec
-import orjson
 
 from schemas.deadletters import Reason
 from schemas.events import DEVICE_ID_PATTERN
@@ -202,7 +201,7 @@ def prediction_item(
         raise InvalidPrediction(Reason.KEY_MISMATCH, f"key {key[:64]!r} != device_id {device_id!r}")
     inf = p.inference_ms
     if b"\n" in value or b"\r" in value:  # valid JSON whitespace, but it would end a data: line
-        value = orjson.dumps(orjson.loads(value))
+        value = msgspec.json.format(value, indent=-1)  # numbers kept as written
     elif value[-1:] != b"}":  # the read path splices fields before the closing brace
         value = value.rstrip()
     lt, purge = p.lease, p.trigger == "purge"
@@ -212,7 +211,7 @@ def prediction_item(
         mv,
         p.valid_until_ms,
         received_at_ms,
-        inf if type(inf) is int and inf >= 0 else -1,
+        inf if type(inf) is int and 0 <= inf <= _MAX_MS else -1,
         purge,
         value,
         p.backfill is True,
@@ -246,24 +245,42 @@ def encode(e: Entry) -> bytes:
     )
 
 
+# What `encode` writes, and nothing else: a value read back from Redis is checked against it
+# (anything that can write to Redis could otherwise put a line break into a response header
+# through the model version, or a body that breaks an event-stream line).
+_HEAD = re.compile(
+    rb"(\d{13}) (\d{13}) (\d{13}) (\d{13}) (\d{1,13}|-) "
+    rb"(-|P?B?(?:L(\d{1,13}):(\d{1,13}):(\d{13}))?) "
+    rb'([^\x00-\x20\x7f"\\]{1,512})'
+)
+
+
 def decode(raw: bytes) -> Entry:
-    head, _, body = raw.partition(b"\n")
-    c, pr, v, r, inf, flags, mv = head.decode().split(" ", 6)
+    """The Entry of a Redis value; `ValueError` for anything `encode` would not have written
+    (a stored value is re-checked as strictly as a record at ingestion)."""
+    head, nl, body = raw.partition(b"\n")
+    m = _HEAD.fullmatch(head)
+    if m is None or not nl or body[:1] != b"{" or body[-1:] != b"}":
+        raise ValueError("not a stored entry (header line or body malformed)")
+    if b"\n" in body or b"\r" in body:
+        raise ValueError("not a stored entry (line break in the body)")
+    c, pr, v, r, inf, flags, part, gen, until, mv_b = m.groups()
+    mv = mv_b.decode()  # UnicodeDecodeError is a ValueError
+    if len(mv) > 128:
+        raise ValueError("not a stored entry (model version longer than 128 characters)")
+    computed = int(c)
     t = None
-    lease_at = flags.find("L")
-    if lease_at >= 0:
-        part, gen, until = flags[lease_at + 1 :].split(":")
-        t = terms(int(part), int(gen), max(0, int(until) - int(c)))
-        flags = flags[:lease_at]
+    if part is not None:
+        t = terms(int(part), int(gen), max(0, int(until) - computed))
     return Entry(
-        int(c),
+        computed,
         int(pr),
         mv,
         int(v),
         int(r),
-        -1 if inf == "-" else int(inf),
-        "P" in flags,
+        -1 if inf == b"-" else int(inf),
+        b"P" in flags,
         body,
-        "B" in flags,
+        b"B" in flags,
         t,
     )

@@ -3,6 +3,8 @@ compare-and-set runs in Redis, so writers racing each other never let an older v
 
 from __future__ import annotations
 
+import re
+
 from precast.serving.leases import Lease
 
 # Byte-wise string comparison: Lua's `<` uses strcoll, which depends on the server's locale;
@@ -118,6 +120,14 @@ def encode_lease(x: Lease) -> bytes:
     )
 
 
+# What encode_lease writes (an offset may be negative: -1 is unknown); nothing else is read.
+_LEASE = re.compile(rb"(\d{1,13}) (\d{1,13}) (\d{1,13}) (\d{1,13}) (\d{1,13}) (-?\d{1,19})")
+
+
 def decode_lease(partition: int, raw: bytes) -> Lease:
-    g, c, p, v, r, o = (int(x) for x in raw.split(b" "))
+    """`ValueError` for a value encode_lease would not have written."""
+    m = _LEASE.fullmatch(raw)
+    if m is None:
+        raise ValueError("not a stored validity lease")
+    g, c, p, v, r, o = (int(x) for x in m.groups())
     return Lease(partition, g, c, v, p, r, o)

@@ -13,6 +13,7 @@ call per key, pipelined per node (`cluster_calls.py`)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import cast
@@ -21,6 +22,7 @@ import redis
 import redis.asyncio
 from redis.commands.core import Script
 
+from precast.guard import Guard
 from precast.serving.cluster_calls import (
     AnyRedis,
     async_cluster_errors_as_redis_errors,
@@ -40,9 +42,28 @@ from precast.serving.result import FUTURE
 from precast.settings import RedisSettings
 from schemas.events import MAX_AHEAD_MS
 
-# redis-py types replies as `bytes | str`; our clients never set decode_responses, so they are
-# always bytes. A typed alias of `decode` says so without a per-value check on the read path.
-_decode = cast(Callable[[bytes | str], Entry], decode)
+# Values read back are re-checked (entry.decode): one that anything else wrote to Redis is a
+# miss, counted (`precast_records_rejected_total{reader="redis-entries"}`) and logged (bounded),
+# never served and never an error. redis-py types replies as `bytes | str`; our clients never
+# set decode_responses, so they are always bytes.
+_GUARD = Guard("redis-entries", logging.getLogger("precast.serving.redis"))
+
+
+def _decode(raw: bytes | str) -> Entry | None:
+    try:
+        return decode(cast(bytes, raw))
+    except Exception as exc:  # noqa: BLE001 - whatever a stored value holds is a miss
+        _GUARD.reject(exc)
+        return None
+
+
+def _decode_lease(partition: int, raw: bytes | str) -> Lease | None:
+    try:
+        lease = decode_lease(partition, cast(bytes, raw))
+    except Exception as exc:  # noqa: BLE001 - a lease that cannot be read extends nothing
+        _GUARD.reject(exc)
+        return None
+    return lease
 
 
 def _now_ms() -> int:
@@ -99,7 +120,7 @@ class RedisStore:
     @cluster_errors_as_redis_errors
     def get(self, device_id: str, now_ms: int | None = None) -> Entry | None:
         raw = self.client.get(self.key(device_id))
-        return None if raw is None else _decode(raw)
+        return None if raw is None else _decode(cast(bytes, raw))
 
     @cluster_errors_as_redis_errors
     def get_many(self, device_ids: Sequence[str], now_ms: int | None = None) -> list[Entry | None]:
@@ -111,8 +132,9 @@ class RedisStore:
     def iterate(self, batch: int = 1000) -> Iterator[tuple[str, Entry]]:
         for keys in self._scan(batch):
             for k, raw in zip(keys, self._mget(keys), strict=True):
-                if raw is not None:
-                    yield self._device(k), _decode(raw)
+                e = None if raw is None else _decode(raw)
+                if e is not None:
+                    yield self._device(k), e
 
     def _scan(self, batch: int) -> Iterator[list[bytes]]:
         if self.cluster:  # every master in turn
@@ -190,7 +212,7 @@ class RedisStore:
     @cluster_errors_as_redis_errors
     def lease(self, partition: int) -> Lease | None:
         raw = self.client.get(f"{self._lease}{partition}}}")
-        return None if raw is None else decode_lease(partition, cast(bytes, raw))
+        return None if raw is None else _decode_lease(partition, cast(bytes, raw))
 
     @cluster_errors_as_redis_errors
     def lease_book(self) -> LeaseBook:
@@ -203,8 +225,9 @@ class RedisStore:
         for k in self.client.scan_iter(match=self._lease + "*", count=1000):
             raw = self.client.get(k)
             part = cast(bytes, k).decode()[len(self._lease) : -1]
-            if raw is not None and part.isdigit():
-                found.append(decode_lease(int(part), cast(bytes, raw)))
+            lease = None if raw is None or not part.isdigit() else _decode_lease(int(part), raw)
+            if lease is not None:
+                found.append(lease)
         book.put_many(found, _now_ms())
         return book
 
@@ -220,11 +243,11 @@ class RedisStore:
         n = 0
         for keys in self._scan(batch):
             raws = self._mget(keys)
-            hit = [
-                (k, r)
-                for k, r in zip(keys, raws, strict=True)
-                if r is not None and predicate(self._device(k), _decode(r))
-            ]
+            hit: list[tuple[bytes, bytes]] = []
+            for k, r in zip(keys, raws, strict=True):
+                e = None if r is None else _decode(r)
+                if r is not None and e is not None and predicate(self._device(k), e):
+                    hit.append((k, r))
             if hit:
                 done = self._script(
                     self._delete_if_same, [k for k, _ in hit], [r for _, r in hit], []
@@ -283,7 +306,7 @@ class AsyncRedisReader:
             else:
                 raw, loaded = await self.client.mget([key, self._loaded])
             # during a replay (no load marker) no lease applies: see the module docstring
-            lease = None if raw is None or loaded is None else decode_lease(t.partition, raw)
+            lease = None if raw is None or loaded is None else _decode_lease(t.partition, raw)
             self._leases[t.partition] = (mono, lease)
         until = extension_until(e, lease)
         return e if lease is None or until <= e.valid_until_ms else extend(e, lease, until)
@@ -293,7 +316,8 @@ class AsyncRedisReader:
         if not valid_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
         raw = await self.client.get(self._p + device_id + "}")
-        return None if raw is None else await self._resolve(device_id, _decode(raw))
+        e = None if raw is None else _decode(raw)
+        return None if e is None else await self._resolve(device_id, e)
 
     @async_cluster_errors_as_redis_errors
     async def get_many(self, device_ids: Sequence[str]) -> list[Entry | None]:
@@ -307,10 +331,11 @@ class AsyncRedisReader:
             raws = await self.client.mget_nonatomic(keys)
         else:
             raws = await self.client.mget(keys)
-        return [
-            None if r is None else await self._resolve(d, _decode(r))
-            for d, r in zip(device_ids, raws, strict=True)
-        ]
+        out: list[Entry | None] = []
+        for d, r in zip(device_ids, raws, strict=True):
+            e = None if r is None else _decode(r)
+            out.append(None if e is None else await self._resolve(d, e))
+        return out
 
     async def close(self) -> None:
         await self.client.aclose()

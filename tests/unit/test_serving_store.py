@@ -3,6 +3,8 @@ of out-of-order and duplicate deliveries, also with concurrent writers."""
 
 from __future__ import annotations
 
+import re
+
 import threading
 
 import orjson
@@ -127,13 +129,20 @@ def test_purge_and_delete():
     assert sorted(d for d, _ in s.iterate()) == ["dev-2", "dev-4", "dev-6", "dev-8"]
 
 
+# What ingestion lets through (entry.prediction_item): decode refuses anything else.
+_VERSIONS = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=128).filter(
+    lambda v: re.search(r'[\x00-\x20\x7f"\\]', v) is None
+)
+_BODIES = st.binary().map(lambda b: b"{" + b.replace(b"\n", b"").replace(b"\r", b"") + b"}")
+
+
 @given(
     st.integers(0, 10**13 - 1),
     st.integers(0, 10**13 - 1),
-    st.text(min_size=1).filter(lambda v: "\n" not in v),
+    _VERSIONS,
     st.integers(-1, 10**6),
     st.booleans(),
-    st.binary(),
+    _BODIES,
     st.booleans(),
 )
 def test_codec_round_trip(c, p, version, inf, purge, body, backfill):
