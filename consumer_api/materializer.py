@@ -11,6 +11,11 @@ view and replays the topic into Redis once Redis answers again.
 Validity leases (`#lease:<partition>` records, schemas.leases) go to the stores after the
 answers of the same batch, so a store's lease is never ahead of its entries (a device that
 stopped sending has its last, lease-free record stored before the lease that leaves it out).
+
+Whatever a record holds ends as a counted rejection (`precast.guard`: metric, bounded log line,
+dead letter), never a stopped thread; the loop runs under `precast.supervise` (a failure that
+is not a record's restarts it from the last batch it finished, counted; one that keeps failing
+turns readiness false and ends the process).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import redis
 from prometheus_client import Counter, Gauge
 
 from precast.deadletter import DeadLetters
+from precast.guard import Guard
 from precast.kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -38,7 +44,6 @@ from precast.serving import (
     FUTURE,
     STORED,
     Entry,
-    InvalidPrediction,
     Lease,
     LocalView,
     SharedStore,
@@ -46,6 +51,7 @@ from precast.serving import (
     prediction_item,
 )
 from precast.settings import KafkaSettings
+from precast.supervise import Supervised, terminate_process
 from schemas.leases import is_lease_key
 
 log = logging.getLogger("precast.api.materializer")
@@ -82,6 +88,7 @@ class Materializer:
         batch: int = 5_000,
         ready_max_lag: int = 0,
         wait_s: float = 0.2,
+        on_give_up: Callable[[str, BaseException], None] = terminate_process,
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
         committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
@@ -113,8 +120,10 @@ class Materializer:
         self._redis_dirty = False  # a write failed or the data was lost: replay when it answers
         self._redis_loading = shared is not None
         self._last_check = 0.0
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="materializer", daemon=True)
+        self.guard = Guard("api-materializer", log, self._dead)
+        self.supervised = Supervised("api-materializer", on_give_up=on_give_up)
+        self._runs = 0
+        self._thread = self.supervised.thread(self._run, self._stop)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,7 +137,12 @@ class Materializer:
 
     @property
     def ready(self) -> bool:
-        return self._caught_up.is_set() and self.error is None
+        return self._caught_up.is_set() and self.supervised.healthy
+
+    @property
+    def error(self) -> BaseException | None:
+        """Set once the loop failed too often and gave up (health and readiness turn false)."""
+        return self.supervised.failure
 
     @property
     def lag(self) -> int:
@@ -159,12 +173,18 @@ class Materializer:
 
     # -- loop -------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.run_once(self._wait_s)
-        except BaseException as exc:  # readiness turns false; the process reports it on /readyz
-            self.error = exc
-            log.exception("materializer stopped")
+        """The supervised loop; a restart resumes after the last batch it finished (what the
+        failed batch had applied is applied again: newest-wins makes that harmless)."""
+        self._runs += 1
+        if self._runs > 1:
+            self._consumer.assign(
+                [
+                    TopicPartitionOffset(self.topic, p, self._positions.get(p, OFFSET_BEGINNING))
+                    for p in range(self.partitions)
+                ]
+            )
+        while not self._stop.is_set():
+            self.run_once(self._wait_s)
 
     def run_once(self, timeout: float = 0.2) -> int:
         # Returns as soon as a prediction is there (a full-batch wait would add up to `timeout`
@@ -182,18 +202,8 @@ class Materializer:
                 continue
             try:
                 append(prediction_item(value, now, m.key()))
-            except InvalidPrediction as not_prediction:
-                why = not_prediction
-                key = m.key()
-                if is_lease_key(key):  # rare (one per partition and interval): off the hot path
-                    try:
-                        leases.append(lease_from_record(value, key, now, m.offset()))
-                        continue
-                    except InvalidPrediction as not_lease:
-                        why = not_lease
-                rejected += self._reject(
-                    m, why, m.offset() >= self._live_from.get(m.partition(), 0)
-                )
+            except Exception as not_prediction:  # noqa: BLE001 - whatever a record causes
+                rejected += self._not_prediction(m, value, now, not_prediction, leases)
         if msgs:
             self._advance(msgs)
         if tombstones:
@@ -220,14 +230,27 @@ class Materializer:
                 if not left:
                     return
 
-    def _reject(self, m: KafkaMessage, bad: InvalidPrediction, live: bool) -> int:
+    def _not_prediction(
+        self, m: KafkaMessage, value: bytes, now: int, why: Exception, leases: list[Lease]
+    ) -> int:
+        """A record that is not a valid prediction: a validity lease (rare: one per partition
+        and interval, so off the hot path) or a rejection; 1 when it was dead-lettered."""
+        try:
+            key = m.key()
+            if is_lease_key(key):
+                leases.append(lease_from_record(value, key, now, m.offset()))
+                return 0
+        except Exception as not_lease:  # noqa: BLE001 - whatever a record causes
+            why = not_lease
+        return self._reject(m, why, m.offset() >= self._live_from.get(m.partition(), 0))
+
+    def _reject(self, m: KafkaMessage, bad: BaseException, live: bool) -> int:
         APPLIED.labels("invalid").inc()
         # Records met again in a Redis replay were dead-lettered when this process first read
         # them; each replica and each restart does dead-letter them once (duplicates, not loss).
-        if live and self._dead is not None:
-            self._dead.send(m, bad.reason, bad.detail)
-            return 1
-        return 0
+        # They are counted again (the metric counts reads), not dead-lettered again.
+        self.guard.reject(bad, m, dead_letter=live)
+        return 1 if live and self._dead is not None else 0
 
     def _apply(self, items: list[tuple[str, Entry]], now: int) -> None:
         stored: list[tuple[str, Entry]] = []
