@@ -3,7 +3,12 @@
 Positions come only from the log's own store (leaves and next offsets commit in one SQLite
 transaction), so a kill -9 at any point resumes exactly after the last stored leaf: no gap, no
 duplicate. A checkpoint is signed over the in-memory frontier, stored with a full fsync, and
-only then mirrored to the compacted checkpoints topic."""
+only then mirrored to the compacted checkpoints topic.
+
+A record whose value cannot be read still gets its leaf (`invalid`, precast.audit.leaf), counted
+through `precast.guard` (`precast_records_rejected_total{reader="auditor"}`, a bounded log
+line); the loop runs under `precast.supervise`: a failure restarts it from the log's own
+positions (counted), one that keeps failing turns health false and ends the process."""
 
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ from auditor import metrics
 from precast.audit.batch import prepare
 from precast.audit.checkpoint import Checkpoint, Signer
 from precast.audit.store import LogStore
+from precast.guard import Guard
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaMessage, Producer, TopicPartitionOffset
+from precast.supervise import Supervised, terminate_process
 
 log = logging.getLogger("auditor.appender")
 
@@ -41,6 +48,7 @@ class Appender:
         interval_s: float = 1.0,
         batch: int = 5_000,
         on_checkpoint: LagHook | None = None,
+        on_give_up: Callable[[str, BaseException], None] = terminate_process,
     ) -> None:
         self.store, self.signer, self.consumer, self.producer = store, signer, consumer, producer
         self.topic, self.checkpoint_topic, self.partitions = topic, checkpoint_topic, partitions
@@ -51,8 +59,15 @@ class Appender:
         self._uncovered: list[int] = []  # Kafka timestamps of leaves no checkpoint covers yet
         self._last_checkpoint = 0.0
         self.last_checkpoint_at = 0.0
-        self.error: BaseException | None = None
+        self.guard = Guard("auditor", log)
+        self.supervised = Supervised("audit-appender", on_give_up=on_give_up)
+        self._runs = 0
         self._stop = threading.Event()
+
+    @property
+    def error(self) -> BaseException | None:
+        """Set once the loop failed too often and gave up (health turns false)."""
+        return self.supervised.failure
 
     def assign(self) -> None:
         self.consumer.assign(
@@ -72,15 +87,11 @@ class Appender:
         return len(msgs)
 
     def run(self) -> None:
-        """Until `stop()`; a failure is kept in `error` (health turns red) and ends the loop."""
+        """Until `stop()`, or until the loop failed too often (`error` is then set)."""
         try:
-            self.assign()
-            while not self._stop.is_set():
-                self.step()
-            self.checkpoint()
-        except BaseException as exc:
-            self.error = exc
-            log.exception("auditor stopped")
+            loop = self.supervised.thread(self._loop, self._stop)
+            loop.start()
+            loop.join()
         finally:
             try:
                 if self.producer is not None:
@@ -88,6 +99,16 @@ class Appender:
             finally:
                 self.consumer.close()
                 self.store.close()  # the last connection folds the WAL back into the file
+
+    def _loop(self) -> None:
+        self._runs += 1
+        if self._runs > 1:  # a restart: resume after the last stored leaf
+            self.tree = self.store.frontier()
+            self.offsets = self.store.offsets()
+        self.assign()
+        while not self._stop.is_set():
+            self.step()
+        self.checkpoint()
 
     def stop(self) -> None:
         self._stop.set()
@@ -101,7 +122,7 @@ class Appender:
         if not fresh:
             return
         topic = self.topic
-        batch = prepare(topic, fresh, self.tree)
+        batch = prepare(topic, fresh, self.tree, self.guard.reject)
         self.store.append(batch.rows, batch.tree, batch.nodes, batch.ends)
         self.tree = batch.tree
         offsets.update(batch.ends)

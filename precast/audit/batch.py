@@ -3,7 +3,7 @@ append step, shared with the tests that build logs without a broker."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,8 +25,20 @@ class Batch:
     ends: dict[int, int]  # next offset per partition
 
 
-def prepare(topic: str, msgs: Sequence[KafkaMessage], tree: CompactRange) -> Batch:
-    leaves = [leaf_of(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
+def prepare(
+    topic: str,
+    msgs: Sequence[KafkaMessage],
+    tree: CompactRange,
+    on_invalid: Callable[[BaseException, KafkaMessage], object] | None = None,
+) -> Batch:
+    """`on_invalid(why, record)` for each record whose leaf is `invalid` (a reader's count)."""
+    if on_invalid is None:
+        leaves = [leaf_of(topic, m.partition(), m.offset(), m.key(), m.value()) for m in msgs]
+    else:
+        leaves = [
+            leaf_of(topic, m.partition(), m.offset(), m.key(), m.value(), _bound(on_invalid, m))
+            for m in msgs
+        ]
     datas = [encode_leaf(x) for x in leaves]
     hashes = leaf_hashes(datas)
     after = CompactRange(tree.size, list(tree.hashes))  # the caller keeps it once stored
@@ -38,6 +50,12 @@ def prepare(topic: str, msgs: Sequence[KafkaMessage], tree: CompactRange) -> Bat
     ]
     ends = {x.partition: x.offset + 1 for x in leaves}
     return Batch(leaves, rows, after, nodes, ends)
+
+
+def _bound(
+    hook: Callable[[BaseException, KafkaMessage], object], m: KafkaMessage
+) -> Callable[[BaseException], object]:
+    return lambda exc: hook(exc, m)
 
 
 def append_records(store: LogStore, topic: str, msgs: Sequence[KafkaMessage]) -> Batch:

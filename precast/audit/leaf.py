@@ -10,17 +10,53 @@ committed too). A validity lease (`#lease:<partition>`, schemas.leases) is a lea
 `lease`: its key as the device, its certification time as computed_at, its production time, and
 the value hash committing to its generation and end, so every extension of an answer's validity
 is provable like the answer. A tombstone or an unreadable value still gets a leaf (`kind`), so
-the leaves follow the topic's offsets with no gap."""
+the leaves follow the topic's offsets with no gap.
+
+Whatever else a value holds (nesting past any recursion limit, numbers out of range, wrong
+types anywhere) makes it an `invalid` leaf too, the same one on every machine and at any stack
+depth: the nesting is bounded here (`MAX_DEPTH`) rather than by the interpreter's recursion
+limit, which depends on how deep the caller's stack already is, and integers a leaf stores are
+bounded to what SQLite holds. `on_invalid` hears why, so that readers can count it."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from hashlib import sha256
+from typing import Annotated
 
 import msgspec
 
 from schemas.leases import is_lease_key
 
 LEAF_VERSION = 1
+# Deeper values are `invalid` leaves: far below any recursion limit, far above what a worker
+# writes (a prediction nests 3-4 levels).
+MAX_DEPTH = 128
+# What the store keeps in an INTEGER column (SQLite: signed 64 bits).
+_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+OnInvalid = Callable[[BaseException], object]
+
+
+class TooDeep(ValueError):
+    pass
+
+
+def _check_depth(value: bytes) -> None:
+    """`TooDeep` past MAX_DEPTH; counts brackets first, so a usual value costs two scans."""
+    if value.count(b"[") + value.count(b"{") <= MAX_DEPTH:
+        return
+    depth = 0
+    for m in _TOKENS.finditer(value):
+        t = m.group()
+        if t == b"[" or t == b"{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
+        elif t == b"]" or t == b"}":
+            depth -= 1
 
 
 class _Candidate(msgspec.Struct):
@@ -32,19 +68,19 @@ class _Prediction(msgspec.Struct):
     # Only the fields the leaf names; the rest is covered by the value hash.
     device_id: str
     model_version: str
-    computed_at_ms: int
-    produced_at_ms: int
+    computed_at_ms: _Int
+    produced_at_ms: _Int
     trigger: str
     candidates: list[_Candidate]
 
 
 class _Lease(msgspec.Struct):
     kind: str
-    partition: int
-    generation: int
-    certified_at_ms: int
-    valid_until_ms: int
-    produced_at_ms: int
+    partition: _Int
+    generation: _Int
+    certified_at_ms: _Int
+    valid_until_ms: _Int
+    produced_at_ms: _Int
 
 
 class Leaf(msgspec.Struct, frozen=True, omit_defaults=False):
@@ -76,7 +112,12 @@ def candidates_digest(candidates: list[_Candidate]) -> str:
 
 
 def leaf_of(
-    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    on_invalid: OnInvalid | None = None,
 ) -> Leaf:
     if value is None:
         device = key.decode("utf-8", "replace") if key else None
@@ -95,13 +136,16 @@ def leaf_of(
             None,
         )
     value_digest = sha256(value).hexdigest()
-    if is_lease_key(key):
-        lease = _lease_leaf(topic, partition, offset, key, value, value_digest)
-        if lease is not None:
-            return lease
     try:
+        _check_depth(value)
+        if is_lease_key(key):
+            lease = _lease_leaf(topic, partition, offset, key, value, value_digest)
+            if lease is not None:
+                return lease
         p = _decode_prediction(value)
-    except (_DecodeError, UnicodeDecodeError):
+    except Exception as exc:  # noqa: BLE001 - whatever a value holds: an invalid leaf
+        if on_invalid is not None:
+            on_invalid(exc)
         device = key.decode("utf-8", "replace") if key else None
         return Leaf(
             None,
@@ -138,7 +182,7 @@ def _lease_leaf(
 ) -> Leaf | None:
     try:
         x = _decode_lease(value)
-    except (_DecodeError, UnicodeDecodeError):
+    except Exception:  # noqa: BLE001 - then it is read as a prediction (or an invalid leaf)
         return None
     if x.kind != "validity_lease":
         return None
