@@ -16,8 +16,11 @@
   predictions topic (inferences published) and the dead-letter topic, turned into rates. No
   record of those topics is read for this.
 
-Nothing here is on the read path; a failure stops the feed (logged, `/healthz` unaffected:
-the board shows what it had) rather than the API.
+Nothing here is on the read path. Whatever a record holds ends as a counted rejection
+(`precast.guard`, reader `api-board-feed`: a metric and a bounded log line; the feed has no
+dead-letter topic, the records are the workers' inputs), never a stopped feed; any other
+failure restarts the loop under `precast.supervise` (counted), and one that keeps failing
+turns `healthy` false and ends the process.
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
 from consumer_api.fleet import FleetIndex
 from precast.fleet.snapshot import ForeignSnapshot, from_json
+from precast.guard import Guard, Unusable
 from precast.kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
+from precast.supervise import Supervised, terminate_process
 from schemas.topics import Topics
 
 log = logging.getLogger("precast.api.board")
@@ -76,6 +82,7 @@ class BoardFeed:
         group_prefix: str = "precast-api",
         rates_every_s: float = 2.0,
         info_lookback_s: float = 10.0,
+        on_give_up: Callable[[str, BaseException], None] = terminate_process,
     ) -> None:
         self._consumer = Consumer(
             kafka,
@@ -86,9 +93,10 @@ class BoardFeed:
         self.topics, self.index, self._every = topics, index, rates_every_s
         self._lookback_ms = int(info_lookback_s * 1000)
         self.rates = Rates()
-        self.error: BaseException | None = None
+        self.guard = Guard("api-board-feed", log)
+        self.supervised = Supervised("api-board-feed", on_give_up=on_give_up)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="board-feed", daemon=True)
+        self._thread = self.supervised.thread(self._run, self._stop)
         self._next_rates = 0.0
         self.foreign = 0  # snapshots of other context definitions skipped (also the metric)
 
@@ -122,13 +130,18 @@ class BoardFeed:
         self._thread.join(timeout=10)
         self._consumer.close()
 
+    @property
+    def healthy(self) -> bool:
+        return self.supervised.healthy
+
+    @property
+    def error(self) -> BaseException | None:
+        """Set once the loop failed too often and gave up."""
+        return self.supervised.failure
+
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.run_once()
-        except BaseException as exc:  # the board keeps what it has; the read path is unaffected
-            self.error = exc
-            log.exception("board feed stopped")
+        while not self._stop.is_set():
+            self.run_once()
 
     def run_once(self, timeout: float = 0.2) -> int:
         msgs = self._consumer.consume(2_000, timeout)
@@ -137,14 +150,20 @@ class BoardFeed:
         mono = time.monotonic()
         for m in msgs:
             topic = m.topic()
-            if topic == ctx_topic:
-                value = m.value()
-                if value:  # a tombstone: nothing to show
+            try:
+                if topic == ctx_topic:
+                    value = m.value()
+                    if not value:  # a tombstone: nothing to show
+                        continue
                     got = ("device_context", self._context(value))
-                    read[got] = read.get(got, 0) + 1
-            elif topic == hb_topic:
-                got = ("heartbeats", self._heartbeat(m.key(), m.value(), mono))
-                read[got] = read.get(got, 0) + 1
+                elif topic == hb_topic:
+                    got = ("heartbeats", self._heartbeat(m.key(), m.value(), mono))
+                else:
+                    continue
+            except Exception as exc:  # noqa: BLE001 - whatever a record causes
+                self.guard.reject(exc, m, dead_letter=False)
+                got = ("device_context" if topic == ctx_topic else "heartbeats", "rejected")
+            read[got] = read.get(got, 0) + 1
         for (topic_label, result), n in read.items():
             FEED.labels(topic_label, result).inc(n)
         if mono >= self._next_rates:
@@ -162,7 +181,8 @@ class BoardFeed:
                 log.warning("board feed: device-context snapshots skipped: %s", exc)
             self.foreign += 1
             return "foreign"
-        except (ValueError, LookupError, TypeError):
+        except (ValueError, LookupError, TypeError) as exc:
+            self.guard.reject(exc)
             return "invalid"
         self.index.set_context(ctx.device_id, view)
         return "context"
@@ -173,6 +193,7 @@ class BoardFeed:
             return "skipped"
         got = index.layout.fleet.validator.validate("heartbeats", key, value)
         if not got.ok:
+            self.guard.reject(Unusable(got.reason, got.detail))
             return "invalid"
         index.set_info(got.event["device_id"], got.event, mono)
         return "heartbeat"

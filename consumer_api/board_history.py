@@ -10,11 +10,13 @@ keeps only what the history shows (times, model, trigger, the candidates as thei
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
 import orjson
 
+from precast.guard import Guard
 from precast.serving import Entry
 
 __all__ = ["Past", "history_item", "past"]
@@ -28,6 +30,9 @@ class _Shown(msgspec.Struct):
 
 
 _SHOWN = msgspec.json.Decoder(_Shown)
+# A stored body passed the serving checks, but a parse here may still fail (nesting a deeper
+# stack cannot take, numbers orjson does not read): counted, and the item shows no candidates.
+GUARD = Guard("api-board-history", logging.getLogger("precast.api.board"))
 
 
 class Past(msgspec.Struct, frozen=True, gc=False):
@@ -46,7 +51,8 @@ def past(e: Entry) -> Past:
         shown = _SHOWN.decode(e.body)
         cands = bytes(shown.candidates)  # a copy: a Raw would keep the whole body alive
         trigger = shown.trigger if isinstance(shown.trigger, str) else None
-    except msgspec.DecodeError:  # a body the serving checks let through, but odd: show none
+    except Exception as exc:  # noqa: BLE001 - whatever the body holds: show none
+        GUARD.reject(exc)
         cands, trigger = b"[]", None
     return Past(
         e.computed_at_ms,
@@ -63,7 +69,8 @@ def history_item(p: Past | Entry, default_strategy: str) -> dict[str, Any]:
         p = past(p)
     try:
         candidates = orjson.loads(p.candidates)
-    except orjson.JSONDecodeError:
+    except Exception as exc:  # noqa: BLE001 - see GUARD
+        GUARD.reject(exc)
         candidates = []
     if not isinstance(candidates, list):
         candidates = []

@@ -10,14 +10,20 @@ value's window as of the snapshot's newest event)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from precast.fleet.context import ContextModel, DeviceContext
+from precast.guard import Guard
 from precast.serving import Entry
 from schemas.spec.context import OpenCount, WindowCount
+
+# A stored body passed the serving checks, but a full parse may still fail (nesting deeper than
+# this stack takes, a number out of range, a candidate without a score): a counted plain row.
+GUARD = Guard("api-device-view", logging.getLogger("precast.api.board"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,5 +142,6 @@ def summarize(e: Entry, default_strategy: str) -> Summary:
             float(top["score"]) if top else 0.0,
             str(doc.get("trigger", "")),
         )
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+    except Exception as exc:  # noqa: BLE001 - whatever a stored body holds: a plain row
+        GUARD.reject(exc)
         return Summary(default_strategy, 0.0, "")
