@@ -21,8 +21,11 @@ from dataclasses import dataclass
 
 import orjson
 
+from precast.guard import Guard, Unusable
+from precast.hygiene import printable
 from precast.kafka import KafkaFailure, Producer
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 
 log = logging.getLogger("precast.presence")
 
@@ -41,25 +44,39 @@ class Reader:
         return now_ms - self.at_ms <= self.ttl_ms
 
 
+# Malformed presence records are counted and logged (bounded) here; the topic has no dead
+# letters: a reader that wrote one publishes a fresh record every few seconds anyway.
+GUARD = Guard("presence", log)
+
+
 def decode(value: bytes | None) -> Reader | None:
     """A presence record, or None for a tombstone or anything malformed (never trusted further
     than its shape: the guard only compares topic names)."""
     if not value:
         return None
     try:
-        doc = orjson.loads(value)
-        reads = doc["reads"]
-        if not (isinstance(reads, list) and all(isinstance(t, str) for t in reads)):
-            return None
-        return Reader(
-            str(doc["component"])[:64],
-            str(doc["instance"])[:200],
-            tuple(reads),
-            int(doc["at_ms"]),
-            int(doc["ttl_ms"]),
-        )
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return _reader(value)
+    except Exception as exc:  # noqa: BLE001 - the boundary: anything a record can hold
+        GUARD.reject(exc)
         return None
+
+
+def _reader(value: bytes) -> Reader:
+    doc = orjson.loads(value)
+    if not isinstance(doc, dict):
+        raise Unusable(Reason.INVALID, "a presence record is a JSON object")
+    reads, at, ttl = doc.get("reads"), doc.get("at_ms"), doc.get("ttl_ms")
+    if not (isinstance(reads, list) and all(isinstance(t, str) for t in reads)):
+        raise Unusable(Reason.INVALID, "presence: reads is not a list of topic names")
+    if type(at) is not int or type(ttl) is not int:
+        raise Unusable(Reason.INVALID, "presence: at_ms and ttl_ms are integers")
+    return Reader(
+        printable(doc.get("component"), 64),
+        printable(doc.get("instance"), 200),
+        tuple(reads),
+        at,
+        ttl,
+    )
 
 
 def live(values: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> list[Reader]:

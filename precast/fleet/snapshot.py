@@ -13,6 +13,7 @@ of the new spec rebuilds every device's context from the topics (docs/fleets.md,
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -43,9 +44,16 @@ def to_json(model: ContextModel, ctx: DeviceContext, updated_at_ms: int) -> byte
 
 
 def from_json(model: ContextModel, raw: bytes) -> DeviceContext:
-    """Parse a snapshot; `ForeignSnapshot` for one of another definition, ValueError, KeyError
-    or TypeError for a malformed one."""
-    d: Any = orjson.loads(raw)
+    """Parse a snapshot; `ForeignSnapshot` for one of another definition, ValueError for a
+    malformed one, whatever it holds (the topic is writable by more than the aggregator)."""
+    d: Any = orjson.loads(raw)  # JSONDecodeError is a ValueError (nesting, UTF-8, NaN)
+    try:
+        return _context(model, d)
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"malformed device-context snapshot: {type(exc).__name__}") from None
+
+
+def _context(model: ContextModel, d: Any) -> DeviceContext:
     if not isinstance(d, dict):
         raise ValueError("a device-context snapshot is a JSON object")
     if d.get("schema_version") != SNAPSHOT_VERSION or d.get("context") != model.hash:
@@ -59,8 +67,20 @@ def from_json(model: ContextModel, raw: bytes) -> DeviceContext:
     return DeviceContext(
         str(d["device_id"]),
         [{str(k): tuple(v) for k, v in dict(g).items()} for g in opens],
-        [{str(k): (int(v[0]), int(v[1])) for k, v in dict(g).items()} for g in windows],
-        {str(k): int(v) for k, v in dict(d["since"]).items()},
-        {str(k): (int(v[0]), float(v[1])) for k, v in dict(d["last"]).items()},
-        int(d["as_of_ms"]),
+        [{str(k): (_int(v[0]), _int(v[1])) for k, v in dict(g).items()} for g in windows],
+        {str(k): _int(v) for k, v in dict(d["since"]).items()},
+        {str(k): (_int(v[0]), _num(v[1])) for k, v in dict(d["last"]).items()},
+        _int(d["as_of_ms"]),
     )
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:  # not text, a float or a bool: what to_json writes is an integer
+        raise TypeError
+    return v
+
+
+def _num(v: Any) -> float:
+    if type(v) is not int and (type(v) is not float or not math.isfinite(v)):
+        raise TypeError
+    return float(v)

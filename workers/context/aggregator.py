@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sys
 import time
 from typing import Any, cast
@@ -25,12 +26,14 @@ from prometheus_client import Counter, Gauge
 
 from precast.deadletter import DEAD_LETTERS, dead_letter_record
 from precast.fleet import load_fleet, snapshot
+from precast.guard import Guard, classify
 from precast.kafka import Admin, Record
 from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from schemas.deadletters import Reason
 from schemas.topics import TopicSpec, catalog
-from schemas.validation import Rejected
+from schemas.validation import Rejected, Validator
 from workers.context.faust_config import connection_options, preflight
 from workers.settings import ContextSettings
 
@@ -83,8 +86,10 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     def raw_topic(name: str) -> Any:
         return app.topic(name, internal=False, key_serializer="raw", value_serializer="raw")
 
-    streams = {s.topic: name for name, s in fleet.spec.streams.items() if s.topic != "heartbeats"}
-    sources = {getattr(topics, role).name: role for role in streams}
+    streams: dict[str, str] = {
+        s.topic: name for name, s in fleet.spec.streams.items() if s.topic != "heartbeats"
+    }
+    sources: dict[str, str] = {getattr(topics, role).name: role for role in streams}
     out = raw_topic(topics.device_context.name)
     dlq = raw_topic(topics.dead_letters.name)
     # JSON text keys/values: the changelog is read back through the table's own serializers.
@@ -92,44 +97,48 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
         "device-context", default=None, partitions=t.partitions, key_type=str, value_type=str
     )
     state: dict[str, Any] = {"last_tick": time.monotonic(), "app": app}
+    guard = Guard("context", log)
 
     async def fold(event: Any) -> None:
-        msg = event.message
-        record = Record(
-            msg.topic,
-            msg.partition,
-            msg.offset,
-            event.key,
-            event.value,
-            [(k, bytes(v)) for k, v in (msg.headers or [])],
-            int(msg.timestamp * 1000),
-        )
-        role = sources[msg.topic]
-        got = fleet.validator.validate(role, record.key(), record.value(), record.headers())
+        record = to_record(event)
+        got = decode(fleet.validator, sources, record)
         if isinstance(got, Rejected):
-            e = got
-            key, value, headers = dead_letter_record(record, e.reason, e.detail, COMPONENT)
-            await dlq.send(key=key, value=value, headers=headers)
-            DEAD_LETTERS.labels(COMPONENT, e.reason.value).inc()
-            EVENTS.labels(msg.topic, "dead_letter").inc()
+            await dead_letter(record, got.reason, got.detail)
             return
-        e = got.event
+        role, e = got
         device = e["device_id"]
         current = table.get(device)
         ctx = snapshot.from_json(model, current.encode()) if current else model.new(device)
         changed = model.apply(ctx, streams[role], e)
         if not changed and current is not None:
-            EVENTS.labels(msg.topic, "unchanged").inc()
+            EVENTS.labels(record.topic(), "unchanged").inc()
             return
         snap = snapshot.to_json(model, ctx, int(time.time() * 1000))
         table[device] = snap.decode()
         await out.send(key=device.encode(), value=snap)
         SNAPSHOTS.inc()
-        EVENTS.labels(msg.topic, "applied").inc()
+        EVENTS.labels(record.topic(), "applied").inc()
+
+    async def dead_letter(record: Record, reason: Reason, detail: str) -> None:
+        key, value, headers = dead_letter_record(record, reason, detail, COMPONENT)
+        await dlq.send(key=key, value=value, headers=headers)
+        DEAD_LETTERS.labels(COMPONENT, reason.value).inc()
+        EVENTS.labels(record.topic(), "dead_letter").inc()
+
+    async def guarded(event: Any) -> None:
+        """The boundary (precast.guard): an event that makes the fold raise (nothing the
+        validator passes should) is counted, logged and dead-lettered; a raising agent would
+        stop consuming its stream."""
+        try:
+            await fold(event)
+        except Exception as exc:  # noqa: BLE001 - anything a record can cause
+            record = to_record(event)
+            reason = guard.reject(exc, record, dead_letter=False)
+            await dead_letter(record, reason, classify(exc)[1])
 
     async def consume(stream: Any) -> None:
         async for event in stream.events():
-            await fold(event)
+            await guarded(event)
 
     for role in streams:  # one agent per context stream the fleet spec declares
         app.agent(raw_topic(getattr(topics, role).name), name=role.replace("_", "-"))(consume)
@@ -147,6 +156,42 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
         DEVICES.set(len(table))
 
     return app, state
+
+
+def to_record(event: Any) -> Record:
+    """A faust event as a `Record`, whatever its message holds (a header value of None or any
+    buffer, no timestamp)."""
+    msg = event.message
+    headers = [
+        (str(k), bytes(v) if isinstance(v, bytes | bytearray | memoryview) else b"")
+        for k, v in (msg.headers or [])
+    ]
+    ts = msg.timestamp
+    when = int(ts * 1000) if isinstance(ts, int | float) and math.isfinite(ts) else -1
+    key, value = event.key, event.value
+    return Record(
+        str(msg.topic),
+        int(msg.partition),
+        int(msg.offset),
+        key if isinstance(key, bytes) or key is None else bytes(key),
+        value if isinstance(value, bytes) or value is None else bytes(value),
+        headers,
+        when,
+    )
+
+
+def decode(
+    validator: Validator, sources: dict[str, str], record: Record
+) -> tuple[str, dict[str, Any]] | Rejected:
+    """(stream role, validated event) of one record of a context stream, or why not."""
+    role = sources.get(record.topic())
+    if role is None:
+        return Rejected(Reason.UNKNOWN, f"the context aggregator does not read {record.topic()!r}")
+    got = validator.validate(role, record.key(), record.value(), record.headers())
+    if isinstance(got, Rejected):
+        return got
+    event: dict[str, Any] = got.event
+    return role, event
 
 
 def prepare_topics(settings: ContextSettings, app: Any) -> None:

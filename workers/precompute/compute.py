@@ -180,6 +180,7 @@ class Scoring:
             self.sensitivity = _sensitivity_of(model, self.cfg.top_k)
             self._sensitivity_of = model.version
             self.stats = getattr(model, "standardization", None)
+            self.table.n_labels = len(model.labels)
 
     def features_of(
         self, devices: Sequence[str], slots: np.ndarray, no_data_ms: int = -1

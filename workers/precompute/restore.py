@@ -15,8 +15,10 @@ import uuid
 from operator import methodcaller
 from typing import Any
 
+from precast.guard import REJECTED, Guard, Unusable
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
+from schemas.deadletters import Reason
 from workers.precompute import changelog
 from workers.precompute import metrics as M
 from workers.precompute.state import DeviceTable
@@ -51,6 +53,9 @@ class StateRestorer:
         if read_committed:  # exactly-once: only what committed transactions wrote
             overrides["isolation.level"] = "read_committed"
         self.consumer = Consumer(kafka, f"precast-restore-{uuid.uuid4().hex}", **overrides)
+        # the worker-state topic has no dead letters: a bad record is counted, logged (bounded)
+        # and skipped, and its device starts over from its next events
+        self.guard = Guard("worker-restore", log)
 
     def restore(self, partitions: list[int], table: DeviceTable) -> int:
         """Read these state partitions to their current end into `table`; returns the devices
@@ -107,12 +112,21 @@ class StateRestorer:
             ks.append(k)
             vs.append(v)
         n = bad = 0
+        layout = changelog.Layout(table.fleet.features)
         for p, (ks, vs) in by_part.items():
-            devices, rec, b, foreign = changelog.Layout(table.fleet.features).decode(ks, vs)
-            M.STATE_FOREIGN.inc(foreign)
-            table.restore(devices, [p] * len(devices), rec)
+            try:
+                devices, rec, b, foreign = layout.decode(ks, vs)
+                M.STATE_FOREIGN.inc(foreign)
+                b += table.restore(devices, [p] * len(devices), rec)
+            except Exception as exc:  # noqa: BLE001 - the boundary: a restore must not fail
+                # on what a record holds (the assignment would fail, and again at every retry)
+                self.guard.reject(exc)
+                continue
             n += len(devices)
             bad += b
+        if bad:  # counted per record; one bounded log line for the batch
+            self.guard.reject(Unusable(Reason.INVALID, f"{bad} worker-state records unusable"))
+            REJECTED.labels(self.guard.reader, Reason.INVALID.value).inc(bad - 1)
         return n, bad
 
     def _end(self, partition: int, patience_s: float = 15.0) -> tuple[int, int]:

@@ -37,6 +37,9 @@ class DeviceTable:
 
     def __init__(self, capacity: int = 1024, top_k: int = 3, fleet: Fleet | None = None) -> None:
         self.top_k = top_k
+        # labels of the current model (set when the pipeline primes a model): restored class
+        # indexes at or past it are not trusted
+        self.n_labels = 256
         self.fleet = fleet or load_fleet()
         # the state columns of a device that sent no heartbeat (each column's `missing` rule)
         self._default_hb = self.fleet.features.fill
@@ -117,11 +120,26 @@ class DeviceTable:
         c = self.contexts.get(device)
         return c is not None and c.as_of_ms > 0
 
-    def restore(self, devices: list[str], partitions: list[int], rec: np.ndarray) -> None:
+    def restore(self, devices: list[str], partitions: list[int], rec: np.ndarray) -> int:
         """Adopt changelog records (`workers.precompute.changelog.RECORD`) for devices of a partition
-        being assigned, before any of its input is processed."""
+        being assigned, before any of its input is processed. Returns how many records held a
+        last inference that cannot be used (class indexes past the model's labels, scores or
+        margins not finite; anyone who can write the topic can write those): their device keeps
+        its heartbeat state and predicts afresh at its next heartbeat."""
         if not devices:
-            return
+            return 0
+        rec = rec.copy()  # writable: np.frombuffer's view of the fetched bytes is not
+        k1 = min(self.top_k + 1, rec["rank"].shape[1])
+        bad = (
+            (rec["rank"][:, :k1] >= self.n_labels).any(axis=1)
+            | ~np.isfinite(rec["scores"]).all(axis=1)
+            | ~np.isfinite(rec["margins"]).all(axis=1)
+        )
+        if bad.any():
+            rec["valid_until"][bad] = -1  # no prediction to renew: the next heartbeat infers
+            rec["rank"][bad] = 0
+            rec["scores"][bad] = 0
+            rec["margins"][bad] = -1
         s = self.slots(devices, partitions)
         self.hb[s] = rec["hb"]
         self.hb_time[s] = rec["hb_time"]
@@ -137,6 +155,7 @@ class DeviceTable:
             self.top_scores[s] = rec["scores"][:, :k]
             self.margin_top1[s] = rec["margins"][:, 0]
             self.margin_topk[s] = rec["margins"][:, 1]
+        return int(bad.sum())
 
     def heartbeat_cols(self, slots: np.ndarray) -> np.ndarray:
         """Newest heartbeat columns per slot; the documented default row where none was seen."""
