@@ -25,7 +25,7 @@ from precast.audit.checkpoint import Checkpoint, Signer
 from precast.audit.store import LogStore
 from precast.guard import Guard
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaMessage, Producer, TopicPartitionOffset
-from precast.supervise import Supervised, terminate_process
+from precast.supervise import Supervised
 
 log = logging.getLogger("auditor.appender")
 
@@ -48,7 +48,7 @@ class Appender:
         interval_s: float = 1.0,
         batch: int = 5_000,
         on_checkpoint: LagHook | None = None,
-        on_give_up: Callable[[str, BaseException], None] = terminate_process,
+        supervised: Supervised | None = None,  # its restart policy (tests pass their own)
     ) -> None:
         self.store, self.signer, self.consumer, self.producer = store, signer, consumer, producer
         self.topic, self.checkpoint_topic, self.partitions = topic, checkpoint_topic, partitions
@@ -60,7 +60,7 @@ class Appender:
         self._last_checkpoint = 0.0
         self.last_checkpoint_at = 0.0
         self.guard = Guard("auditor", log)
-        self.supervised = Supervised("audit-appender", on_give_up=on_give_up)
+        self.supervised = supervised or Supervised("audit-appender")
         self._runs = 0
         self._stop = threading.Event()
 

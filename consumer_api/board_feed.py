@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter
@@ -39,7 +38,7 @@ from precast.fleet.snapshot import ForeignSnapshot, from_json
 from precast.guard import Guard, Unusable
 from precast.kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
-from precast.supervise import Supervised, terminate_process
+from precast.supervise import Supervised
 from schemas.topics import Topics
 
 log = logging.getLogger("precast.api.board")
@@ -82,7 +81,7 @@ class BoardFeed:
         group_prefix: str = "precast-api",
         rates_every_s: float = 2.0,
         info_lookback_s: float = 10.0,
-        on_give_up: Callable[[str, BaseException], None] = terminate_process,
+        supervised: Supervised | None = None,  # its restart policy (tests pass their own)
     ) -> None:
         self._consumer = Consumer(
             kafka,
@@ -94,7 +93,7 @@ class BoardFeed:
         self._lookback_ms = int(info_lookback_s * 1000)
         self.rates = Rates()
         self.guard = Guard("api-board-feed", log)
-        self.supervised = Supervised("api-board-feed", on_give_up=on_give_up)
+        self.supervised = supervised or Supervised("api-board-feed")
         self._stop = threading.Event()
         self._thread = self.supervised.thread(self._run, self._stop)
         self._next_rates = 0.0

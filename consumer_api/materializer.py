@@ -51,7 +51,7 @@ from precast.serving import (
     prediction_item,
 )
 from precast.settings import KafkaSettings
-from precast.supervise import Supervised, terminate_process
+from precast.supervise import Supervised
 from schemas.leases import is_lease_key
 
 log = logging.getLogger("precast.api.materializer")
@@ -88,7 +88,7 @@ class Materializer:
         batch: int = 5_000,
         ready_max_lag: int = 0,
         wait_s: float = 0.2,
-        on_give_up: Callable[[str, BaseException], None] = terminate_process,
+        supervised: Supervised | None = None,  # its restart policy (tests pass their own)
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
         committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
@@ -121,7 +121,7 @@ class Materializer:
         self._redis_loading = shared is not None
         self._last_check = 0.0
         self.guard = Guard("api-materializer", log, self._dead)
-        self.supervised = Supervised("api-materializer", on_give_up=on_give_up)
+        self.supervised = supervised or Supervised("api-materializer")
         self._runs = 0
         self._thread = self.supervised.thread(self._run, self._stop)
 
