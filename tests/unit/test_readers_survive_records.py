@@ -272,7 +272,9 @@ def test_a_leaf_is_the_same_at_any_stack_depth(depth, opener):
 def test_the_appender_appends_a_leaf_for_every_record(batch):
     with tempfile.TemporaryDirectory() as d:
         app = _appender(Path(d))
-        msgs = [Record(TOPIC, 0, i, r.key(), r.value(), r.headers()) for i, r in enumerate(batch)]
+        msgs: list[KafkaMessage] = [
+            Record(TOPIC, 0, i, r.key(), r.value(), r.headers()) for i, r in enumerate(batch)
+        ]
         app.append(msgs)  # raises nothing
         assert app.tree.size == len(msgs) and app.offsets == {0: len(msgs)}
         app.store.close()
