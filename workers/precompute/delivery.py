@@ -44,6 +44,9 @@ class Rewind(Exception):
 # only adds itself to every answer's age: 1 ms of a 5 ms budget at the median (bench freshness,
 # hop "worker batch -> prediction in Kafka"). The worker's `linger_ms` setting chooses.
 LINGER_MS = 0.0
+# The longest wait for outputs before a commit that must happen (revoke, shutdown); a periodic
+# commit passes its own, shorter bound (workers.precompute.loop.SETTLE_S).
+SYNC_SETTLE_S = 30.0
 
 
 class AtLeastOnce:
@@ -98,12 +101,14 @@ class AtLeastOnce:
         self._committed.update({(o.topic, o.partition): o.offset for o in changed})
         return True
 
-    def settle(self, sync: bool, timeout: float = 30.0) -> bool:
+    def settle(self, sync: bool, timeout: float | None = None) -> bool:
         """Wait for every output so far before a commit. False when some are still in flight
-        after `timeout` on a periodic commit (`sync=False`): a stalled broker, not a failure.
-        Nothing is committed then, the next commit covers these offsets too, and the loop goes
-        on meanwhile. Raising instead ended the worker when brokers stalled past 30 s (one
-        starved core in the soak) although every record would have been delivered."""
+        after `timeout` (default SYNC_SETTLE_S) on a periodic commit (`sync=False`): a stalled
+        broker or a partition between leaders, not a failure. Nothing is committed then, the
+        next commit covers these offsets too, and the loop goes on meanwhile. Raising instead
+        ended the worker when brokers stalled past 30 s (one starved core in the soak)
+        although every record would have been delivered."""
+        timeout = SYNC_SETTLE_S if timeout is None else timeout
         try:
             self.producer.flush(timeout)
         except DeliveryFailed as exc:

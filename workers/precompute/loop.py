@@ -60,6 +60,17 @@ _TOPIC, _PARTITION, _OFFSET = (
 
 # How often a loop with a commit waiting for acknowledgements checks them when no record comes.
 ACK_CHECK_S = 0.005
+# At-least-once: how long a periodic commit may stop the loop to wait for its outputs (a busy
+# 2-core machine settles in under 1 s). A broker killed with kill -9 leaves the records for the
+# partitions it led in flight until the controller has fenced it and the producer has found
+# their new leaders (5-8 s when it was the active controller): a flush that waited for them
+# stopped the whole loop, the answers of every partition with it, and the backlog left behind
+# delayed them further (python -m bench cluster; docs/cluster.md, "Failover time").
+SETTLE_S = 2.0
+# After a commit was put off that way, the loop does not block for one again for this long; it
+# still commits at any moment every output is acknowledged. Nothing is committed before its
+# outputs are acknowledged, so a put-off commit only means more to re-read after a crash.
+DEFER_S = 5.0
 
 
 def _now_ms() -> int:
@@ -134,6 +145,7 @@ class Worker(Rebalancing, LeasePublishing):
         # at the next moment everything produced is acknowledged (see `_commit_acknowledged`)
         self._held: list[TopicPartitionOffset] | None = None
         self._due_since = 0.0  # when the commit now waiting for acknowledgements fell due
+        self._defer_until = 0.0  # no blocking commit before then (one was just put off)
         self._restorer: StateRestorer | None = None
         self._kafka = kafka
 
@@ -305,9 +317,18 @@ class Worker(Rebalancing, LeasePublishing):
                     log.warning("rewinding to the committed offsets: %s", exc)
                     self._rewind()
             self.sink.begin()
-        elif isinstance(self.sink, AtLeastOnce) and self.sink.settle(sync):  # else: stalled
-            self._flush_state()  # predictions settled; the commit settles the state the same way
-            self.sink.commit(self.consumer, self.pipeline.commit_offsets(), sync=sync)
+        elif isinstance(self.sink, AtLeastOnce):
+            timeout = None if sync else SETTLE_S  # None: the sink's own bound (sync raises)
+            settled = self.sink.settle(sync, timeout)
+            if settled:  # predictions acknowledged: their state goes out and settles the same way
+                self._flush_state()
+                settled = self.sink.settle(sync, timeout)
+            if settled:
+                self.sink.commit(
+                    self.consumer, self.pipeline.commit_offsets(), sync=sync, flush=False
+                )
+            else:  # some outputs wait for a partition without a leader: go on, commit later
+                self._defer_until = time.monotonic() + DEFER_S
 
     def _commit_acknowledged(self) -> bool:
         """At-least-once without blocking the loop: a commit that falls due waits for a moment
@@ -324,8 +345,8 @@ class Worker(Rebalancing, LeasePublishing):
         assert isinstance(sink, AtLeastOnce)
         if self._due_since < self._next_commit:
             self._due_since = mono
-        if not sink.acknowledged():
-            return mono - self._due_since < self.cfg.commit_interval_s  # else: block
+        if not sink.acknowledged():  # else block, unless a blocking commit was just put off
+            return mono - self._due_since < self.cfg.commit_interval_s or mono < self._defer_until
         if self._held is not None:
             sink.commit(self.consumer, self._held, flush=False)
             self._held = None
