@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from opsctl import redrive
+from opsctl import escape, redrive
 from opsctl.deadletter_select import dead_letter_topic, selected
 from opsctl.ranges import OffsetRange, add_range_args, format_time
 from opsctl.reader import RangeReader, range_consumer
@@ -72,14 +72,14 @@ def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
     key = original_key(m.key(), m.headers())
     rejected = info.get("rejected_at_ms", "")
     source = f"{info.get('source.topic', '?')}[{info.get('source.partition', '?')}]@{info.get('source.offset', '?')}"
-    return [
+    return [  # every cell from the record's own bytes escaped (opsctl.escape)
         f"{m.partition()}:{m.offset()}",
-        format_time(int(rejected)) if rejected.isdigit() else "-",
-        info.get("reason", "-"),
-        info.get("component", "-"),
-        source,
-        "(none)" if key is None else key.decode(errors="replace")[:40],
-        info.get("detail", "")[:60],
+        format_time(int(rejected)) if rejected.isascii() and rejected.isdigit() else "-",
+        escape.text(info.get("reason", "-"), 40),
+        escape.text(info.get("component", "-"), 40),
+        escape.text(source, 120),
+        "(none)" if key is None else escape.text(key.decode(errors="replace"), 40),
+        escape.text(info.get("detail", ""), 60),
     ]
 
 
@@ -99,7 +99,7 @@ def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
         print(
             table(
                 ["reason", "component", "count"],
-                [[r, c, n] for (r, c), n in by_reason.most_common()],
+                escape.rows([r, c, n] for (r, c), n in by_reason.most_common()),
             )
         )
         print()

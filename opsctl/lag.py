@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from opsctl import escape
 from opsctl.filters import split_list
 from opsctl.freshness import add_freshness_args, freshness
 from opsctl.reader import range_consumer
@@ -159,7 +160,7 @@ def report(args: argparse.Namespace, settings: StackCliSettings) -> None:
         print(
             table(
                 ["group", "state", "members", "lag", "max lag time"],
-                [
+                escape.rows(  # group names are any client's choice
                     [
                         g,
                         states.get(g, {}).get("state", "?"),
@@ -168,21 +169,21 @@ def report(args: argparse.Namespace, settings: StackCliSettings) -> None:
                         _fmt_s(t),
                     ]
                     for g, (n, t) in sorted(summary.items())
-                ],
+                ),
             )
         )
         print()
         print(
             table(
                 ["group", "topic", "partition", "committed", "end", "lag", "lag time"],
-                [
+                escape.rows(
                     [x.group, x.topic, x.partition, x.committed, x.end, x.lag, _fmt_s(x.lag_s)]
                     for x in lags
-                ],
+                ),
             )
         )
     for line in fresh.get("lines", []):
-        print(line)
+        print(line)  # numbers and topic names only, no record content
 
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:

@@ -15,7 +15,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from opsctl import copier
+from opsctl import copier, escape
 from opsctl.checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.deadletter_select import DeadLetterFilter, dead_letter_topic, read_matching
 from opsctl.guard import input_role
@@ -161,16 +161,18 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     missing = [t for t in per_target if t not in existing]
     if left:
         print(f"{sum(left.values()):,} selected dead letters stay where they are:")
-        print(table(["why", "records"], sorted(left.items())))
+        print(table(["why", "records"], escape.rows(sorted(left.items()))))
     if dry_run:
         print(
             f"dry run: {sum(per_target.values()):,} dead letters would be sent back from {dlq}; "
             "nothing written" + ("; add --yes to send them" if per_target else "")
         )
-        print(table(["target topic", "records"], sorted(per_target.items())))
-        print(table(["reason", "records"], sorted(per_reason.items())))
+        print(table(["target topic", "records"], escape.rows(sorted(per_target.items()))))
+        print(table(["reason", "records"], escape.rows(sorted(per_reason.items()))))
         if missing:
-            print(f"missing target topics (a real run refuses): {', '.join(missing)}")
+            print(
+                f"missing target topics (a real run refuses): {escape.text(', '.join(missing), 400)}"
+            )
         return 0
     if missing:
         raise ConfigError(

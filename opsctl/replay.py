@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from opsctl import copier
+from opsctl import copier, escape
 from opsctl.checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.filters import RecordFilter
 from opsctl.guard import partitions_of, refuse_live_target
@@ -237,7 +237,8 @@ def _dry_run(
         ["total", "", sum(v[0] for v in counts.values()), sum(v[1] for v in counts.values())]
     )
     what = f"{format_time(tr.start_ms)} .. {format_time(tr.end_ms)}" if tr else args.offsets
-    print(f"dry run: {args.source} [{what}] -> {args.target or '(no target)'}; nothing written")
+    target = escape.text(args.target, 200) if args.target else "(no target)"
+    print(f"dry run: {escape.text(args.source, 200)} [{what}] -> {target}; nothing written")
     print(table(["partition", "offsets", "records", "would copy"], rows))
     return 0
 
