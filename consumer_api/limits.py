@@ -8,7 +8,7 @@ happen with no await between them (nothing to race)."""
 
 from __future__ import annotations
 
-import hashlib
+import ipaddress
 import math
 import time
 from collections import OrderedDict
@@ -18,6 +18,7 @@ from prometheus_client import Counter
 from starlette.requests import HTTPConnection
 
 from consumer_api.settings import ApiOptions
+from precast.tokens import TokenTable, bearer, digest
 
 LIMITED = Counter(
     "precast_api_client_limited",
@@ -84,8 +85,13 @@ class Buckets:
 
 
 class ClientLimits:
-    def __init__(self, opts: ApiOptions, clock: Callable[[], float] = time.monotonic) -> None:
-        self.opts = opts
+    def __init__(
+        self,
+        opts: ApiOptions,
+        clock: Callable[[], float] = time.monotonic,
+        tokens: TokenTable | None = None,
+    ) -> None:
+        self.opts, self._tokens = opts, tokens
         self.prefetch = Buckets(
             opts.client_prefetch_per_s, opts.client_prefetch_burst, opts.max_clients, clock
         )
@@ -93,26 +99,31 @@ class ClientLimits:
             opts.client_beacons_per_s, opts.client_beacon_burst, opts.max_clients, clock
         )
         self._streams: dict[str, int] = {}
-        self._proxies = frozenset(opts.trusted_proxies)
+        self._proxies = proxy_networks(opts.trusted_proxies)
 
     def keys(self, conn: HTTPConnection) -> list[str]:
-        """The client's keys: `t:<digest of the Authorization header>` and `a:<address>`."""
+        """The client's keys: `t:<its token's identity>` and `a:<address>`. A token is known by
+        its digest after the normalization the lookup applies (scheme case, whitespace), so
+        one token is one client however its header is spelled."""
         out = []
         how = self.opts.client_key
         if how != "address":
-            auth = conn.headers.get("authorization")
-            if auth:
-                digest = hashlib.blake2b(auth.encode(), digest_size=8).hexdigest()
-                out.append("t:" + digest)
+            raw = conn.headers.get("authorization", "").encode()
+            token = bearer(raw)
+            if token is not None:
+                known = self._tokens.lookup(raw) if self._tokens is not None else None
+                ident = known.digest if known is not None else digest(token)
+                out.append("t:" + ident[:8].hex())
         if how != "token":
             out.append("a:" + self.address(conn))
         return out or ["a:-"]
 
     def address(self, conn: HTTPConnection) -> str:
-        """The peer's address; behind a trusted proxy, the one that proxy appended to
-        X-Forwarded-For (the right-most entry: those to its left are the client's own claims)."""
+        """The peer's address; behind a trusted proxy (a peer inside one of the
+        `trusted_proxies` ranges), the one that proxy appended to X-Forwarded-For (the
+        right-most entry: those to its left are the client's own claims)."""
         peer = conn.client.host if conn.client else "-"
-        if peer in self._proxies:
+        if self._proxies and in_networks(peer, self._proxies):
             forwarded = conn.headers.get("x-forwarded-for", "")
             last = forwarded.rsplit(",", 1)[-1].strip()
             if last:
@@ -141,6 +152,24 @@ class ClientLimits:
         if wait > 0:
             LIMITED.labels(which).inc()
         return wait
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def proxy_networks(entries: list[str]) -> tuple[Network, ...]:
+    """CIDR ranges (a bare address is its own /32 or /128); raises ValueError on a bad one."""
+    return tuple(ipaddress.ip_network(e.strip(), strict=False) for e in entries)
+
+
+def in_networks(host: str, nets: tuple[Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False  # a Unix socket or test client name: never a proxy
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in n for n in nets)
 
 
 def retry_after(wait_s: float) -> str:

@@ -22,6 +22,7 @@ from consumer_api.settings import ApiOptions
 from consumer_api.signals import Signals
 from precast.fleet import load_fleet
 from precast.serving import AsyncReader, Entry, LocalView
+from precast.supervise import Supervised
 from precast.tokens import TokenTable
 
 # Results of `Service.check`: a status code to answer with, or 0 to go on.
@@ -69,6 +70,8 @@ class Service:
     signals: Signals = field(default_factory=Signals)
     hints: ReadHints | None = None
     tokens: TokenTable | None = None  # built from the options when not given
+    # background parts (precast.supervise) whose failure turns readiness false
+    parts: list[Supervised] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if (self.view is None) == (self.reader is None):
@@ -77,12 +80,13 @@ class Service:
         fallback = self.options.default_strategy or load_fleet().spec.serving.default_label
         self.renderer = Renderer(fallback, self.options.expired)
         self.hub.max_streams = self.options.sse_max_streams
-        self.limits = ClientLimits(self.options)
         if self.tokens is None:
             tok = self.options.auth_token
             self.tokens = TokenTable(
                 self.options.tokens_file, tok.get_secret_value() if tok else None
             )
+        # buckets keyed by the token the lookup finds, not by how its header is spelled
+        self.limits = ClientLimits(self.options, tokens=self.tokens)
         beacon.export(self.signals)
 
     def check(self, header: bytes | None, scope: str) -> int:

@@ -3,20 +3,27 @@
 `add` makes a token, writes only its SHA-256 digest to the tokens file (mode 0600, replaced
 atomically) and prints the token once; `revoke` removes a line; a running API re-reads the file
 within a second (or on SIGHUP), so adding, rotating (add a new name, move the clients, revoke the
-old) and revoking need no restart. docs/security.md."""
+old) and revoking need no restart. `revoke` then asks each API (`--api`) which tokens file it
+serves from (its /healthz `tokens`) and says whether it has taken the change: exit 1 when one
+has not, or did not answer. docs/security.md."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.files import write_private
+from precast.hygiene import printable
 from precast.progress import table
-from precast.tokens import SCOPES, line_for, new_token, parse_file, parse_scopes
+from precast.tokens import SCOPES, generation, line_for, new_token, parse_file, parse_scopes
 
 
 def add_parser(sub: Any) -> None:
@@ -36,6 +43,21 @@ def add_parser(sub: Any) -> None:
             ap.add_argument("name")
         if name == "add":
             ap.add_argument("--scopes", required=True, help=f"comma-separated: {', '.join(SCOPES)}")
+        if name == "revoke":
+            ap.add_argument(
+                "--api",
+                action="append",
+                default=None,
+                metavar="URL",
+                help="a running API to confirm the revoke with (its /healthz names the tokens "
+                "file it serves from); repeat for each replica; default http://127.0.0.1:8000",
+            )
+            ap.add_argument(
+                "--wait",
+                type=float,
+                default=5.0,
+                help="seconds to wait for each API to take it (default 5; 0: do not ask)",
+            )
         ap.set_defaults(fn=fn)
 
 
@@ -85,5 +107,51 @@ def run_revoke(args: argparse.Namespace, settings: StackCliSettings) -> int:
     if len(kept) == len(lines):
         raise ConfigError(f"{args.file} has no token named {args.name!r}")
     _write(args.file, kept)
-    print(f"revoked {args.name!r}: the API refuses it from its next re-read (about a second)")
-    return 0
+    print(f"revoked {args.name!r} in {args.file}")
+    if args.wait <= 0:
+        print("not confirmed with a running API (--wait 0): it re-reads the file within a second")
+        return 0
+    want = generation(args.file.read_bytes())
+    failed = 0
+    for url in args.api or ["http://127.0.0.1:8000"]:
+        seen = _wait_for(url.rstrip("/"), want, args.wait)
+        if seen == want:
+            print(f"{url}: has taken it (tokens file {want})")
+        elif seen is None:
+            print(f"{url}: no answer; nothing confirms that it has taken it", file=sys.stderr)
+            failed += 1
+        else:
+            print(
+                f"{url}: still serves tokens file {printable(seen, 40)} after {args.wait:g} s, "
+                f"not {want}: the revoked token may still work there (its log says why: "
+                "'tokens file not re-read'; mounted the same file?)",
+                file=sys.stderr,
+            )
+            failed += 1
+    return 1 if failed else 0
+
+
+def _wait_for(url: str, want: str, wait_s: float) -> str | None:
+    """The tokens-file generation the API at `url` reports once it is `want`, or the last one
+    it reported when `wait_s` ran out (None: it never answered)."""
+    deadline = time.monotonic() + wait_s
+    seen: str | None = None
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2.0) as r:  # noqa: S310
+                seen = _generation_of(r.read(65_536))
+        except urllib.error.HTTPError as exc:  # 503: not healthy, its body still says
+            seen = _generation_of(exc.read(65_536))
+        except (OSError, ValueError):
+            pass
+        if seen == want or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.2)
+
+
+def _generation_of(body: bytes) -> str | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return str(doc.get("tokens")) if isinstance(doc, dict) else None

@@ -31,6 +31,7 @@ from precast.errors import ConfigError
 SCOPES = ("read", "prefetch", "board")
 PREFIX = "pct_"
 MIN_LENGTH = 24  # a hand-chosen token shorter than this is a password, not a token
+MAX_FILE_BYTES = 4 * 1024 * 1024  # ~40,000 tokens: a larger file is a mistake, not a table
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 # What compose defaults, examples and tired operators put in: never accepted as a token.
@@ -135,15 +136,34 @@ def line_for(name: str, scopes: frozenset[str], token: str) -> str:
     return f"{name} {ordered} sha256:{digest(token).hex()}"
 
 
+def bearer(header: bytes | None) -> bytes | None:
+    """The token an `Authorization: Bearer <token>` header carries, normalized as every reader
+    of it must (the scheme's case, whitespace around the token), or None."""
+    if not header or header[:7].lower() != b"bearer ":
+        return None
+    return header[7:].strip() or None
+
+
+def generation(data: bytes | None) -> str:
+    """What identifies the tokens file a table was read from (shown on the API's /healthz, so
+    that `precast api-token revoke` can tell when the API has taken its change)."""
+    return "absent" if data is None else hashlib.sha256(data).hexdigest()[:16]
+
+
 class TokenTable:
     """The tokens a replica accepts: the tokens file (re-read when it changes) and, optionally,
-    one token from the environment with every scope. Holds digests only."""
+    one token from the environment with every scope. Holds digests only.
+
+    A file that becomes unreadable or invalid keeps the last good table (`error` says why); a
+    file that is gone fails closed: none of its tokens is valid until it is back."""
 
     def __init__(self, path: Path | None = None, env_token: str | None = None) -> None:
         self.path = path
         self._env = Token("env", frozenset(SCOPES), digest(env_token)) if env_token else None
         self._stamp: tuple[int, int, int] | None = None
         self._by_digest: dict[bytes, Token] = {}
+        self.generation = "none" if path is None else "absent"
+        self.error: str | None = None
         self.reload(force=True)
 
     @property
@@ -153,33 +173,61 @@ class TokenTable:
     def __len__(self) -> int:
         return len(self._by_digest)
 
+    def names(self) -> set[str]:
+        return {t.name for t in self._by_digest.values()}
+
     def reload(self, force: bool = False) -> bool:
-        """Re-read the file when it changed (mtime, size, inode); True when the table changed.
-        A file that became unreadable or invalid keeps the last good table and raises."""
+        """Re-read the file when it changed (mtime, size, inode); True when the accepted tokens
+        changed. A file that cannot be used keeps the last good table and raises ConfigError
+        (whatever the cause: missing permission, not UTF-8, a folder, a bad line); a file that
+        is gone empties the file's part of the table first, then raises."""
         table: dict[bytes, Token] = {}
         if self._env is not None:
             table[self._env.digest] = self._env
         if self.path is not None:
             try:
                 st = os.stat(self.path)
+            except FileNotFoundError:
+                self._set(table, None, "absent")
+                raise ConfigError(
+                    f"tokens file {self.path} is gone: no token from it is valid until it is back"
+                ) from None
             except OSError as exc:
                 raise ConfigError(f"tokens file {self.path}: {exc.strerror}") from None
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
             if stamp == self._stamp and not force:
                 return False
-            for t in parse_file(self.path.read_text(), self.path):
+            if st.st_size > MAX_FILE_BYTES:
+                raise ConfigError(f"tokens file {self.path}: over {MAX_FILE_BYTES} bytes")
+            try:
+                data = self.path.read_bytes()
+                text = data.decode()
+            except OSError as exc:
+                raise ConfigError(f"tokens file {self.path}: {exc.strerror or exc}") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    f"tokens file {self.path}: not UTF-8 (byte {exc.start})"
+                ) from None
+            for t in parse_file(text, self.path):
                 table[t.digest] = t
-            self._stamp = stamp
-        self._by_digest = table
-        return True
+            return self._set(table, stamp, generation(data))
+        return self._set(table, None, "none")
+
+    def _set(self, table: dict[bytes, Token], stamp: tuple[int, int, int] | None, gen: str) -> bool:
+        changed = table.keys() != self._by_digest.keys() or any(
+            table[d] != self._by_digest[d] for d in table
+        )
+        self._by_digest, self._stamp, self.generation = table, stamp, gen
+        return changed
 
     def lookup(self, header: bytes | None) -> Token | None:
         """The token an `Authorization: Bearer <token>` header carries, or None. The digest of
         what the client sent is looked up (it reveals nothing about stored tokens), then
         compared in constant time."""
-        if not header or header[:7].lower() != b"bearer ":
+        token = bearer(header)
+        if token is None:
             return None
-        d = digest(header[7:].strip())
+        d = digest(token)
         found = self._by_digest.get(d)
         if found is None or not hmac.compare_digest(found.digest, d):
             return None

@@ -82,5 +82,5 @@ def test_the_api_token_command_adds_lists_and_revokes(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     listed = _cli("list", "--file", str(f))
     assert "ui" in listed.stdout and "prefetch,read" in listed.stdout and token not in listed.stdout
-    assert _cli("revoke", "ui", "--file", str(f)).returncode == 0
+    assert _cli("revoke", "ui", "--file", str(f), "--wait", "0").returncode == 0
     assert TokenTable(f).lookup(f"Bearer {token}".encode()) is None
