@@ -11,7 +11,7 @@ import signal
 from time import perf_counter_ns
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -25,6 +25,7 @@ from consumer_api.answers import PRECOMPUTED, etag_matches, wait_timing
 from consumer_api.board_layout import BoardLayout
 from consumer_api.errors import auth_error, error
 from consumer_api.fastpath import FastPath
+from consumer_api.hosts import HostAllowList
 from consumer_api.hygiene import ErrorHygiene
 from consumer_api.limits import retry_after
 from consumer_api.openapi import build_spec
@@ -32,6 +33,8 @@ from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_p
 from consumer_api.service import Service, now_ms
 from consumer_api.streams import open_stream
 from precast.errors import PrecastError
+from precast.http.parts import down as parts_down
+from precast.supervise import Supervised
 
 log = logging.getLogger("precast.api")
 
@@ -173,10 +176,17 @@ class Endpoints:
         return Response(status_code=204)
 
     async def healthz(self, _: Request) -> Response:
-        return _status(*self.svc.health())
+        ok, details = self.svc.health()
+        # which tokens file this replica serves from (`precast api-token revoke` waits for it)
+        tokens = self.svc.tokens
+        details = {**details, "tokens": tokens.generation if tokens is not None else "none"}
+        return _status(ok, details)
 
     async def readyz(self, _: Request) -> Response:
-        return _status(*self.svc.readiness())
+        ok, details = self.svc.readiness()
+        if down := parts_down(self.svc.parts):
+            ok, details = False, {**details, "down": [*details.get("down", []), *down]}
+        return _status(ok, details)
 
     async def metrics(self, _: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
@@ -197,7 +207,7 @@ def create_app(svc: Service, board: boards.Board | None = None):
             while True:
                 try:
                     await svc.asker.drain()
-                except Exception:  # never let the loop die: the next round asks again
+                except Exception:  # a failed round is retried by the next: not a restart
                     log.exception("precompute requests: drain failed")
                 svc.asker.poll()
                 await asyncio.sleep(0.05)
@@ -213,18 +223,20 @@ def create_app(svc: Service, board: boards.Board | None = None):
                 await asyncio.sleep(TOKENS_RELOAD_S)
                 reload_tokens(svc)
 
-        task = asyncio.create_task(poll())
-        hints_task = asyncio.create_task(hint())
-        tokens_task = asyncio.create_task(tokens())
+        # Each under precast.supervise: one that raises restarts (counted); one that keeps
+        # raising turns /readyz false and ends the process.
+        tasks = [
+            _supervised(svc, name).task(fn)
+            for name, fn in (("api-poll", poll), ("api-hints", hint), ("api-tokens", tokens))
+        ]
         with contextlib.suppress(RuntimeError, ValueError, NotImplementedError):
             # SIGHUP re-reads it at once (only where this loop runs on the main thread)
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_tokens, svc)
         try:
             yield
         finally:
-            task.cancel()
-            hints_task.cancel()
-            tokens_task.cancel()
+            for t in tasks:
+                t.cancel()
             with contextlib.suppress(Exception):
                 await svc.asker.drain()
             svc.asker.flush()
@@ -249,26 +261,55 @@ def create_app(svc: Service, board: boards.Board | None = None):
     )
     # A trailing-slash redirect would build its Location from the client's Host header.
     app.router.redirect_slashes = False
-    return FastPath(svc, app)
+    return HostAllowList(FastPath(svc, app), svc.options.allowed_hosts)
 
 
 TOKENS_RELOAD_S = 1.0
-_last_token_error: list[str] = []
+TOKEN_RELOAD_ERRORS = Counter(
+    "precast_api_token_reload_errors",
+    "re-reads of the tokens file that failed (the previous tokens stay; a gone file: none)",
+)
+TOKENS_LOADED = Gauge("precast_api_tokens", "bearer tokens this replica accepts")
+
+
+def _supervised(svc: Service, name: str) -> Supervised:
+    part = Supervised(name)
+    svc.parts.append(part)
+    return part
 
 
 def reload_tokens(svc: Service) -> None:
-    """Re-read the tokens file if it changed; a broken file keeps the previous tokens and is
-    logged once per distinct error (the message names a line, never its content)."""
-    if svc.tokens is None:
+    """Re-read the tokens file if it changed; log only what changed. A file that cannot be
+    used (unreadable, not UTF-8, a folder, a bad line: anything) keeps the previous tokens, a
+    file that is gone leaves none of its tokens valid; either is logged once per distinct
+    error (the message names a line, never its content) and counted."""
+    table = svc.tokens
+    if table is None:
         return
+    before = table.names()
     try:
-        if svc.tokens.reload():
-            log.info("tokens file re-read: %d tokens", len(svc.tokens))
-        _last_token_error.clear()
-    except PrecastError as exc:
-        if _last_token_error != [str(exc)]:
-            log.error("tokens file not re-read, the previous tokens stay valid: %s", exc)
-            _last_token_error[:] = [str(exc)]
+        changed = table.reload()
+    except Exception as exc:  # noqa: BLE001 - whatever the file holds, the reload goes on
+        TOKEN_RELOAD_ERRORS.inc()
+        TOKENS_LOADED.set(len(table))
+        text = str(exc) if isinstance(exc, PrecastError) else f"{type(exc).__name__}: {exc}"
+        if table.error != text:
+            log.error("tokens file not re-read (%s tokens valid): %s", len(table), text[:300])
+            table.error = text
+        return
+    TOKENS_LOADED.set(len(table))
+    if table.error is not None:
+        log.info("tokens file read again after an error: %d tokens", len(table))
+        table.error = None
+    if changed:
+        after = table.names()
+        log.info(
+            "tokens file re-read: %d tokens (generation %s; added %s, removed %s)",
+            len(table),
+            table.generation,
+            ", ".join(sorted(after - before)) or "none",
+            ", ".join(sorted(before - after)) or "none",
+        )
 
 
 async def _http_error(_: Request, exc: Exception) -> Response:

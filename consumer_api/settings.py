@@ -148,8 +148,16 @@ class ApiOptions(HttpLimits):
     trusted_proxies: list[str] = Field(
         default=[],
         description=(
-            "addresses of reverse proxies whose X-Forwarded-For names the client "
-            "(its right-most entry); JSON list"
+            "CIDR ranges (or single addresses) of reverse proxies whose X-Forwarded-For names "
+            'the client (its right-most entry); JSON list, e.g. ["172.16.0.0/12"]'
+        ),
+    )
+    allowed_hosts: list[str] = Field(
+        default=["localhost", "127.0.0.1", "[::1]"],
+        description=(
+            "Host header values answered (any port; the names clients and proxies use); any "
+            'other gets 421, so DNS rebinding cannot read through a browser; ["*"] allows '
+            "any; /healthz and /readyz answer every host; JSON list"
         ),
     )
     client_max_streams: int = Field(
@@ -204,6 +212,26 @@ class ApiOptions(HttpLimits):
                 check_token(v.get_secret_value(), "the token")
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidr_ranges(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an address or CIDR range") from None
+        return v
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError('empty: no request would be answered; ["*"] allows any Host')
+        for h in v:
+            if not h or any(c.isspace() or c in "/@?#," for c in h) or h.count(":") == 1:
+                raise ValueError(f"{h!r}: a host name or address without a port or a scheme")
         return v
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_TIME_RETENTION = {"retention.ms": "-1"}
@@ -19,6 +20,12 @@ NO_TIME_RETENTION = {"retention.ms": "-1"}
 # broker must not fail a property that holds (the properties, not the timing, are under test).
 settings.register_profile("precast", deadline=None)
 settings.load_profile("precast")
+
+# The read API answers only the Host names of PRECAST_API__ALLOWED_HOSTS (loopback names by
+# default, consumer_api.hosts): in-process test clients call it by one, as a local client does.
+_TC_DEFAULTS = list(TestClient.__init__.__defaults__ or ())
+_TC_DEFAULTS[_TC_DEFAULTS.index("http://testserver")] = "http://localhost"
+TestClient.__init__.__defaults__ = tuple(_TC_DEFAULTS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

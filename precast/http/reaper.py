@@ -11,7 +11,6 @@ then closes its own descriptor as on any client hang-up. Linux only (elsewhere i
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import struct
@@ -20,7 +19,9 @@ import threading
 
 from prometheus_client import Counter
 
-log = logging.getLogger("precast.api")
+from precast.http.parts import PARTS
+from precast.supervise import Supervised
+
 REAPED = Counter(
     "precast_api_idle_connections_closed",
     "connections closed because they sent nothing within PRECAST_API__HEADER_TIMEOUT_S",
@@ -102,24 +103,28 @@ def _check(fd: int, port: int, older_than_ms: int) -> str:
 
 
 class Reaper:
+    """The sweeps on a supervised thread: a pass that raises is a counted restart
+    (precast.supervise), one that keeps raising turns readiness false and ends the process."""
+
     def __init__(self, port: int, header_timeout_s: float) -> None:
         self.port, self.timeout_ms = port, int(header_timeout_s * 1000)
         self.every_s = max(0.5, min(5.0, header_timeout_s / 3))
         self._stop = threading.Event()
         self._settled: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="idle-reaper", daemon=True)
+        self.supervised = Supervised("idle-reaper")
+        self._thread = self.supervised.thread(self._run, self._stop)
 
     def start(self) -> Reaper:
         if sys.platform == "linux":
+            PARTS.append(self.supervised)
             self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        if self.supervised in PARTS:
+            PARTS.remove(self.supervised)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
-            try:
-                sweep(self.port, self.timeout_ms, self._settled)
-            except Exception:  # never take the server down over housekeeping
-                log.exception("idle-connection reaper failed")
+            sweep(self.port, self.timeout_ms, self._settled)

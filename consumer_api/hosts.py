@@ -1,0 +1,69 @@
+"""The Host allow-list, in front of every path (the fast path included).
+
+A web page a local user opens can point its own name at 127.0.0.1 (DNS rebinding) and read
+what a loopback API answers without a token: its requests carry that page's name as Host.
+Only the names in `PRECAST_API__ALLOWED_HOSTS` (loopback names by default) are answered;
+any other Host, or none, gets 421 with a reason. Probes (/healthz, /readyz) answer any Host:
+they show no data, and orchestrators call them by a pod's address."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from consumer_api.errors import error_body
+
+REFUSED = Counter("precast_api_host_refused", "requests refused for a Host not allowed (421)")
+PROBES = frozenset({"/healthz", "/readyz"})
+_BODY = error_body(
+    "misdirected_request",
+    "this Host is not one the API answers (PRECAST_API__ALLOWED_HOSTS)",
+    "Host",
+)
+
+
+def host_name(raw: bytes) -> str:
+    """The name of a Host header value without its port, lower case ('[::1]:80' -> '::1')."""
+    text = raw.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        end = text.find("]")
+        return text[1:end] if end > 0 else text
+    if text.count(":") == 1:
+        text = text.split(":", 1)[0]
+    return text.rstrip(".")  # "localhost." is localhost
+
+
+def allowed_names(entries: list[str]) -> frozenset[str] | None:
+    """The allowed names as `host_name` spells them; None when any Host is allowed."""
+    if "*" in entries:
+        return None
+    return frozenset(host_name(e.encode()) for e in entries)
+
+
+class HostAllowList:
+    def __init__(self, app: ASGIApp, entries: list[str]) -> None:
+        self.app, self._names = app, allowed_names(entries)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        names = self._names
+        if names is None or scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for k, v in scope["headers"]:
+            if k == b"host":
+                if host_name(v) in names:
+                    return await self.app(scope, receive, send)
+                break
+        if scope["path"] in PROBES:
+            return await self.app(scope, receive, send)
+        REFUSED.inc()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 421,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(_BODY)),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": _BODY})
