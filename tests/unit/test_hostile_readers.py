@@ -173,3 +173,35 @@ def test_dead_letter_info_reads_any_headers(hdrs, key):
 def test_dead_letter_info_reads_a_header_of_none():
     info = dead_letter_info([("dlq.reason", None), ("dlq.detail", b"\xff\x1b[2J")])
     assert info == {"reason": "", "detail": "\ufffd\x1b[2J"}
+
+
+# -- the drift monitor --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def drift():
+    from workers.drift.monitor import DriftMonitor
+    from workers.drift.reference import load_reference
+
+    return DriftMonitor(
+        load_reference(DEFAULT_MODEL_DIR, FLEET.features),
+        window_s=20,
+        step_s=5,
+        min_rows=1,
+        max_rows=1000,
+        alpha=0.01,
+        min_effect=0.05,
+    )
+
+
+@settings(max_examples=60, suppress_health_check=_SUPPRESS)
+@given(st.lists(records("d.heartbeats", heartbeat("m1"), key=b"m1"), min_size=1, max_size=5))
+def test_the_drift_monitor_counts_hostile_heartbeats_and_keeps_the_valid_ones(drift, burst):
+    from workers.drift.monitor import GUARD, HEARTBEATS
+
+    rejected = HEARTBEATS.labels("rejected")._value.get()
+    logged = GUARD.rejected
+    before = len(drift.window.rows())
+    valid = record("d.heartbeats", heartbeat("m2"), 0)
+    drift.add_records([*burst, valid], 0.0)
+    n_rejected = HEARTBEATS.labels("rejected")._value.get() - rejected
+    assert GUARD.rejected - logged == n_rejected  # each one through the guard
+    assert len(drift.window.rows()) - before == len(burst) + 1 - n_rejected

@@ -4,6 +4,7 @@ floor -> Prometheus gauges. No Kafka here: `workers.drift.cli` feeds it, `bench 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
@@ -11,11 +12,14 @@ import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
 from precast.fleet import Fleet, load_fleet
+from precast.guard import Guard, Unusable
 from precast.kafka import KafkaMessage
+from schemas.deadletters import Reason
 from workers.drift.reference import Reference
 from workers.drift.stats import DriftResult, test_window
 from workers.drift.window import SlidingWindow
 from workers.precompute.decode import Decoder
+from workers.precompute.heartbeats import guarded_heartbeats
 
 STATISTIC = Gauge(
     "precast_drift_ks_statistic", "KS distance D of the last tested window, by feature", ["feature"]
@@ -55,9 +59,14 @@ def monitored_features(fleet: Fleet, cols: np.ndarray) -> np.ndarray:
     return x[:, fleet.features.heartbeat_columns].astype(np.float64)
 
 
-def _ignore(*_: object) -> None:
-    # Bad records are the worker's to dead-letter; the monitor only counts them.
+log = logging.getLogger("precast.drift")
+# Bad records are the worker's to dead-letter; the monitor counts them and logs (bounded).
+GUARD = Guard("drift", log)
+
+
+def _ignore(msg: KafkaMessage, reason: Reason, detail: str) -> None:
     HEARTBEATS.labels("rejected").inc()
+    GUARD.reject(Unusable(reason, detail), msg)
 
 
 class DriftMonitor:
@@ -86,7 +95,7 @@ class DriftMonitor:
     def add_records(self, msgs: Sequence[KafkaMessage], now_s: float) -> None:
         """A consumed batch; `now_s` (arrival time) places it in the window: device clocks do
         not decide which window a record belongs to."""
-        hb = self.decoder.heartbeats(msgs, _ignore)
+        hb = guarded_heartbeats(self.decoder, GUARD, msgs, _ignore)
         HEARTBEATS.labels("ok").inc(len(hb))
         self.add_rows(np.full(len(hb), now_s), monitored_features(self.fleet, hb.cols))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import methodcaller
 from typing import Any
 
@@ -65,21 +65,7 @@ class HeartbeatIngest:
         M.STAGE["policy"].inc(time.perf_counter() - t1)
 
     def _decode_heartbeats(self, msgs: list[KafkaMessage]) -> Heartbeats:
-        """The batch decode; should a record make it raise (nothing the decoder expects does),
-        the batch again record by record through the guard, so that record alone is rejected.
-        Rejections are held until the batch's outcome is known: none is sent twice."""
-        held: list[tuple[KafkaMessage, Any, str]] = []
-        hold = _holder(held)
-        try:
-            hb = self.decoder.heartbeats(msgs, hold)
-        except Exception:  # noqa: BLE001 - judged again below, one record at a time
-            held.clear()
-            one = self.decoder.heartbeats
-            parts = [self.guard.decode(lambda m: one([m], hold), m) for m in msgs]
-            hb = concat([x for x in parts if x is not None], len(self.decoder.state))
-        for m, reason, detail in held:
-            self.reject(m, reason, detail)
-        return hb
+        return guarded_heartbeats(self.decoder, self.guard, msgs, self.reject)
 
     def _drop_future(self, hb: Heartbeats, limit: int, now_ms: int) -> Heartbeats:
         """A device clock running ahead: its heartbeat would win newest-wins over every real one
@@ -214,6 +200,27 @@ class HeartbeatIngest:
                 int(predicted_at[j]),
                 mono,
             )
+
+
+def guarded_heartbeats(
+    decoder: Decoder, guard: Guard, msgs: Sequence[KafkaMessage], reject: Reject
+) -> Heartbeats:
+    """The batch decode behind a reader's guard: should a record make it raise (nothing the
+    decoder expects does), the batch again record by record through the guard, so that record
+    alone is rejected. Rejections are held until the batch's outcome is known: none is sent
+    twice. The batch path costs one closure per batch."""
+    held: list[tuple[KafkaMessage, Any, str]] = []
+    hold = _holder(held)
+    try:
+        hb = decoder.heartbeats(msgs, hold)
+    except Exception:  # noqa: BLE001 - judged again below, one record at a time
+        held.clear()
+        one = decoder.heartbeats
+        parts = [guard.decode(lambda m: one([m], hold), m) for m in msgs]
+        hb = concat([x for x in parts if x is not None], len(decoder.state))
+    for m, reason, detail in held:
+        reject(m, reason, detail)
+    return hb
 
 
 def _holder(held: list[tuple[KafkaMessage, Any, str]]) -> Reject:

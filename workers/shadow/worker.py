@@ -61,6 +61,7 @@ class ShadowWorker(Worker):
         names: dict[str, str] = {}
         hb = self.topics.heartbeats.name
         self.pipeline.on_defer = lambda item: slim(item, names, self.attrs, hb, self._read)
+        self.pipeline.guard.reader = "shadow"  # its rejections counted apart from the worker's
 
     def _facets(self) -> None:
         """What the comparison groups by besides the trigger (the spec's board filters): a
@@ -207,8 +208,12 @@ def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, 
         pipe = worker.pipeline
         for role, batch in by_role.items():
             for m, e in pipe.decoder.events(role, batch, _ignore):
-                tab.slots([e["device_id"]], [int(m.partition() or 0)])
-                pipe.fleet.context.apply(tab.context(e["device_id"]), pipe.stream_of[role], e)
+                try:
+                    tab.slots([e["device_id"]], [int(m.partition() or 0)])
+                    pipe.fleet.context.apply(tab.context(e["device_id"]), pipe.stream_of[role], e)
+                except Exception as exc:  # noqa: BLE001 - the run's guard (precast.guard)
+                    pipe.guard.reject(exc, m, dead_letter=False)
+                    continue
                 n += 1
     return n  # worker.start() assigns the shadow range in place of these
 
