@@ -9,6 +9,7 @@ import hashlib
 import logging
 import signal
 from time import perf_counter_ns
+from typing import Any
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
@@ -34,7 +35,7 @@ from consumer_api.service import Service, now_ms
 from consumer_api.streams import open_stream
 from precast.errors import PrecastError
 from precast.http.parts import down as parts_down
-from precast.supervise import Supervised
+from precast.supervise import Supervised, terminate_process
 
 log = logging.getLogger("precast.api")
 
@@ -272,8 +273,16 @@ TOKEN_RELOAD_ERRORS = Counter(
 TOKENS_LOADED = Gauge("precast_api_tokens", "bearer tokens this replica accepts")
 
 
+# The restart policy of the app's tasks (precast.supervise's defaults; tests shorten them).
+SUPERVISE: dict[str, Any] = {}
+
+
+def _give_up(part: str, exc: BaseException) -> None:
+    terminate_process(part, exc)
+
+
 def _supervised(svc: Service, name: str) -> Supervised:
-    part = Supervised(name)
+    part = Supervised(name, on_give_up=_give_up, **SUPERVISE)
     svc.parts.append(part)
     return part
 

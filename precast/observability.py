@@ -1,4 +1,11 @@
-"""/metrics, /healthz and /readyz for services that do not run an HTTP framework themselves."""
+"""/metrics, /healthz and /readyz for services that do not run an HTTP framework themselves.
+
+Bound by `PRECAST_METRICS__HOST` (loopback by default; in a container, the container's own
+name rather than every interface). A connection that sends nothing, or reads nothing, for
+`TIMEOUT_S` is closed, and at most `MAX_CONNECTIONS` are served at once (one thread each): a
+scraper that hangs, or someone holding sockets open, cannot pile up threads. The serving
+thread runs under precast.supervise (a restart is counted; one that keeps failing turns
+readiness false and ends the process)."""
 
 from __future__ import annotations
 
@@ -10,7 +17,39 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from precast.supervise import Supervised
+
 Check = Callable[[], tuple[bool, dict[str, Any]]]
+TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 32
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """One thread per connection, at most `MAX_CONNECTIONS` of them: past it a connection is
+    closed at once instead of getting a thread."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def _always_ok() -> tuple[bool, dict[str, Any]]:
@@ -36,6 +75,8 @@ class ProbeServer:
         probe = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = TIMEOUT_S  # socket timeout: a silent or non-reading peer is dropped
+
             def do_GET(self) -> None:  # the name http.server calls
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -61,22 +102,30 @@ class ProbeServer:
                 return
 
         self.health, self.ready, self.registry = health, ready, registry
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="probe-http", daemon=True
-        )
+        self._server = _BoundedServer((host, port), Handler)
+        self._stop = threading.Event()
+        self.supervised = Supervised("probe-http")
+        self._thread = self.supervised.thread(self._serve, self._stop)
+
+    def _serve(self) -> None:
+        self._server.serve_forever(poll_interval=0.5)
 
     @property
     def port(self) -> int:
         return self._server.server_address[1]
+
+    @property
+    def healthy(self) -> bool:
+        return self.supervised.healthy
 
     def start(self) -> ProbeServer:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        self._stop.set()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self._server.shutdown()
         self._server.server_close()
 
 

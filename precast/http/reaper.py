@@ -106,12 +106,14 @@ class Reaper:
     """The sweeps on a supervised thread: a pass that raises is a counted restart
     (precast.supervise), one that keeps raising turns readiness false and ends the process."""
 
-    def __init__(self, port: int, header_timeout_s: float) -> None:
+    def __init__(
+        self, port: int, header_timeout_s: float, supervised: Supervised | None = None
+    ) -> None:
         self.port, self.timeout_ms = port, int(header_timeout_s * 1000)
         self.every_s = max(0.5, min(5.0, header_timeout_s / 3))
         self._stop = threading.Event()
         self._settled: set[str] = set()
-        self.supervised = Supervised("idle-reaper")
+        self.supervised = supervised or Supervised("idle-reaper")
         self._thread = self.supervised.thread(self._run, self._stop)
 
     def start(self) -> Reaper:
