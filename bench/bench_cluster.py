@@ -36,6 +36,7 @@ from bench.cluster_procs import (
     wait_http,
 )
 from bench.cluster_report import report
+from bench.cluster_stalls import BOUND_S, name_stall, path_watch, stalls
 from bench.harness import Context, Report, pin, progress, stop_processes
 
 NAME = "cluster"
@@ -101,11 +102,17 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
     if target == "controller" and controller is not None:
         # the worst case: the victim leads partitions, the KRaft quorum and the workers' group
         group = group_led_by(settings, admin, group, controller)
-    ports = [free_port(), free_port()]
+    ports, aport = [free_port(), free_port()], free_port()
     workers = [spawn_worker(stack, topics, group, p, logs / f"kill{run}-w{p}.log") for p in ports]
+    # One API replica reads the answers too: its reader is one of the stages a stall is named by.
+    prefix = ctx.unique(f"kill{run}").replace(".", "-") + ":"
+    api_log = logs / f"kill{run}-api{aport}.log"
+    workers.append(spawn_api(stack, topics, ctx.unique(f"kapi{run}"), aport, prefix, api_log))
     try:
-        for p in ports:
+        for p in [*ports, aport]:
             wait_http(p)
+        stood = path_watch(ports, aport, hb)
+        stood.start()
         seconds = 20 if ctx.quick else 30
         load = Load(settings, hb, DEVICES, KILL_RATE, seconds)
         load.start()
@@ -146,7 +153,14 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         led = answers.wait_flowing(affected or everywhere, timeout=0)  # a victim may lead none
         # The tail is a consumer of its own and may find the new leaders after the workers did.
         inputs_back = inputs.wait_flowing(everywhere, timeout=30)
-        gap = answers.longest_gap(killed, flowing if flowing is not None else time.monotonic())
+        end = flowing if flowing is not None else time.monotonic()
+        gap = answers.longest_gap(killed, end)
+        own = {"bench load": inputs.longest_gap(killed, end), "bench reader": gap}
+        still = stalls(stood, own, killed, end)
+        stalled = name_stall(recovered, still)
+        if stalled is not None:
+            progress(f"kill {run}: answers took over {BOUND_S:.0f} s; stalled: {stalled} {still}")
+        stood.done.set()
         watch.done.set()
         inputs.done.set()
         answers.done.set()
@@ -156,7 +170,7 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         ends = high_watermarks(settings, hb)
         on_topic = sum(ends.values())
         lost_triggers = lineage_covered(settings, preds, hb, ends)
-        for t in (inputs, answers, watch):
+        for t in (inputs, answers, watch, stood):
             t.join(10)
         admin.wait_fully_replicated([hb, preds], 3, timeout=120)  # next kill starts whole
         return {
@@ -176,6 +190,8 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
             "controller": controller,
             "coordinator": coordinator,
             "lost_assignments": sum(lost_assignments(logs / f"kill{run}-w{p}.log") for p in ports),
+            "stalled": stalled,  # None: answers within BOUND_S; else the stage that stood still
+            "stood_still_s": still,
             "error": load.error,
         }
     finally:

@@ -42,6 +42,11 @@ def report(
                     f"{n}: workers that lost their partitions (group session ran out)",
                     k["lost_assignments"],
                 ],
+                [
+                    f"{n}: stalled (answers past 10 s) / longest stretch without progress (s)",
+                    f"{k.get('stalled') or 'none'} / "
+                    + ", ".join(f"{st} {_s(v)}" for st, v in k.get("stood_still_s", {}).items()),
+                ],
             ]
         lost = sum(k["lost_events"] + k["lost_triggers"] + k["refused"] for k in kills)
         rec = worst["recovery_s"] if worst["recovery_s"] is not None else float("nan")
@@ -98,6 +103,11 @@ def report(
             "partition names the victim as leader or in-sync replica (it was fenced); inputs "
             "readable = a heartbeat created after the kill read back on every partition; answers "
             "= a prediction of such an event on every partition the victim led, and on all.",
+            "Stalled: when answers took longer than 10 s, the first stage along the path that "
+            "stood still for 5 s or more (bench load: its heartbeats arriving; worker consume: "
+            "records read; worker produce: loops waiting for the broker to take their outputs; "
+            "API reader: prediction records an API replica read; bench reader: its predictions "
+            "tail), from samples every 250 ms (bench/cluster_stalls.py).",
             "Every process of the soak is listed with its RSS at the end and its growth.",
             "A private stack in a scratch home on free ports; the shared stack is not touched.",
         ],
