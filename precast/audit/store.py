@@ -31,6 +31,10 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 """
 
 
+# (idx, hash, data, partition, offset, device, computed_at) of one stored leaf.
+Row = tuple[int, bytes, bytes, int, int, str | None, int | None]
+
+
 class StoreError(RuntimeError):
     """The log database is missing, unreadable, or belongs to another log."""
 
@@ -227,6 +231,14 @@ class LogStore:
                 (device, computed_at_ms),
             )
         return [r[0] for r in rows]
+
+    def rows(self, lo: int, hi: int) -> list[Row]:
+        """Leaves [lo, hi) with the columns stored beside them, in index order."""
+        return self.db.execute(
+            "SELECT idx, hash, data, part, off, device, computed_at FROM leaves "
+            "WHERE idx >= ? AND idx < ? ORDER BY idx",
+            (lo, hi),
+        ).fetchall()
 
     def iter_leaves(self, batch: int = 50_000) -> Iterator[list[tuple[int, bytes, bytes]]]:
         """Every stored leaf as batches of (idx, hash, data), in index order."""

@@ -6,7 +6,9 @@ Findings name the first leaf that is wrong wherever the evidence allows: an alte
 data no longer hashes to the stored hash), a missing index, a leaf out of offset order, a topic
 record with no leaf, a leaf that differs from its record. When only a signed root disagrees
 (leaf and hash were both rewritten), the signed checkpoints bound the first bad leaf to the
-range between the last checkpoint that still matches and the first that does not."""
+range between the last checkpoint that still matches and the first that does not; `locate.py`
+then names the leaf inside that range where the log's stored inner nodes, the topic and the
+leaves' own columns allow (a backlog makes the first range the whole backlog)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from hashlib import sha256
 
 from precast.audit.checkpoint import Checkpoint, CheckpointError, Verifier, open_note
 from precast.audit.compact import CompactRange
+from precast.audit.hashing import leaf_hash
 from precast.audit.leaf import decode_leaf, leaf_data
+from precast.audit.locate import Missing, locate
 from precast.audit.store import LogStore
 
 # (partition, offset, key, value) of one record of the audited topic.
@@ -41,6 +45,9 @@ class Report:
     topic_checked: int = 0
     topic_unavailable: int = 0  # leaves whose record the topic no longer holds (compaction)
     findings: list[Finding] = field(default_factory=list)
+    # What `locate` needs of each range a checkpoint bounds: (lo, hi, frontier at lo, root).
+    bounds: list[tuple[int, int, CompactRange, bytes]] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)  # topic records with no leaf
 
     @property
     def ok(self) -> bool:
@@ -50,7 +57,12 @@ class Report:
         """The finding that names the first bad leaf: an exact one inside the earliest range a
         signed checkpoint bounds, else that range."""
         exact = min((f for f in self.findings if f.upto is None), default=None)
-        bound = min((f for f in self.findings if f.upto is not None), default=None)
+        # every range bounds the same first bad leaf: the narrowest says the most
+        bound = min(
+            (f for f in self.findings if f.upto is not None),
+            key=lambda f: (f.upto, -f.leaf),
+            default=None,
+        )
         if bound is None or (exact is not None and exact.leaf < bound.upto):  # type: ignore[operator]
             return exact
         return bound
@@ -95,6 +107,11 @@ def verify_store(
     walk.finish()
     if topic_records is not None and walk.placement:
         _compare_topic(store, walk.placement, topic_records, report)
+    if report.bounds:
+        lo, hi, prefix, root = min(report.bounds, key=lambda b: b[0])
+        found = locate(store, lo, hi, prefix, root, report.missing)
+        if found is not None:
+            report.findings.append(Finding(found.leaf, found.what, found.upto))
     return report
 
 
@@ -107,6 +124,7 @@ class _Walk:
         self.tree = CompactRange()
         self.pending = [c for c in reversed(signed) if c.size > 0]  # pop() gives the smallest
         self.last_good = 0
+        self.good_frontier = CompactRange()
         self.expect = 0
         self.last_offset: dict[int, int] = {}
 
@@ -152,7 +170,9 @@ class _Walk:
         self.report.checkpoints_checked += 1
         if self.tree.root() == cp.root:
             self.last_good = cp.size
+            self.good_frontier = CompactRange(self.tree.size, list(self.tree.hashes))
             return
+        self.report.bounds.append((self.last_good, cp.size, self.good_frontier, cp.root))
         self.found(
             self.last_good,
             f"the signed checkpoint of size {cp.size} does not match the leaves: "
@@ -235,6 +255,8 @@ def _compare_topic(
             # Its leaf belongs between this partition's neighbouring leaves.
             after = pl.leaves[i - 1] + 1 if i > 0 else 0
             before = pl.leaves[i] if i < len(pl.leaves) else report.leaves
+            expected_leaf = leaf_hash(leaf_data(topic, p, o, key, value))
+            report.missing.append(Missing(p, o, expected_leaf, after, before))
             report.findings.append(
                 Finding(
                     after,

@@ -158,7 +158,8 @@ def test_a_rewritten_leaf_with_its_hash_is_named_by_the_topic(tmp_path, signer):
         store, "UPDATE leaves SET data = ?, hash = ? WHERE idx = 31", data, leaf_hash(data)
     )
     without_topic = first(store, signer.verifier)
-    assert without_topic.leaf == 30 and "[30, 40)" in without_topic.what  # bounded by checkpoints
+    # its computed_at no longer agrees with the column written beside it
+    assert without_topic.leaf == 31 and "rewritten" in without_topic.what
     f = first(store, signer.verifier, recs)  # the topic names the leaf itself
     assert f.leaf == 31 and "differs from the topic record" in f.what
 
@@ -180,9 +181,11 @@ def test_a_deleted_and_renumbered_leaf_is_named_by_the_topic(tmp_path, signer):
     report = verify_store(
         LogStore(store.path, readonly=True), signer.verifier, topic_records=topic_of(recs)
     )
-    # Leaf 17 held partition 1 offset 8; the signed checkpoints bound it to [10, 20).
+    # Leaf 17 held partition 1 offset 8; the signed checkpoints bound it to [10, 20), and the
+    # signed root over [0, 20) matches again with the topic's record put back at 17.
     assert any("partition 1 offset 8 has no leaf" in x.what for x in report.findings)
-    assert 10 <= report.first().leaf <= 17 < report.first().upto <= 20
+    f = report.first()
+    assert f.leaf == 17 and f.upto is None and "missing" in f.what
 
 
 def test_swapped_leaves_are_named(tmp_path, signer):
@@ -337,3 +340,78 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path, signer, capsys):
         == 0
     )
     assert "ok: every leaf" in capsys.readouterr().out
+
+
+# -- a first checkpoint that covers a backlog (issue 36) ----------------------------------------
+# The auditor started on a topic with a backlog signs its first checkpoint over all of it: the
+# checkpoints alone bound a rewritten leaf to [0, backlog). Each kind of tampering, done so that
+# every leaf stays self-consistent (its hash redone), is still named exactly.
+BACKLOG = 700
+
+
+@pytest.fixture
+def backlog(tmp_path, signer):
+    recs = records(BACKLOG)
+    return build(tmp_path, signer, recs, every=BACKLOG), recs
+
+
+def test_backlog_a_flipped_byte_is_named(backlog, signer):
+    store, recs = backlog
+    data = bytearray(store.leaf(300)[1])
+    data[40] ^= 0x01  # inside a digest: still a well-formed leaf
+    store = tamper(
+        store,
+        "UPDATE leaves SET data = ?, hash = ? WHERE idx = 300",
+        bytes(data),
+        leaf_hash(bytes(data)),
+    )
+    assert first(store, signer.verifier, recs).leaf == 300  # the topic holds its record
+    # without the topic: bounded to the 256 leaves whose stored inner node no longer matches,
+    # not to the whole backlog
+    f = first(store, signer.verifier)
+    assert (f.leaf, f.upto) == (256, 512)
+
+
+def test_backlog_a_flipped_digit_is_named_without_the_topic(backlog, signer):
+    store, _ = backlog
+    data = store.leaf(300)[1].replace(b'"computed_at_ms":1300', b'"computed_at_ms":1301')
+    store = tamper(
+        store, "UPDATE leaves SET data = ?, hash = ? WHERE idx = 300", data, leaf_hash(data)
+    )
+    f = first(store, signer.verifier)
+    assert f.leaf == 300 and f.upto is None and "rewritten" in f.what
+
+
+def test_backlog_a_deleted_and_renumbered_leaf_is_named(backlog, signer):
+    store, recs = backlog
+    db = sqlite3.connect(store.path)
+    db.execute("DELETE FROM leaves WHERE idx = 333")
+    db.execute("UPDATE leaves SET idx = idx - 1 WHERE idx > 333")
+    db.commit()
+    db.close()
+    f = first(LogStore(store.path, readonly=True), signer.verifier, recs)
+    assert f.leaf == 333 and f.upto is None and "missing" in f.what, f
+
+
+def test_backlog_swapped_leaves_of_two_partitions_are_named(backlog, signer):
+    store, _ = backlog
+    a, b = store.leaf(401), store.leaf(402)  # partitions 1 and 0: each stays in offset order
+    db = sqlite3.connect(store.path)
+    db.execute("UPDATE leaves SET hash = ?, data = ? WHERE idx = 401", (b[0], b[1]))
+    db.execute("UPDATE leaves SET hash = ?, data = ? WHERE idx = 402", (a[0], a[1]))
+    db.commit()
+    db.close()
+    f = first(LogStore(store.path, readonly=True), signer.verifier)
+    assert f.leaf == 401 and f.upto is None and "swapped" in f.what, f
+
+
+def test_backlog_swapped_leaves_of_one_partition_are_named(backlog, signer):
+    store, _ = backlog
+    a, b = store.leaf(500), store.leaf(504)
+    db = sqlite3.connect(store.path)
+    db.execute("UPDATE leaves SET hash = ?, data = ? WHERE idx = 500", (b[0], b[1]))
+    db.execute("UPDATE leaves SET hash = ?, data = ? WHERE idx = 504", (a[0], a[1]))
+    db.commit()
+    db.close()
+    f = first(LogStore(store.path, readonly=True), signer.verifier)
+    assert f.leaf == 500 and f.upto is None, f
