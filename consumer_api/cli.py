@@ -185,7 +185,9 @@ def run(settings: ApiSettings) -> int:
     reads = [topics.predictions.name]
     if settings.api.board:
         reads += [topics.device_context.name, *(t.name for t in topics.events())]
-    presence = Presence(settings.kafka, topics.presence.name, "api", reads).start()
+    presence = Presence(settings.kafka, topics.presence.name, "api", reads)
+    built.service.parts.append(presence.supervised)  # /readyz names it if it gives up
+    presence.start()
     if settings.api.auth_token is None and settings.api.tokens_file is None:
         # Allowed on loopback only (ApiOptions refuses it elsewhere); never silently.
         print(

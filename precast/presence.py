@@ -25,6 +25,7 @@ from precast.guard import Guard, Unusable
 from precast.hygiene import printable
 from precast.kafka import KafkaFailure, Producer
 from precast.settings import KafkaSettings
+from precast.supervise import Supervised
 from schemas.deadletters import Reason
 
 log = logging.getLogger("precast.presence")
@@ -105,7 +106,9 @@ class Presence:
         self._producer = Producer(kafka)
         self._stop = threading.Event()
         self._warned = False
-        self._thread = threading.Thread(target=self._run, name="presence", daemon=True)
+        # restarted when it raises, counted (precast.supervise); readiness may check `.healthy`
+        self.supervised = Supervised("presence")
+        self._thread = self.supervised.thread(self._run, self._stop)
 
     def _value(self) -> bytes:
         return orjson.dumps(

@@ -174,3 +174,21 @@ def test_the_reaper_restarts_counted_and_its_give_up_reaches_readiness(monkeypat
     finally:
         reaper.stop()
     assert "idle-reaper" not in parts_down([])
+
+
+def test_the_presence_publisher_restarts_counted_when_it_raises():
+    from precast.presence import Presence
+    from precast.settings import KafkaSettings
+
+    p = Presence(KafkaSettings(bootstrap_servers="127.0.0.1:1"), "t.presence", "api", ["x"], 0.01)
+    boom = Boom(1)
+    p._producer.produce = boom  # not a KafkaFailure: what used to end the thread for good
+    p._producer.poll = lambda _t: 0
+    p.supervised._backoff = 0.01
+    p.start()
+    try:
+        _until(lambda: p.supervised.restarts == 1 and boom.calls >= 2, "presence runs again")
+        assert p.supervised.healthy
+    finally:
+        p._stop.set()
+        p._thread.join(5)
