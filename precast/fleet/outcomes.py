@@ -31,6 +31,7 @@ folded in event-time order whatever order the topics hold); the skew test
 from __future__ import annotations
 
 import bisect
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,9 +41,11 @@ import numpy as np
 import orjson
 
 from precast.fleet.runtime import Fleet
+from precast.guard import Guard
 from precast.kafka import KafkaMessage
-from schemas.normalize import Rejection
 from schemas.wire import StreamReader
+
+log = logging.getLogger("precast.fleet.outcomes")
 
 CANDIDATES = 3  # raw heartbeats kept per open (newest first): room for rejected ones
 # Columns every dataset has besides the features (a feature of the same name is refused).
@@ -128,6 +131,7 @@ class PartitionRows:
         self._events: dict[str, list[tuple[int, int, str, dict[str, Any]]]] = {}
         self._seq = 0
         self.read = Counter[str]()
+        self._guard = Guard("dataset", log)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _judge(self, role: str, m: KafkaMessage, count: bool = True) -> dict[str, Any] | None:
@@ -144,28 +148,39 @@ class PartitionRows:
         return [op.label for ops in self._by_device.values() for op in ops]
 
     # -- pass 1: the outcome stream ----------------------------------------------------------------
+    def _unusable(self, role: str, exc: Exception, m: KafkaMessage) -> None:
+        """A record that made a pass raise (nothing the validator passes should): counted as a
+        rejection of its role, and logged (bounded) by the guard."""
+        self.rejected[f"{role}:{self._guard.reject(exc, m).value}"] += 1
+
     def outcomes(self, msgs: Iterable[KafkaMessage]) -> None:
-        o, w = self.o, self.w
         for m in msgs:
             self.read[self.outcome_role] += 1
-            e = self._judge(self.outcome_role, m)
-            if e is None:
-                continue
-            t, status = int(e["event_time_ms"]), e.get(o.status)
-            key = (e["device_id"], str(e[o.entity]))
-            if status in o.opened:
-                if w.from_ms <= t < w.to_ms and t < self._opens.get(key, 1 << 62):
-                    self._opens[key] = t
-            elif status in o.resolved and t < w.resolved_until_ms:
-                res = e.get(o.resolution)
-                close = _Close(t, res, e.get(o.resolved_by) if o.resolved_by else None)
-                prev = self._closes.get(key)
-                if (
-                    prev is None
-                    or (prev.label is None) > (res is None)
-                    or ((prev.label is None) == (res is None) and t < prev.time_ms)
-                ):
-                    self._closes[key] = close  # the first close that carries a resolution
+            try:
+                self._outcome(m)
+            except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
+                self._unusable(self.outcome_role, exc, m)
+
+    def _outcome(self, m: KafkaMessage) -> None:
+        o, w = self.o, self.w
+        e = self._judge(self.outcome_role, m)
+        if e is None:
+            return
+        t, status = int(e["event_time_ms"]), e.get(o.status)
+        key = (e["device_id"], str(e[o.entity]))
+        if status in o.opened:
+            if w.from_ms <= t < w.to_ms and t < self._opens.get(key, 1 << 62):
+                self._opens[key] = t
+        elif status in o.resolved and t < w.resolved_until_ms:
+            res = e.get(o.resolution)
+            close = _Close(t, res, e.get(o.resolved_by) if o.resolved_by else None)
+            prev = self._closes.get(key)
+            if (
+                prev is None
+                or (prev.label is None) > (res is None)
+                or ((prev.label is None) == (res is None) and t < prev.time_ms)
+            ):
+                self._closes[key] = close  # the first close that carries a resolution
 
     def plan(self) -> list[Label]:
         """Pair opens with resolutions; the labelled devices are what passes 2 and 3 read."""
@@ -206,14 +221,18 @@ class PartitionRows:
             t = _time_of(reader, m.value())
             if t is not None and not lo <= t <= self._last_open[key]:
                 continue
-            e = self._judge(role, m, count)
-            if e is None or e["device_id"] not in self._by_device:
-                continue
-            t = int(e["event_time_ms"])
-            if t < lo or t >= self.w.to_ms:
+            try:
+                e = self._judge(role, m, count)
+                if e is None or e["device_id"] not in self._by_device:
+                    continue
+                t = int(e["event_time_ms"])
+                if t < lo or t >= self.w.to_ms:
+                    continue
+                held = {k: e.get(k) for k in (*_ENVELOPE, *self._reads.get(stream, ()))}
+            except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
+                self._unusable(role, exc, m)
                 continue
             self._seq += 1
-            held = {k: e.get(k) for k in (*_ENVELOPE, *self._reads.get(stream, ()))}
             self._events.setdefault(e["device_id"], []).append((t, self._seq, stream, held))
 
     def fold(self) -> None:
@@ -288,7 +307,11 @@ class PartitionRows:
         for t, _seq, value in op.candidates:
             got = self.fleet.validator.validate("heartbeats", op.label.device_id.encode(), value)
             if got.ok:
-                return t, self.fleet.features.state_row(got.event)
+                try:
+                    return t, self.fleet.features.state_row(got.event)
+                except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
+                    self.rejected[f"heartbeats:{self._guard.reject(exc).value}"] += 1
+                    continue
             self.rejected[f"heartbeats:{got.reason.value}"] += 1
         return None
 
@@ -304,7 +327,7 @@ def _time_of(reader: StreamReader, value: bytes | None) -> int | None:
     try:
         data = orjson.loads(value)
         return reader.event_time(data) if isinstance(data, dict) else None
-    except (orjson.JSONDecodeError, Rejection):
+    except Exception:  # noqa: BLE001 - only a look ahead: the validator judges the record
         return None
 
 

@@ -205,3 +205,43 @@ def test_the_drift_monitor_counts_hostile_heartbeats_and_keeps_the_valid_ones(dr
     n_rejected = HEARTBEATS.labels("rejected")._value.get() - rejected
     assert GUARD.rejected - logged == n_rejected  # each one through the guard
     assert len(drift.window.rows()) - before == len(burst) + 1 - n_rejected
+
+
+# -- dataset build rows (precast.fleet.outcomes) -------------------------------------------------------
+@settings(max_examples=60, suppress_health_check=_SUPPRESS)
+@given(
+    st.lists(
+        st.one_of(
+            records("o.work-orders", work_order("o1", T0 + 5), key=b"o1"),
+            records("o.alarms", alarm("o1", T0 + 5), key=b"o1"),
+            records("o.heartbeats", heartbeat("o1", T0 - 5), key=b"o1"),
+        ),
+        max_size=6,
+    )
+)
+def test_dataset_rows_survive_hostile_records_and_keep_the_valid_label(burst):
+    from precast.fleet.outcomes import Window
+    from tests.outcome_support import Simulated, build
+
+    topics = catalog("o.", 1)
+
+    def rec(topic: str, event: dict, offset: int, **extra) -> Record:
+        value = orjson.dumps({**event, **extra})
+        return Record(topic, 0, offset, event["device_id"].encode(), value, [], 0)
+
+    good = [
+        rec(topics.heartbeats.name, heartbeat("g1", T0 - 1_000), 10**6),
+        rec(topics.work_orders.name, work_order("g1", T0, "w1"), 10**6),
+        rec(
+            topics.work_orders.name,
+            work_order("g1", T0 + 60_000, "w1", status="closed"),
+            10**6 + 1,
+            resolution="replace_part",
+            resolved_by="tech-7",
+        ),
+    ]
+    s = Simulated(FLEET, topics, [*burst, *good], T0 + 60_000)
+    rows = build(s, Window(T0 - 60_000, T0 + 1, T0 + 120_000, 3_600_000, 3_600_000))
+    cols = rows.rows()
+    assert ("g1", "w1") in set(zip(cols["device_id"], cols["entity_id"], strict=True))
+    assert all(isinstance(k, str) for k in rows.rejected)
