@@ -283,6 +283,8 @@ class Materializer:
             except redis.RedisError as exc:
                 self._lose_redis(f"write failed: {type(exc).__name__}")
         APPLIED.labels("lease").inc(len(leases))
+        if len(stored) < len(leases):  # older, fenced (a past generation) or already ended
+            APPLIED.labels("lease_not_newer").inc(len(leases) - len(stored))
         if stored and self._on_leased is not None:
             self._on_leased(stored)
 

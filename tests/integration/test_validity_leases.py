@@ -235,10 +235,18 @@ def test_a_new_generation_takes_over_and_a_fenced_generations_lease_changes_noth
             "produced_at_ms": now,
             "devices": 1,
         }
+        metrics_url = f"http://127.0.0.1:{aport}/metrics"
+
+        def refused() -> float:
+            text = httpx2.get(metrics_url, timeout=5).text
+            return metric(text, "precast_api_materialized_total", result="lease_not_newer")
+
+        refused_before = refused()
         p = Producer(kafka_settings)
         p.produce(topics.predictions.name, lease_key(part), orjson.dumps(fenced), partition=part)
         p.flush()
-        time.sleep(1.5)
+        # the API read the fenced lease and refused it (not merely: had not read it yet)
+        wait_for(lambda: refused() > refused_before, 30, 0.2, "the fenced lease read and refused")
         late = httpx2.get(url, timeout=5).json()
         assert late["extended_by"]["generation"] > gen1
         assert late["valid_until_ms"] < now + 2 * HORIZON_MS
