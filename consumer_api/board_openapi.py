@@ -19,6 +19,13 @@ from consumer_api.device_view import label
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERROR = {"description": "bad request", "content": {"application/json": {"schema": _ERR}}}
+# fleet queries and lineage reads: bounded per client and per replica, never queued
+_BUSY = {
+    "description": "this client's or this replica's reads of this kind are all running; "
+    "retry after Retry-After seconds",
+    "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+    "content": {"application/json": {"schema": _ERR}},
+}
 _AUTH = {
     "description": "bearer token missing or unknown",
     "content": {"application/json": {"schema": _ERR}},
@@ -113,7 +120,12 @@ _PATHS: dict[str, Any] = {
                     {"type": "integer", "minimum": 1, "default": 1000},
                 ),  # fmt: skip
             ],
-            "responses": {"200": _json("Fleet", "rows"), "400": _ERROR, "401": _AUTH},
+            "responses": {
+                "200": _json("Fleet", "rows"),
+                "400": _ERROR,
+                "401": _AUTH,
+                "503": _BUSY,
+            },
         }
     },
     "/v1/board/devices/{device_id}": {
@@ -160,6 +172,7 @@ _PATHS: dict[str, Any] = {
                 "400": _ERROR,
                 "401": _AUTH,
                 "404": {**_ERROR, "description": "no stored answer for this device"},
+                "503": _BUSY,
             },
         }
     },
@@ -279,7 +292,9 @@ _SCHEMAS: dict[str, Any] = {
                 **_ARRAY_OF_OBJECTS,
                 "description": "per lineage entry: the record (`event`, as sent) and, read "
                 "through the fleet spec, its `stream`, `event_id`, `event_time_ms` and "
-                "declared `fields`; or why not (`missing`, `invalid`)",
+                "declared `fields`; or why not (`missing`, `invalid`). A lineage that is not a "
+                "list of {topic, partition, offset} objects is reported entry by entry, with "
+                "unusable values shown by type",
             },
         },
     },

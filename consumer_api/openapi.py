@@ -272,6 +272,12 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
             for op in spec["paths"].get(path, {}).values():
                 op["security"] = []
                 op["responses"].pop("401", None)
+    for path, ops in spec["paths"].items():  # consumer_api.hosts: probes answer any Host
+        if path not in ("/healthz", "/readyz"):
+            for op in ops.values():
+                op["responses"].setdefault(
+                    "421", _json("Error", "the Host is not one the API answers (ALLOWED_HOSTS)")
+                )
     return spec
 
 
