@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from precast.errors import PrecastError
-from precast.registry import ACTIVE_FILE, semver_key, wanted_version
+from precast.registry import ACTIVE_FILE, RegistryError, semver_key, wanted_version
 from workers.model.predictor import Predictor
 from workers.precompute import metrics as M
 
@@ -54,6 +54,7 @@ class ModelRegistry:
         self._failed: set[str] = set()
         self._next_check = clock() + poll_s
         self._force = threading.Event()
+        self._refused: str | None = None  # the last bad ACTIVE, logged once
         self.swaps = 0
 
     def request_check(self) -> None:
@@ -100,7 +101,15 @@ class ModelRegistry:
             return None
         self._force.clear()
         self._next_check = now + self.poll_s
-        wanted = wanted_version(self.registry)
+        try:
+            wanted = wanted_version(self.registry)
+        except RegistryError as exc:
+            # A bad ACTIVE must not stop serving: keep the model, say so once per content.
+            if str(exc) != self._refused:
+                self._refused = str(exc)
+                log.error("%s; still serving %s", exc, self.current.version)
+            return None
+        self._refused = None
         if wanted and wanted != self.current.version and wanted not in self._failed:
             log.info("loading model %s (serving %s)", wanted, self.current.version)
             self._loading = (wanted, self._pool.submit(self._load, self.registry / wanted))
