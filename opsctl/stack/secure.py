@@ -8,7 +8,9 @@ stack of the same home.
   KRaft controllers cannot use SCRAM, whose credentials live in the metadata they serve).
 - Users: `broker` and `admin` (super users) are formatted into the storage (`kafka-storage
   format --add-scram`), so they exist before the first start; the component users are created
-  or updated through the admin API at every `up` (`precast.kafka.access`).
+  or updated through the admin API at every `up` (`precast.kafka.access`). No password is ever
+  an argument of a process (`ps` shows every argument to every local user): `--add-scram` reaches
+  the storage tool through a Java argument file (`@file`, 0600, removed once the broker runs).
 - Files (all 0600 but the CA): `tls/ca.pem`, `tls/broker.pem`, `credentials.json` (the
   passwords), `env/<component>.env` (the PRECAST_KAFKA__* lines a component runs with).
 See docs/security.md.
@@ -92,11 +94,22 @@ class SecuredBroker:
             "super.users": ";".join(f"User:{u}" for u in SUPER_USERS),
         }
 
+    @property
+    def format_args_path(self) -> Path:
+        return self.folder / "format.args"
+
     def format_args(self) -> list[str]:
-        out = []
+        """`--add-scram` for each super user, written to a 0600 Java argument file: the storage
+        tool's argv holds only `@<file>` (the java launcher expands it), never a password."""
+        lines = []
         for user in SUPER_USERS:
-            out += ["--add-scram", f"{MECHANISM}=[name={user},password={self.password(user)}]"]
-        return out
+            lines += ["--add-scram", f"{MECHANISM}=[name={user},password={self.password(user)}]"]
+        write_private(self.format_args_path, "".join(f"{ln}\n" for ln in lines))
+        return [f"@{self.format_args_path}"]
+
+    def forget_format_args(self) -> None:
+        """The argument file is needed only by the one format; credentials.json keeps the rest."""
+        self.format_args_path.unlink(missing_ok=True)
 
     def client_settings(self, user: str, bootstrap: str) -> KafkaSettings:
         return KafkaSettings(
@@ -157,6 +170,7 @@ class SecureStack:
         if not (self.kafka.running() and self.kafka.healthy()):
             if not self.kafka.running():
                 self.kafka.start()
+            self.security.forget_format_args()
             self.kafka.wait_ready(self.settings.start_timeout_s)
         granted = self.provision(topics or TopicSettings())
         progress(
