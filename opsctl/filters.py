@@ -114,17 +114,17 @@ class RecordFilter:
             return False
         if not self.needs_payload:
             return True
-        try:
+        try:  # whatever the payload holds: a record the filter cannot read does not match
             doc = orjson.loads(value) if value else None
-        except orjson.JSONDecodeError:
+            if not isinstance(doc, dict):
+                return False
+            if self.event_types and _at(doc, self.kind_path) not in self.event_types:
+                return False  # (a list or an object there is unhashable: TypeError below)
+            return not (
+                self.schema_versions and _at(doc, self.version_path) not in self.schema_versions
+            )
+        except (orjson.JSONDecodeError, TypeError):
             return False
-        if not isinstance(doc, dict):
-            return False
-        if self.event_types and _at(doc, self.kind_path) not in self.event_types:
-            return False
-        return not (
-            self.schema_versions and _at(doc, self.version_path) not in self.schema_versions
-        )
 
     def describe(self) -> dict[str, object]:
         return {

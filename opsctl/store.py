@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,11 +12,11 @@ from opsctl.ranges import OffsetRange
 from opsctl.reader import RangeReader, range_consumer
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
+from precast.guard import Guard
 from precast.kafka import Admin
 from precast.progress import bar
 from precast.serving import (
     Entry,
-    InvalidPrediction,
     Lease,
     MemoryStore,
     RedisStore,
@@ -24,6 +25,10 @@ from precast.serving import (
 )
 from schemas.leases import is_lease_key
 from schemas.topics import catalog
+
+log = logging.getLogger("precast.ops.store")
+# rebuild and the operator tools' topic view: unusable records counted and logged (bounded)
+GUARD = Guard("ops-predictions", log)
 
 
 def grace_ms(settings: StackCliSettings) -> int:
@@ -90,8 +95,10 @@ class PredictionReader:
                             self._lease(lease_from_record(value, key, now, m.offset()))
                         else:
                             out.append((key.decode(), entry_from_prediction(value, now, key)))
-                    except (InvalidPrediction, UnicodeDecodeError):
+                    except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
+                        # whatever a record holds (the materializers dead-letter it, not this)
                         self.invalid += 1
+                        GUARD.reject(exc, m)
                 self.records += len(msgs)
                 pb.update(len(msgs))
                 if len(out) >= self.batch:
