@@ -22,6 +22,16 @@ PARTITIONER = "murmur2_random"
 # (docs/cluster.md, "Failover time").
 CLIENT_DEFAULTS: dict[str, Any] = {
     "topic.metadata.refresh.interval.ms": 500,
+    # librdkafka forgets a topic whose metadata is older than this, and it defaults to three
+    # refresh intervals: 1.5 s with the 500 ms above. A kill -9 of the active controller left
+    # the survivors without fresh answers for longer than that, and a producer then marked the
+    # topic unknown ("metadata information timed out (1520ms old)" in its debug log): every
+    # record of every partition, not only the dead leader's, waited in its unassigned queue
+    # until the metadata came back, and the first partitions it assigned passed through the
+    # internal broker again (issue 36: 5 s with no answer on any partition). A known topic
+    # keeps its last metadata (librdkafka's own default age, 15 minutes); the periodic refresh
+    # still brings the new leaders as soon as a survivor has them.
+    "metadata.max.age.ms": 900_000,
 }
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
