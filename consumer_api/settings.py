@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -212,6 +213,17 @@ class ApiOptions(HttpLimits):
                 check_token(v.get_secret_value(), "the token")
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("trusted_proxies", "allowed_hosts", mode="before")
+    @classmethod
+    def _list_of_names(cls, v: object) -> object:
+        # the environment gives JSON; a compose file or a test may give the same as a string
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [x.strip() for x in text.split(",") if x.strip()]
         return v
 
     @field_validator("trusted_proxies")

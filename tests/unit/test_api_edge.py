@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from consumer_api.app import TOKEN_RELOAD_ERRORS, reload_tokens
-from consumer_api.hosts import host_name
+from consumer_api.hosts import allowed_names, host_name
 from consumer_api.limits import ClientLimits
 from consumer_api.settings import ApiOptions
 from precast.tokens import TokenTable, bearer, generation, line_for, new_token
@@ -279,3 +279,29 @@ def test_the_allow_list_is_a_setting():
 
 def test_host_names_without_ports():
     assert host_name(b"[::1]:8000") == "::1" and host_name(b"Example.ORG:1") == "example.org"
+
+
+@pytest.mark.parametrize(
+    "compose, nginx", [("docker-compose.yml", "nginx.conf"),
+                       ("docker-compose.cluster.yml", "nginx-cluster.conf")],
+)  # fmt: skip
+def test_compose_allows_the_host_names_its_proxy_and_prometheus_use(compose, nginx):
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    env = yaml.safe_load((root / "compose" / compose).read_text())["services"]["api"]["environment"]
+    names = allowed_names(ApiOptions(allowed_hosts=env["PRECAST_API__ALLOWED_HOSTS"],
+                                     auth_token="pct_" + "x" * 40).allowed_hosts)  # fmt: skip
+    assert names is not None and "evil.example" not in names
+    conf = (root / "compose" / nginx).read_text()
+    # the location / block sets no Host: nginx sends proxy_pass's host (or upstream's name)
+    [upstream] = re.findall(r"location / \{[^}]*proxy_pass http://([^;/]+)", conf)
+    assert host_name(upstream.encode()) in names
+    prom = (root / "deploy" / "prometheus" / "prometheus.compose.yml").read_text()
+    [target] = re.findall(
+        r'job_name: precast-api\s+static_configs: \[\{ targets: \["([^"]+)"', prom
+    )
+    assert host_name(target.encode()) in names
