@@ -57,6 +57,7 @@ from schemas.leases import is_lease_key
 log = logging.getLogger("precast.api.materializer")
 
 APPLIED = Counter("precast_api_materialized_total", "prediction records read", ["result"])
+_INVALID = APPLIED.labels("invalid")  # bound once: a burst of poison is counted per record
 DEVICES = Gauge("precast_api_devices", "devices in this replica's view")
 LAG = Gauge(
     "precast_api_materializer_lag",
@@ -245,7 +246,7 @@ class Materializer:
         return self._reject(m, why, m.offset() >= self._live_from.get(m.partition(), 0))
 
     def _reject(self, m: KafkaMessage, bad: BaseException, live: bool) -> int:
-        APPLIED.labels("invalid").inc()
+        _INVALID.inc()
         # Records met again in a Redis replay were dead-lettered when this process first read
         # them; each replica and each restart does dead-letter them once (duplicates, not loss).
         # They are counted again (the metric counts reads), not dead-lettered again.

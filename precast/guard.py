@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import Counter
 
@@ -85,6 +85,7 @@ class Guard:
         self._last: dict[Reason, float] = {}
         self._skipped: dict[Reason, int] = {}
         self._lock = threading.Lock()
+        self._counters: dict[Reason, Any] = {}
         self.rejected = 0
 
     def decode(self, fn: Callable[[KafkaMessage], T], msg: KafkaMessage) -> T | None:
@@ -101,7 +102,10 @@ class Guard:
         `dead_letter=False` for a record met again (a replay of what was dead-lettered)."""
         reason, detail = classify(exc)
         self.rejected += 1
-        REJECTED.labels(self.reader, reason.value).inc()
+        counter = self._counters.get(reason)
+        if counter is None:  # labels() costs more than the rest of a count: once per reason
+            counter = self._counters[reason] = REJECTED.labels(self.reader, reason.value)
+        counter.inc()
         self._note(reason, detail, msg)
         if dead_letter and msg is not None and self._dead is not None:
             self._dead.send(msg, reason, detail)

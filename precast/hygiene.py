@@ -12,5 +12,6 @@ def printable(text: object, limit: int = 120) -> str:
     raw = str(text)
     cut = raw[:limit]
     out = cut.encode("ascii", "backslashreplace").decode("ascii")
-    out = "".join(c if 0x20 <= ord(c) < 0x7F else f"\\x{ord(c):02x}" for c in out)
+    if not out.isprintable():  # (of ASCII text: every character in 0x20-0x7e) the rare case
+        out = "".join(c if 0x20 <= ord(c) < 0x7F else f"\\x{ord(c):02x}" for c in out)
     return out + ("..." if len(raw) > limit else "")

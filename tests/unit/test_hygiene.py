@@ -98,6 +98,6 @@ def test_api_health_names_the_materializer_not_its_error():
     from consumer_api.settings import ApiSettings
 
     built = build(ApiSettings(kafka={"bootstrap_servers": "127.0.0.1:1"}, redis={"url": ""}))
-    built.materializer.error = RuntimeError("broker 10.0.0.7 refused user 'api'")
+    built.materializer.supervised.failure = RuntimeError("broker 10.0.0.7 refused user 'api'")
     ok, details = built.service.health()
     assert not ok and details == {"down": ["materializer"]}
