@@ -65,6 +65,8 @@ def spawn_worker(stack, topics, group: str, port: int, log: Path) -> subprocess.
         stack,
         topics,
         PRECAST_WORKER__GROUP_ID=group,
+        # the group is chosen by its coordinator (cluster_groups): exactly that name, unprefixed
+        PRECAST_KAFKA__GROUP_PREFIX="",
         PRECAST_METRICS__PORT=str(port),
         PRECAST_MODEL__PROVIDER="cpu",
         # every heartbeat is a trigger: the load is the work, and every input must show up in a

@@ -152,6 +152,8 @@ def build(settings: ApiSettings) -> Built:
         if index is not None
         else None
     )
+    if feed is not None:  # /readyz turns false once the board feed gives up
+        svc.parts.append(feed.supervised)
     event_roles = {t.name: t.role for t in topics.events()}  # lineage names only these
     board = (
         Board(

@@ -43,7 +43,9 @@ def wanted(args: argparse.Namespace, settings: StackCliSettings) -> list[Grant]:
     cat = catalog(t.prefix, t.partitions, t.replication_factor)
     out: list[Grant] = []
     for name in args.component or sorted(COMPONENTS):
-        out += grants(COMPONENTS[name], cat, principal_for(name, overrides))
+        out += grants(
+            COMPONENTS[name], cat, principal_for(name, overrides), settings.kafka.group_prefix
+        )
     return out
 
 
@@ -56,7 +58,10 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     head = ["principal", "resource", "pattern", "name", "operation"]
     if args.action == "show":
         print(table(head, _rows(want)))
-        print(f"{len(want)} ACLs for prefix {settings.topics.prefix!r} (ALLOW, any host)")
+        print(
+            f"{len(want)} ACLs for prefix {settings.topics.prefix!r}, groups "
+            f"{settings.kafka.group_prefix!r} (ALLOW, any host)"
+        )
         return 0
     from precast.kafka import Admin
     from precast.kafka.access import apply_grants, existing_grants

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from precast.errors import ConfigError
@@ -37,6 +37,11 @@ class KafkaSettings(Section):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
     client_id: str = "precast"
+    # Every consumer group (and the context aggregator's faust app id) starts with this, so that
+    # deployments sharing a cluster neither join each other's groups nor need ACLs on each
+    # other's names (schemas.access). None: the deployment's topic prefix (CommonSettings fills
+    # it in); "" keeps the bare names of before issue 36 (and their committed offsets).
+    group_prefix: str | None = None
     # Seconds a process waits for the first metadata answer before it gives up with one line.
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # Raw librdkafka properties passed through unchanged (they win over ours), for anything
@@ -134,6 +139,14 @@ class CommonSettings(BaseSettings):
     fleet: FleetSettings = FleetSettings()
     metrics: MetricsSettings = MetricsSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _groups_follow_the_topic_prefix(self) -> CommonSettings:
+        if self.kafka.group_prefix is None:
+            # Frozen: the one write, while the object is being built.
+            kafka = self.kafka.model_copy(update={"group_prefix": self.topics.prefix})
+            self.__dict__["kafka"] = kafka
+        return self
 
     def redacted(self) -> dict[str, Any]:
         """A loggable view with secrets hidden."""

@@ -33,7 +33,10 @@ _ALL_ROLES = (
 class ComponentAccess:
     """What one component's principal may do. Topic entries are catalog roles; `groups`,
     `transactional_ids` and `topic_prefixes` are name prefixes (Kafka PREFIXED ACLs), where
-    `{prefix}` stands for the deployment's topic prefix."""
+    `{prefix}` stands for the deployment's topic prefix and `{group}` for its group prefix
+    (`KafkaSettings.group_prefix`: the topic prefix unless set otherwise), which every process
+    puts before its consumer groups and faust app id. Every name starts with one of them, so
+    two deployments on one cluster hold no grant on each other's names."""
 
     component: str
     description: str
@@ -44,14 +47,14 @@ class ComponentAccess:
     transactional_ids: tuple[str, ...] = ()
     # Topics outside the catalog it owns completely (faust's changelog, scratch replay targets).
     topic_prefixes: tuple[str, ...] = ()
-    describe_groups: bool = False  # list and describe every group (lag, the live-target guard)
+    describe_groups: bool = False  # list and describe the deployment's groups (lag, replay guard)
     delete_groups: tuple[str, ...] = ()  # group prefixes it may delete (a finished backfill)
 
     def topics(self, catalog: Topics, roles: tuple[str, ...]) -> list[str]:
         return [getattr(catalog, role).name for role in roles]
 
-    def expand(self, names: tuple[str, ...], prefix: str) -> list[str]:
-        return [n.format(prefix=prefix) for n in names]
+    def expand(self, names: tuple[str, ...], prefix: str, group: str | None = None) -> list[str]:
+        return [n.format(prefix=prefix, group=prefix if group is None else group) for n in names]
 
 
 COMPONENTS: dict[str, ComponentAccess] = {
@@ -75,7 +78,7 @@ COMPONENTS: dict[str, ComponentAccess] = {
                 "worker_state",
             ),
             write=("predictions", "worker_state", "dead_letters"),
-            groups=("precast-workers", "precast-restore-"),
+            groups=("{group}precast-workers", "{group}precast-restore-"),
             # `<prefix><group id>.<instance>` in exactly-once mode (workers.precompute.cli)
             transactional_ids=("{prefix}precast-workers",),
         ),
@@ -84,29 +87,29 @@ COMPONENTS: dict[str, ComponentAccess] = {
             "precast-context (faust): per-device context",
             read=("work_orders", "alarms"),
             write=("device_context", "dead_letters"),
-            groups=("precast-context",),
+            groups=("{group}precast-context",),
             # faust's own topics: <app id>-<table>-changelog, <app id>-__assignor-__leader
-            topic_prefixes=("precast-context",),
+            topic_prefixes=("{group}precast-context",),
         ),
         ComponentAccess(
             "api",
             "precast-api: materializer, board feed, lineage reads, precompute requests",
             read=("predictions", "device_context", "heartbeats", "work_orders", "alarms"),
             write=("precompute_requests", "read_hints", "dead_letters", "presence"),
-            groups=("precast-api",),
+            groups=("{group}precast-api",),
         ),
         ComponentAccess(
             "auditor",
             "precast-auditor: the predictions audit log",
             read=("predictions",),
             write=("audit_checkpoints", "presence"),
-            groups=("precast-auditor",),
+            groups=("{group}precast-auditor",),
         ),
         ComponentAccess(
             "drift",
             "precast-drift: the feature drift monitor",
             read=("heartbeats",),
-            groups=("precast-drift",),
+            groups=("{group}precast-drift",),
         ),
         ComponentAccess(
             "ops",
@@ -127,10 +130,15 @@ COMPONENTS: dict[str, ComponentAccess] = {
                 "dead_letters",  # a backfill dead-letters what it cannot read, as workers do
             ),
             create=_ALL_ROLES,
-            groups=("precast-ops-", "precast-backfill-", "precast-shadow-", "precast-restore-"),
+            groups=(
+                "{group}precast-ops-",
+                "{group}precast-backfill-",
+                "{group}precast-shadow-",
+                "{group}precast-restore-",
+            ),
             topic_prefixes=("{prefix}scratch.",),
             describe_groups=True,
-            delete_groups=("precast-backfill-",),
+            delete_groups=("{group}precast-backfill-",),
         ),
     )
 }
@@ -141,7 +149,7 @@ class Grant:
     """One ALLOW ACL. `resource` is topic, group, transactional_id or cluster; `pattern`
     literal or prefixed; `operation` a Kafka ACL operation in lower case (read, write,
     create, delete, describe, describe_configs, all). Kafka lets read, write and delete imply
-    describe, so describe is granted on its own only for the group wildcard."""
+    describe, so describe is granted on its own only for listing the deployment's groups."""
 
     principal: str
     resource: str
@@ -150,9 +158,13 @@ class Grant:
     operation: str
 
 
-def grants(access: ComponentAccess, catalog: Topics, principal: str) -> list[Grant]:
-    """The ACLs `principal` needs to run `access.component` against this catalog."""
+def grants(
+    access: ComponentAccess, catalog: Topics, principal: str, group_prefix: str | None = None
+) -> list[Grant]:
+    """The ACLs `principal` needs to run `access.component` against this catalog (and this
+    group prefix; None: the catalog's topic prefix, as the processes default to)."""
     prefix = catalog.heartbeats.name.removesuffix("heartbeats")
+    group = prefix if group_prefix is None else group_prefix
     out = [
         Grant(principal, "topic", "literal", t, "read") for t in access.topics(catalog, access.read)
     ]
@@ -167,7 +179,7 @@ def grants(access: ComponentAccess, catalog: Topics, principal: str) -> list[Gra
         ]
     out += [
         Grant(principal, "group", "prefixed", g, "read")
-        for g in access.expand(access.groups, prefix)
+        for g in access.expand(access.groups, prefix, group)
     ]
     out += [
         Grant(principal, "transactional_id", "prefixed", t, "write")
@@ -175,13 +187,16 @@ def grants(access: ComponentAccess, catalog: Topics, principal: str) -> list[Gra
     ]
     out += [
         Grant(principal, "topic", "prefixed", t, "all")
-        for t in access.expand(access.topic_prefixes, prefix)
+        for t in access.expand(access.topic_prefixes, prefix, group)
     ]
     if access.describe_groups:
-        out.append(Grant(principal, "group", "literal", "*", "describe"))
+        # Only this deployment's groups: ListGroups answers with those the caller may describe.
+        # An empty group prefix (bare names, `group_prefix=""`) can only mean every group.
+        scope = ("prefixed", group) if group else ("literal", "*")
+        out.append(Grant(principal, "group", *scope, "describe"))
     out += [
         Grant(principal, "group", "prefixed", g, "delete")
-        for g in access.expand(access.delete_groups, prefix)
+        for g in access.expand(access.delete_groups, prefix, group)
     ]
     return sorted(set(out))
 

@@ -252,11 +252,17 @@ class Admin:
         self._wait_visible([name], timeout)
 
     # -- consumer groups and offsets (lag, the replay guard) ------------------------------------
+    def _group(self, name: str) -> str:
+        """A group as the broker knows it: a process's name for it in this deployment."""
+        return f"{self.settings.group_prefix or ''}{name}"
+
     def consumer_groups(self, timeout: float = 10.0) -> list[GroupInfo]:
-        """Every consumer group with its state and what its members are assigned now."""
+        """Every consumer group of this deployment (its names without `group_prefix`, as the
+        processes name them) with its state and what its members are assigned now."""
+        mine = self.settings.group_prefix or ""
         try:
             listed = self._a.list_consumer_groups(request_timeout=timeout).result()
-            ids = [g.group_id for g in listed.valid]
+            ids = [g.group_id for g in listed.valid if g.group_id.startswith(mine)]
             if not ids:
                 return []
             described = self._a.describe_consumer_groups(ids, request_timeout=timeout)
@@ -268,9 +274,8 @@ class Admin:
                     for m in d.members
                     for tp in (m.assignment.topic_partitions or [])
                 )
-                out.append(
-                    GroupInfo(gid, str(getattr(d.state, "name", d.state)), len(d.members), parts)
-                )
+                state = str(getattr(d.state, "name", d.state))
+                out.append(GroupInfo(gid.removeprefix(mine), state, len(d.members), parts))
             return sorted(out, key=lambda g: g.group_id)
         except confluent_kafka.KafkaException as exc:
             err = exc.args[0]
@@ -280,6 +285,7 @@ class Admin:
         """Remove groups that are done (e.g. a finished backfill's own group)."""
         if not group_ids:
             return
+        group_ids = [self._group(g) for g in group_ids]
         for gid, fut in self._a.delete_consumer_groups(group_ids, request_timeout=timeout).items():
             try:
                 fut.result()
@@ -290,6 +296,7 @@ class Admin:
 
     def committed_offsets(self, group_id: str, timeout: float = 10.0) -> list[TopicPartitionOffset]:
         """The group's committed next-offsets, for every partition it has committed on."""
+        group_id = self._group(group_id)
         req = [ConsumerGroupTopicPartitions(group_id)]
         try:
             res = self._a.list_consumer_group_offsets(req, request_timeout=timeout)[

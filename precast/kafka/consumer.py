@@ -68,6 +68,8 @@ class Consumer:
             overrides = {**prefetch_bound(bounded_prefetch), **overrides}
         if background:
             overrides = {**BACKGROUND_FETCH, **overrides}
+        # The deployment's namespace (settings.group_prefix): callers name groups as before.
+        group_id = f"{settings.group_prefix or ''}{group_id}"
         conf = consumer_config(settings, group_id, **overrides)
         conf["error_cb"] = self._on_client_error
         self._fatal: KafkaFailure | None = None

@@ -108,7 +108,7 @@ def aggregator(kafka_settings, topics, unique, tmp_path, admin):
         if p.poll() is None:
             p.kill()
             p.wait()
-    admin.delete_topics([n for n in admin.topic_partitions() if n.startswith(app_id)])
+    admin.delete_topics([n for n in admin.topic_partitions() if app_id in n])
 
 
 # slow: a fault scenario of ~20 s; the default suite keeps near 10 minutes (`./dev test -m slow`)

@@ -115,7 +115,7 @@ def pipeline(kafka_settings, redis_settings, topics, unique, admin, tmp_path):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        admin.delete_topics([n for n in admin.topic_partitions() if n.startswith(app_id)])
+        admin.delete_topics([n for n in admin.topic_partitions() if app_id in n])
 
 
 @pytest.fixture

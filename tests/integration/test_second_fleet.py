@@ -231,7 +231,7 @@ def test_the_trailer_fleet_end_to_end(kafka_settings, topics, unique, tmp_path, 
     finally:
         _stop(procs)
         log.close()
-        admin.delete_topics([n for n in admin.topic_partitions() if n.startswith(app_id)])
+        admin.delete_topics([n for n in admin.topic_partitions() if app_id in n])
 
     # a shadow run of the scikit-learn candidate, grouped by the spec's board filters
     out = precast(

@@ -122,3 +122,66 @@ def test_least_privilege_each_component_writes_only_what_it_produces():
         assert not any(
             g.operation == "all" and g.pattern == "literal" for g in grants(a, cat, "User:x")
         )
+
+
+def _matches(g, name: str) -> bool:
+    return name.startswith(g.name) if g.pattern == "prefixed" else g.name in (name, "*")
+
+
+def test_every_acl_resource_carries_the_deployment_prefix():
+    """Issue 36, deliverable 6: no grant of one deployment names anything outside its prefix."""
+    for prefix in ("p.", "team-b.prod."):
+        for name, a in COMPONENTS.items():
+            for g in grants(a, catalog(prefix), principal_for(name)):
+                assert g.name.startswith(prefix), g
+                assert not (g.pattern == "prefixed" and g.name == ""), g
+
+
+def test_two_deployments_grant_nothing_on_each_others_names():
+    """What one deployment's processes name (topics, groups, transactional ids, faust's app
+    topics) matches no grant of the other, whatever the component."""
+    a, b = catalog("a."), catalog("b.")
+    names_b = [t.name for t in b] + [
+        "b.precast-workers",
+        "b.precast-workers.0",
+        "b.precast-restore-1f",
+        "b.precast-context-0123abcd",
+        "b.precast-context-0123abcd-table-changelog",
+        "b.precast-api-1",
+        "b.precast-auditor",
+        "b.precast-drift",
+        "b.precast-ops-lag-1",
+        "b.precast-backfill-1",
+        "b.scratch.replay",
+    ]
+    for name, access in COMPONENTS.items():
+        for g in grants(access, a, principal_for(name)):
+            assert not any(_matches(g, n) for n in names_b), (g, name)
+
+
+def test_a_group_prefix_of_its_own_moves_the_group_grants_only():
+    cat = catalog("p.")
+    ops = grants(COMPONENTS["ops"], cat, "User:ops", group_prefix="g-")
+    groups = {g.name for g in ops if g.resource == "group"}
+    assert groups and all(n.startswith("g-") for n in groups)
+    assert all(g.name.startswith("p.") for g in ops if g.resource == "topic")
+    bare = grants(COMPONENTS["ops"], cat, "User:ops", group_prefix="")
+    assert any(g.name == "*" and g.operation == "describe" for g in bare)
+
+
+def test_processes_name_groups_in_their_deployments_namespace():
+    from precast.kafka.config import consumer_config
+    from precast.kafka.consumer import Consumer
+    from precast.settings import CommonSettings
+
+    s = CommonSettings(topics={"prefix": "team-b."})
+    assert s.kafka.group_prefix == "team-b."
+    c = Consumer(s.kafka, "precast-workers")
+    try:
+        assert c.group_id == "team-b.precast-workers"
+    finally:
+        c.close()
+    # "" keeps the bare names (and the offsets committed under them)
+    bare = CommonSettings(topics={"prefix": "team-b."}, kafka={"group_prefix": ""})
+    assert bare.kafka.group_prefix == ""
+    assert consumer_config(bare.kafka, "precast-workers")["group.id"] == "precast-workers"

@@ -433,3 +433,19 @@ def test_an_appender_that_raises_is_restarted_from_its_log_then_gives_up(tmp_pat
     consumer.fail = _Once(10**9)
     runner.join(20)
     assert gave_up and app.error is not None and not runner.is_alive()
+
+
+def test_the_api_readiness_names_the_board_feed_once_it_gives_up():
+    from consumer_api.cli import build
+    from consumer_api.settings import ApiSettings
+    from precast.http.parts import down
+
+    built = build(
+        ApiSettings(
+            kafka={"bootstrap_servers": "127.0.0.1:1"}, redis={"url": ""}, api={"board": True}
+        )
+    )
+    feed = built.board_feed
+    assert feed is not None and "api-board-feed" not in down(built.service.parts)
+    feed.supervised.failure = RuntimeError("injected")
+    assert "api-board-feed" in down(built.service.parts)

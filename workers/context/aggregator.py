@@ -60,7 +60,8 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     # State is named after the context definitions (their hash): a spec that changes them
     # starts a new consumer group and table, which rebuild every device's context from the
     # topics, instead of folding new events into snapshots of the old meaning.
-    app_id = f"{c.app_id}-{model.hash[:8]}"
+    # The deployment's group prefix first (KafkaSettings.group_prefix, schemas.access).
+    app_id = f"{settings.kafka.group_prefix or ''}{c.app_id}-{model.hash[:8]}"
     # faust creates only the last folder of its datadir; a fresh checkout has no .precast/ yet.
     c.data_dir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
