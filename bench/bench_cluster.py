@@ -155,7 +155,8 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         inputs_back = inputs.wait_flowing(everywhere, timeout=30)
         end = flowing if flowing is not None else time.monotonic()
         gap = answers.longest_gap(killed, end)
-        own = {"bench load": inputs.longest_gap(killed, end), "bench reader": gap}
+        moved = None if watch.moved is None else watch.moved - killed
+        own = {"brokers": moved, "bench load": inputs.longest_gap(killed, end), "bench reader": gap}
         still = stalls(stood, own, killed, end)
         stalled = name_stall(recovered, still)
         if stalled is not None:

@@ -104,7 +104,8 @@ def report(
             "readable = a heartbeat created after the kill read back on every partition; answers "
             "= a prediction of such an event on every partition the victim led, and on all.",
             "Stalled: when answers took longer than 10 s, the first stage along the path that "
-            "stood still for 5 s or more (bench load: its heartbeats arriving; worker consume: "
+            "stood still for 5 s or more (brokers: until leaders moved; bench load: its "
+            "heartbeats arriving; worker consume: "
             "records read; worker produce: loops waiting for the broker to take their outputs; "
             "API reader: prediction records an API replica read; bench reader: its predictions "
             "tail), from samples every 250 ms (bench/cluster_stalls.py).",

@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping
 SAMPLE_S = 0.25
 BOUND_S = 10.0  # the bound on answers resuming after any broker kill
 
-# Along the answer path. "worker produce" before "worker consume": a worker loop that waits for
-# the broker to take its outputs consumes nothing meanwhile.
-ORDER = ("bench load", "worker produce", "worker consume", "API reader", "bench reader")
+# Along the answer path. "brokers": until the controller fences the dead node (its partitions
+# get new leaders and it leaves every ISR) no write with acks=all completes on any partition,
+# so every stage after it stands still too. "worker produce" before "worker consume": a worker
+# loop that waits for the broker to take its outputs consumes nothing meanwhile.
+ORDER = ("brokers", "bench load", "worker produce", "worker consume", "API reader", "bench reader")
 
 
 def metric_total(port: int, name: str, labels: dict[str, str] | None = None) -> float | None:
