@@ -6,6 +6,7 @@ readiness false (deliverable 3)."""
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import tempfile
@@ -449,3 +450,39 @@ def test_the_api_readiness_names_the_board_feed_once_it_gives_up():
     assert feed is not None and "api-board-feed" not in down(built.service.parts)
     feed.supervised.failure = RuntimeError("injected")
     assert "api-board-feed" in down(built.service.parts)
+
+
+# -- validity leases: the record decoder and the value Redis keeps ------------------------------
+@settings(max_examples=300)
+@given(records(TOPIC, _VALID_LEASE, LEASE_KEY))
+def test_a_lease_record_is_a_lease_or_a_counted_rejection(record):
+    from precast.guard import Guard
+    from precast.serving import Lease, lease_from_record
+
+    guard = Guard("test-leases", logging.getLogger("test"))
+    got = guard.decode(lambda m: lease_from_record(m.value(), m.key(), NOW, m.offset()), record)
+    if got is None:
+        assert guard.rejected == 1
+        return
+    assert isinstance(got, Lease) and guard.rejected == 0
+    assert record.key() in (None, LEASE_KEY) and got.partition == 1  # None: not checked
+    assert got.certified_at_ms <= got.valid_until_ms < 10**13
+
+
+@settings(max_examples=200)
+@given(
+    st.one_of(
+        st.binary(max_size=80),
+        st.lists(st.integers(-(2**70), 2**70), max_size=8).map(
+            lambda xs: b" ".join(b"%d" % x for x in xs)
+        ),
+    )
+)
+def test_a_lease_read_back_from_redis_is_a_lease_or_a_counted_miss(raw):
+    store = RedisStore(FakeRedis({"x:lease:{1}": raw}), "x:")  # type: ignore[arg-type]
+    before = rejected("redis-entries")
+    got = store.lease(1)
+    if got is None:
+        assert rejected("redis-entries") == before + 1
+    else:
+        assert got.partition == 1 and max(got.generation, got.certified_at_ms) < 10**13
