@@ -1,6 +1,9 @@
 """Read API under hostile clients (loopback, bounded): idle connections held and GET p99 beside
-the unloaded p99, event streams held, the stream cap under concurrent opens, and the rate of
-precompute requests one client can cause through two replicas sharing the budget."""
+the unloaded p99, event streams held, the stream cap under concurrent opens, the rate of
+precompute requests one client can cause through two replicas sharing the budget, and a burst
+of poison records on the predictions topic beside live traffic (`hostile_poison.py`).
+
+A probe that got no answer fails the benchmark: no figure is recorded as 0 or -1 for it."""
 
 from __future__ import annotations
 
@@ -20,10 +23,12 @@ from bench.hostile_load import (
     raise_fd_limit,
     still_open,
 )
+from bench.hostile_poison import DEVICES, run_poison
 
 NAME = "hostile"
 DESCRIPTION = (
-    "read API under hostile clients: 10k idle sockets, 1k streams, stream cap, precompute budget"
+    "read API under hostile clients: 10k idle sockets, 1k streams, stream cap, precompute "
+    "budget, poison records beside live traffic"
 )
 # What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
 SPARE_CPU = (
@@ -51,6 +56,48 @@ def _env(ctx: Context, prefix: str, partitions: int, server: str, **api: object)
 
 def _p99(port: int, n: int) -> float:
     return float(np.percentile(latencies_ms(port, READ, n), 99))
+
+
+def _stream_cap(ctx: Context, prefix: str) -> int:
+    from opsctl.stack.process import free_port
+
+    port = free_port()
+    env = _env(ctx, prefix, 3, "granian", sse_max_streams=20, client_max_streams=1_000)
+    overrun = 0
+    with api_process(port, env) as api:
+        for _ in range(3):
+            statuses, socks = open_streams(port, 60, "/v1/stream?ids=dev-1")
+            if not statuses.count(200):  # no stream answered: an overrun of 0 would lie
+                raise RuntimeError(f"stream cap: no stream opened ({set(statuses)})")
+            overrun = max(overrun, statuses.count(200) - 20)
+            close_all(socks)
+            deadline = time.monotonic() + 10
+            while api.metric("precast_api_event_streams") > 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+    return overrun
+
+
+def _poison(ctx: Context, env: dict, topic: str, rows: list[list], figs: dict[str, float]) -> None:
+    from opsctl.stack.process import free_port
+
+    with api_process(free_port(), env) as api:
+        pr = run_poison(ctx, api, topic, 3)
+    rows.append(
+        [
+            f"{pr.sent:,} poison records beside live traffic ({len(DEVICES)} devices, "
+            "10 answers/s each)",
+            f"p99 {pr.clean_p99:.3f} ms -> {pr.poison_p99:.3f} ms (medians of {pr.rounds})",
+            f"{pr.ratio:.2f}x",
+            f"{pr.rejected:,.0f} rejected; {pr.checked - pr.stale:,} of {pr.checked:,} "
+            "answers the newest",
+        ]
+    )
+    figs.update(
+        poison_sent=pr.sent,
+        poison_rejected=pr.rejected,
+        poison_newest=(pr.checked - pr.stale) / pr.checked,
+        poison_ratio=pr.ratio,
+    )
 
 
 def run(ctx: Context) -> Report:
@@ -121,6 +168,11 @@ def run(ctx: Context) -> Report:
                     finally:
                         close_all(idle + streams)
                     time.sleep(2.0)  # let the replica finish closing 11k sockets
+                if not held_idle or not held_streams:
+                    raise RuntimeError(
+                        f"{server}: no idle socket or stream was held ({held_idle}, "
+                        f"{held_streams}): nothing to measure"
+                    )
                 base, flooded = float(np.median(unloaded)), float(np.median(loaded))
                 ratio = flooded / base
                 rows.append(
@@ -135,22 +187,35 @@ def run(ctx: Context) -> Report:
                     figs.update(idle=held_idle, ratio=ratio, streams=held_streams)
 
         # The stream cap under concurrent opens: 60 at once against a cap of 20, three times.
-        port = free_port()
-        env = _env(ctx, prefix, 3, "granian", sse_max_streams=20, client_max_streams=1_000)
-        overrun = 0
-        with api_process(port, env) as api:
-            for _ in range(3):
-                statuses, socks = open_streams(port, 60, "/v1/stream?ids=dev-1")
-                overrun = max(overrun, statuses.count(200) - 20)
-                close_all(socks)
-                deadline = time.monotonic() + 10
-                while api.metric("precast_api_event_streams") > 0 and time.monotonic() < deadline:
-                    time.sleep(0.1)
+        overrun = _stream_cap(ctx, prefix)
         rows.append(["stream cap 20, 60 opened at once (x3)", f"overrun {overrun}", "", ""])
         figs["overrun"] = overrun
 
-        # One client floods prefetch with new devices, alternating two replicas that share the
+        # Poison records on the predictions topic beside live traffic (issue 36).
+        _poison(ctx, _env(ctx, prefix, 3, "granian"), topics.predictions.name, rows, figs)
+
+        # One client floods prefetch with devices, alternating two replicas that share the
         # budget; per-client limits set out of the way so only the shared ceiling holds it.
+        # Only a device the store knows, with an answer no longer valid, may cost a precompute
+        # (docs/api.md, unknown devices): the flood names a pool of such devices, each expired
+        # a second before the replicas start and kept by a long grace.
+        pool = [f"flood-{j}" for j in range(3_000 if ctx.quick else 10_000)]
+        expired = int(time.time() * 1000) - 1_000
+        for d in pool:
+            p.produce(
+                topics.predictions.name,
+                d.encode(),
+                orjson.dumps(
+                    {
+                        **doc,
+                        "device_id": d,
+                        "computed_at_ms": expired - 60_000,
+                        "produced_at_ms": expired - 60_000,
+                        "valid_until_ms": expired,
+                    }
+                ),
+            )
+        p.flush(30)
         ports = [free_port(), free_port()]
         env = _env(
             ctx,
@@ -162,6 +227,7 @@ def run(ctx: Context) -> Report:
             client_prefetch_per_s=1_000_000,
             client_prefetch_burst=1_000_000,
             request_window_s=600,
+            grace_s=3_600,
         )
         seconds = 3.0 if ctx.quick else 8.0
         with api_process(ports[0], env), api_process(ports[1], env):
@@ -169,7 +235,8 @@ def run(ctx: Context) -> Report:
             asked = sent = i = 0
             t0 = time.monotonic()
             while time.monotonic() - t0 < seconds:
-                ids = [f"flood-{i}-{j}" for j in range(100)]
+                at = (i * 100) % len(pool)
+                ids = pool[at : at + 100]
                 c = conns[i % 2]
                 c.request(
                     "POST",
@@ -197,6 +264,8 @@ def run(ctx: Context) -> Report:
                 on_topic += len(msgs)
                 quiet = time.monotonic()
         consumer.close()
+        if not on_topic or not sent:  # no request came through: a rate of 0 would lie
+            raise RuntimeError(f"prefetch flood: {on_topic} requests on the topic, {sent} sent")
         # The bucket starts full: its burst may go at once, the rest is paced at the budget.
         rate = max(0, on_topic - BUDGET_BURST) / elapsed
         progress(
@@ -213,6 +282,10 @@ def run(ctx: Context) -> Report:
         figs["precompute"] = rate
     finally:
         admin.delete_topics([t.name for t in topics])
+    poison_cond = (
+        "one granian replica with Redis; alternated rounds of sequential keep-alive GETs over "
+        "the live devices, without and during a paced burst into all 3 partitions"
+    )
     cond = f"{idle_n:,} idle loopback sockets + {streams_n:,} event streams, sequential keep-alive GETs"
     return Report(
         title="Read API under hostile clients (loopback, one replica unless said)",
@@ -242,6 +315,28 @@ def run(ctx: Context) -> Report:
                 "60 streams opened at once, 3 rounds",
             ),
             Figure(
+                "poison_records_rejected",
+                figs["poison_rejected"],
+                "records",
+                f"poison sent: {figs['poison_sent']:,.0f} (must be equal; before issue 36 the "
+                "first record nested 5,000 deep stopped the materializer for good)",
+                poison_cond,
+            ),
+            Figure(
+                "poison_valid_answers_newest",
+                figs["poison_newest"],
+                "fraction",
+                "answers during the bursts that were the newest published 1 s before (target 1)",
+                poison_cond,
+            ),
+            Figure(
+                "api_p99_during_poison_vs_clean",
+                figs["poison_ratio"],
+                "x",
+                "GET p99 without the burst, same replica, same run (target <= 1.2)",
+                poison_cond,
+            ),
+            Figure(
                 "precompute_requests_per_s_one_client",
                 figs["precompute"],
                 "requests/s",
@@ -251,6 +346,10 @@ def run(ctx: Context) -> Report:
             ),
         ],
         notes=[
+            "Poison: records nested 5,000 deep (in an ignored field and whole), not JSON, "
+            "invalid UTF-8, 2**70 and 1e400 timestamps, a number as device ID, a CR/LF model "
+            "version, a foreign key, a broken validity lease, headers of any bytes; each must be "
+            "counted once by the replica (`precast_records_rejected_total`) and dead-lettered.",
             "p99 figures: medians over alternated rounds (unloaded, then flooded) of the p99 of "
             "sequential keep-alive GETs, on a shared 2-core machine.",
             "Before: 128 idle sockets stopped a granian replica; 20 prefetch calls of 100 new "

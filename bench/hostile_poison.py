@@ -1,0 +1,237 @@
+"""Poison records on the predictions topic beside live traffic, for `python -m bench hostile`
+(issue 36): one read API replica reads a topic that a live writer keeps fresh (a new answer per
+device every 100 ms) while a burst of records no reader can use (nested 5,000 deep, not JSON,
+invalid UTF-8, numbers out of range, wrong types, a CR/LF model version, a foreign key, headers
+of any bytes) is written into the same partitions. Measured, in alternated rounds of one run:
+GET p99 during the burst vs without it, whether every answer served during the burst was the
+newest the writer had published a second before, and the rejections the replica counted
+against the poison sent."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import orjson
+
+from bench.harness import Context, progress
+from bench.hostile_load import ApiProcess, get
+
+DEVICES = [f"live-{i:03d}" for i in range(20)]
+spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Kafka client forked
+ROUND_S = 0.1  # the live writer's period: a new answer for every device each round
+SETTLED_S = 1.0  # an answer published this long before a read must be what the read gets
+
+
+def _prediction(device: str, computed: int) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "device_id": device,
+        "candidates": [{"strategy": "remote_restart", "score": 0.7}],
+        "model_version": "1.0.0",
+        "computed_at_ms": computed,
+        "valid_until_ms": computed + 600_000,
+        "produced_at_ms": computed,
+        "trigger": "heartbeat",
+        "lineage": [],
+    }
+
+
+Headers = list[tuple[str, bytes]]
+
+
+def poison_kinds(now: int) -> list[tuple[bytes, bytes, Headers | None]]:
+    """(key, value, headers) of records the read API must reject, each exactly once."""
+    valid = orjson.dumps(_prediction("live-000", now))
+    deep = b"[" * 5000 + b"]" * 5000
+    # header values of any bytes, and none at all (librdkafka sends a None value as null)
+    odd = cast(Headers, [("traceparent", b"\xff\x00"), ("x", None), ("\x1b[2J", b"\x00" * 32)])
+    return [
+        (b"live-000", valid[:-1] + b',"zz":' + deep + b"}", None),  # issue 36's record
+        (b"live-000", b'{"x":' * 5000 + b"1" + b"}" * 5000, odd),
+        (b"live-000", b"not json", None),
+        (b"live-000", b"\xff\xfe\xfd", odd),
+        (b"live-000", json.dumps(_prediction("live-000", 2**70)).encode(), None),
+        (b"live-000", valid.replace(b'"computed_at_ms":', b'"computed_at_ms":1e400,"x":'), None),
+        (b"live-000", valid.replace(b'"live-000"', b"17"), None),
+        (b"live-000", valid.replace(b'"1.0.0"', b'"1.0\\r\\nX-Evil: 1"'), None),
+        (b"\xff\x00foreign", valid, odd),
+        (b"#lease:1", b'{"kind":"validity_lease","partition":2}', None),
+    ]
+
+
+@dataclass
+class LiveWriter:
+    """Publishes a new answer for every device each ROUND_S; remembers when each was flushed."""
+
+    kafka: Any
+    topic: str
+    history: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        from precast.kafka import Producer
+
+        p = Producer(self.kafka)
+        try:
+            while not self._stop.wait(ROUND_S):
+                computed = int(time.time() * 1000)
+                for d in DEVICES:
+                    p.produce(self.topic, d.encode(), orjson.dumps(_prediction(d, computed)))
+                p.flush(10)
+                at = time.monotonic()
+                for d in DEVICES:
+                    self.history.setdefault(d, []).append((at, computed))
+        except Exception as exc:  # noqa: BLE001 - the benchmark fails on it
+            self.error = exc
+
+    def settled(self, device: str, at: float) -> int:
+        """The newest answer of `device` flushed at least SETTLED_S before `at` (0: none)."""
+        best = 0
+        for flushed, computed in self.history.get(device, []):
+            if flushed + SETTLED_S <= at:
+                best = computed
+        return best
+
+
+def rejected(api: ApiProcess, reader: str = "api-materializer") -> float:
+    """precast_records_rejected_total of `reader`, every reason summed."""
+    text = get(api.port, "/metrics", timeout=10)[1].decode()
+    pat = re.compile(r"^precast_records_rejected_total\{([^}]*)\} ([0-9.e+-]+)$", re.M)
+    return sum(float(v) for labels, v in pat.findall(text) if f'reader="{reader}"' in labels)
+
+
+def _reads(port: int, seconds: float, writer: LiveWriter) -> tuple[np.ndarray, int, int]:
+    """GETs cycling the live devices for `seconds`: latencies (ms), answers checked against
+    the writer's settled newest, and how many of those were older than it."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    out: list[float] = []
+    checked = stale = i = 0
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            d = DEVICES[i % len(DEVICES)]
+            i += 1
+            t0 = time.perf_counter()
+            c.request("GET", f"/v1/devices/{d}/prediction")
+            r = c.getresponse()
+            body = r.read()
+            out.append((time.perf_counter() - t0) * 1000)
+            if r.status != 200:
+                raise RuntimeError(f"GET {d}: {r.status} {body[:200]!r}")
+            want = writer.settled(d, time.monotonic())
+            if want:
+                checked += 1
+                stale += orjson.loads(body)["computed_at_ms"] < want
+    finally:
+        c.close()
+    return np.array(out), checked, stale
+
+
+def _burst(kafka: Any, topic: str, n: int, seconds: float, partitions: int) -> None:
+    """`n` poison records paced over `seconds`, spread over every partition."""
+    from precast.kafka import Producer
+
+    p = Producer(kafka)
+    kinds = poison_kinds(int(time.time() * 1000))
+    t0 = time.monotonic()
+    for i in range(n):
+        key, value, headers = kinds[i % len(kinds)]
+        p.produce(topic, key, value, headers, partition=i % partitions)
+        ahead = t0 + seconds * (i + 1) / n - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+        p.poll(0)
+    p.flush(30)
+
+
+@dataclass
+class PoisonResult:
+    sent: int
+    rejected: float
+    checked: int
+    stale: int
+    clean_p99: float
+    poison_p99: float
+    rounds: int
+
+    @property
+    def ratio(self) -> float:
+        return self.poison_p99 / self.clean_p99
+
+
+def run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
+    rounds = 3 if ctx.quick else 5
+    seconds = 2.0 if ctx.quick else 4.0
+    per_round = 1_000 if ctx.quick else 3_000
+    writer = LiveWriter(ctx.kafka_settings(), topic)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not all(writer.settled(d, time.monotonic()) for d in DEVICES):
+            if writer.error is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the live writer published nothing: {writer.error}")
+            time.sleep(0.1)
+        before = rejected(api)
+        clean, dirty = [], []
+        checked = stale = sent = 0
+        for rnd in range(rounds):
+            lat, _, _ = _reads(api.port, seconds, writer)
+            clean.append(float(np.percentile(lat, 99)))
+            # its own process: a thread here would take the GIL from the probe, whose
+            # latencies would then grow on the client's side, not the replica's
+            burst = spawn.Process(
+                target=_burst,
+                args=(ctx.kafka_settings(), topic, per_round, seconds, partitions),
+                daemon=True,
+            )
+            burst.start()
+            lat, c, s = _reads(api.port, seconds, writer)
+            burst.join(60)
+            if burst.exitcode != 0:
+                raise RuntimeError(f"the poison writer failed (exit {burst.exitcode})")
+            sent += per_round
+            dirty.append(float(np.percentile(lat, 99)))
+            checked, stale = checked + c, stale + s
+            progress(
+                f"poison round {rnd + 1}/{rounds}: p99 {clean[-1]:.3f} -> {dirty[-1]:.3f} ms, "
+                f"{c:,} answers checked, {s} stale, {rejected(api) - before:,.0f} rejected"
+            )
+        deadline = time.monotonic() + 60
+        while (got := rejected(api) - before) < sent and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if writer.error is not None:
+            raise RuntimeError(f"the live writer failed: {writer.error}")
+    finally:
+        writer.stop()
+    if checked == 0:  # no probe got an answer it could judge: no figure, a failure
+        raise RuntimeError("no answer served during the bursts could be checked")
+    if got != sent:
+        raise RuntimeError(f"{sent:,} poison records sent, {got:,.0f} rejected by the replica")
+    return PoisonResult(
+        sent,
+        got,
+        checked,
+        stale,
+        float(np.median(clean)),
+        float(np.median(dirty)),
+        rounds,
+    )
