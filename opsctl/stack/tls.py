@@ -5,12 +5,17 @@ clients trust only this CA (`ssl.ca.location`).
 
 The broker's certificate also serves as its client certificate on the controller listener
 (mutual TLS; KRaft controllers cannot use SCRAM, whose credentials live in the metadata they
-serve), so it carries both serverAuth and clientAuth and its CN is the broker's principal."""
+serve), so it carries both serverAuth and clientAuth and its CN is the broker's principal.
+
+`trial_certificate` (`python -m opsctl.stack.tls --dir D --name host ...`) makes the compose
+proxy's self-signed certificate for a trial, when the operator has put none there (docs/security.md).
+"""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +122,60 @@ def make(folder: Path, broker_cn: str = "broker") -> TlsFiles:
     write_private(files.broker, _key_pem(key) + _pem(cert) + _pem(ca))
     files.ca.write_bytes(_pem(ca))
     return files
+
+
+def trial_certificate(folder: Path, names: list[str]) -> str:
+    """`tls.crt` and `tls.key` in `folder` for an HTTPS proxy: kept when both exist (the
+    operator's own, or an earlier trial's), else a self-signed certificate for `names` (and
+    localhost, 127.0.0.1). Returns "kept" or "made"."""
+    crt, key_path = folder / "tls.crt", folder / "tls.key"
+    if crt.exists() and key_path.exists():
+        return "kept"
+    all_names = list(dict.fromkeys([*names, "localhost", "127.0.0.1"]))
+    sans: list[x509.GeneralName] = []
+    for n in all_names:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            sans.append(x509.DNSName(n))
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, all_names[0])])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    write_private(key_path, _key_pem(key))
+    crt.write_bytes(_pem(cert))
+    return "made"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m opsctl.stack.tls", description=__doc__)
+    ap.add_argument("--dir", type=Path, required=True, help="where tls.crt and tls.key live")
+    ap.add_argument("--name", action="append", default=[], help="a host name (repeat)")
+    args = ap.parse_args(argv)
+    try:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        done = trial_certificate(args.dir, args.name)
+    except OSError as exc:
+        print(f"tls: {args.dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    what = "kept the certificate there" if done == "kept" else "made a self-signed certificate"
+    print(f"tls: {args.dir}: {what} (tls.crt, tls.key)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,6 +15,7 @@ from auditor.settings import AuditorSettings
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings
 from producers.settings import SimulatorSettings
+from tests.unit.compose_support import interpolate
 from workers.settings import ContextSettings, DriftSettings, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,23 @@ SETTINGS_OF = {
 PRECAST_SERVICES = {
     n: s for n, s in COMPOSE["services"].items() if s.get("image", "").startswith("precast")
 }
+# Run once and exit (or on demand): no metrics to scrape.
+ONE_SHOT = {"kafka-init", "proxy-tls", "ops"}
+
+
+def commands(svc: dict) -> list[list[str]]:
+    """The console-script command lines a service runs: its command, or each `precast ...`
+    of a `sh -c` script, or a `python -m module` (as ["-m", module])."""
+    cmd = svc["command"]
+    if cmd[:2] == ["sh", "-c"]:
+        return [
+            part.split("|")[-1].split()
+            for part in re.split(r"&&|\n", cmd[2])
+            if part.split("|")[-1].split()[:1] == ["precast"]
+        ]
+    if cmd[:2] == ["python", "-m"]:
+        return [["-m", cmd[2]]]
+    return [cmd]
 
 
 def resolve(model: type[BaseModel], env_name: str) -> bool:
@@ -52,16 +70,28 @@ def resolve(model: type[BaseModel], env_name: str) -> bool:
 
 
 def test_expected_services_exist():
-    assert {"kafka", "redis", "simulator", "worker", "api", "topics"} <= set(COMPOSE["services"])
+    assert {"kafka", "redis", "simulator", "worker", "api", "kafka-init"} <= set(
+        COMPOSE["services"]
+    )
     assert COMPOSE["services"]["kafka"]["image"].startswith("apache/kafka:4.")
 
 
 @pytest.mark.parametrize("name", sorted(PRECAST_SERVICES))
 def test_commands_and_env_exist_in_code(name):
+    import importlib
+
     svc = PRECAST_SERVICES[name]
-    command = svc["command"][0]
-    assert command in SCRIPTS, f"{name}: {command} is not a console script"
-    env = svc["environment"]
+    lines = commands(svc)
+    assert lines, name
+    for line in lines:
+        if line[0] == "-m":
+            assert hasattr(importlib.import_module(line[1]), "main"), line
+        else:
+            assert line[0] in SCRIPTS, f"{name}: {line[0]} is not a console script"
+    command = lines[0][0]
+    if command == "-m":
+        return
+    env = {k: v for k, v in interpolate(svc["environment"]).items() if k.startswith("PRECAST_")}
     unknown = [k for k in env if k.startswith("PRECAST_") and not resolve(SETTINGS_OF[command], k)]
     assert not unknown, f"{name}: {unknown} are not settings of {SETTINGS_OF[command].__name__}"
     # and they validate: values are of the right type for the field
@@ -81,7 +111,7 @@ def test_ports_and_healthchecks_match_settings():
     assert "ports" not in api  # reached through the proxy only
     assert f"proxy_pass http://api:{port};" in NGINX
     auditor = COMPOSE["services"]["auditor"]["environment"]["PRECAST_AUDIT__PORT"]
-    assert f"proxy_pass http://auditor:{auditor}/;" in NGINX
+    assert f"proxy_pass http://auditor:{auditor}/v1/checkpoint;" in NGINX
     assert f":{port}/readyz" in " ".join(api["healthcheck"]["test"])
     for name in ("simulator", "worker"):
         svc = COMPOSE["services"][name]
@@ -90,10 +120,16 @@ def test_ports_and_healthchecks_match_settings():
 
 
 def test_broker_address_matches_kafka_listener():
-    advertised = COMPOSE["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
-    for svc in PRECAST_SERVICES.values():
-        bootstrap = svc["environment"]["PRECAST_KAFKA__BOOTSTRAP_SERVERS"]
-        assert f"PLAINTEXT://{bootstrap}" in advertised
+    host = COMPOSE["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_HOST"]
+    script = (ROOT / "compose" / "kafka-sasl.sh").read_text()
+    assert "advertised.listeners=SASL_PLAINTEXT://$KAFKA_ADVERTISED_HOST:$PORT" in script
+    assert "PORT=${KAFKA_PORT:-9092}" in script
+    for name, svc in PRECAST_SERVICES.items():
+        if name == "proxy-tls":
+            continue  # no Kafka, no network
+        env = svc["environment"]
+        assert env["PRECAST_KAFKA__BOOTSTRAP_SERVERS"] == f"{host}:9092"
+        assert env["PRECAST_KAFKA__SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
 
 
 def test_dockerfile_copies_every_package():
@@ -111,8 +147,8 @@ def test_prometheus_scrapes_every_precast_service_and_loads_the_rules():
         for t in g["targets"]
     }
     for name, svc in PRECAST_SERVICES.items():
-        if name == "topics":
-            continue  # a one-shot job
+        if name in ONE_SHOT:
+            continue
         env = svc["environment"]
         port = (
             env.get("PRECAST_METRICS__PORT")
@@ -165,19 +201,29 @@ def test_only_the_proxy_is_published_and_on_loopback_by_default(name):
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_everything_else_stays_on_the_internal_network(name):
+def test_everything_else_stays_on_internal_networks(name):
     doc = yaml.safe_load((ROOT / "compose" / name).read_text())
-    assert doc["networks"]["internal"] == {"internal": True}
+    for net, spec in doc["networks"].items():
+        assert bool(spec.get("internal")) is (net != "edge"), net
     for n, svc in doc["services"].items():
-        want = ["internal", "edge"] if n == "proxy" else ["internal"]
-        assert svc.get("networks") == want, n
+        if n == "proxy-tls":
+            assert svc["network_mode"] == "none" and "networks" not in svc
+            continue
+        assert "internal" in svc["networks"] or n == "proxy", n
+        assert ("edge" in svc["networks"]) is (n == "proxy"), n
+        # the front network (trusted for X-Forwarded-For) holds the proxy and the API only
+        assert ("front" in svc["networks"]) is (n in ("proxy", "api")), n
+    # the proxy reaches the API on `front` only, so the API sees it there
+    assert "internal" not in doc["services"]["proxy"]["networks"]
 
 
 @pytest.mark.parametrize("name", FILES)
 def test_the_api_runs_beyond_loopback_only_with_tokens(name):
     doc = yaml.safe_load((ROOT / "compose" / name).read_text())
     env = {
-        k: v for k, v in doc["services"]["api"]["environment"].items() if k.startswith("PRECAST_")
+        k: v
+        for k, v in interpolate(doc["services"]["api"]["environment"]).items()
+        if k.startswith("PRECAST_")
     }
     api = {k.removeprefix("PRECAST_API__").lower(): v for k, v in env.items() if "_API__" in k}
     assert api["host"] == "0.0.0.0" and api["tokens_file"].startswith("/run/precast/tokens/")

@@ -16,10 +16,11 @@ from pydantic import BaseModel
 from consumer_api.settings import ApiSettings
 from opsctl.settings import StackCliSettings, StackSettings
 from producers.settings import SimulatorSettings
+from tests.unit.compose_support import interpolate
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = yaml.safe_load((ROOT / "compose" / "docker-compose.cluster.yml").read_text())
+COMPOSE = interpolate(yaml.safe_load((ROOT / "compose" / "docker-compose.cluster.yml").read_text()))
 SERVICES = COMPOSE["services"]
 NGINX = (ROOT / "compose" / "nginx-cluster.conf").read_text()
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -31,7 +32,11 @@ SETTINGS_OF: dict[str, type[BaseModel]] = {
 }
 KAFKA = sorted(n for n in SERVICES if re.fullmatch(r"kafka-\d", n))
 REDIS = sorted(n for n in SERVICES if re.fullmatch(r"redis-\d", n))
-PRECAST = {n: s for n, s in SERVICES.items() if s.get("image", "").startswith("precast")}
+PRECAST = {
+    n: s
+    for n, s in SERVICES.items()
+    if s.get("image", "").startswith("precast") and s["command"][0] != "python"  # proxy-tls
+}
 
 
 def settings_of(svc: dict) -> BaseModel:
@@ -46,7 +51,10 @@ def settings_of(svc: dict) -> BaseModel:
         for p in parts[:-1]:
             d = d.setdefault(p, {})
         d[parts[-1]] = value
-    return SETTINGS_OF[svc["command"][0]].model_validate(nested)
+    command = svc["command"][0]
+    if command == "sh":  # kafka-init: `precast ...` commands in a shell script
+        command = "precast"
+    return SETTINGS_OF[command].model_validate(nested)
 
 
 def test_three_kafka_voters_agree():
@@ -59,9 +67,11 @@ def test_three_kafka_voters_agree():
     assert len({e["CLUSTER_ID"] for e in envs}) == 1
     assert sorted(e["KAFKA_NODE_ID"] for e in envs) == ["1", "2", "3"]
     for name, e in zip(KAFKA, envs, strict=True):
-        assert e["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
-        assert e["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
-        assert e["KAFKA_MIN_INSYNC_REPLICAS"] == e["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
+        assert e["KAFKA_ADVERTISED_HOST"] == name
+        props = dict(ln.split("=", 1) for ln in e["KAFKA_PROPERTIES"].splitlines() if ln)
+        assert props["offsets.topic.replication.factor"] == "3"
+        assert props["min.insync.replicas"] == props["transaction.state.log.min.isr"] == "2"
+        assert SERVICES[name]["entrypoint"] == ["/bin/sh", "/opt/precast/kafka-sasl.sh"]
         image_version = SERVICES[name]["image"].split(":")[1]
         assert image_version == StackSettings().kafka_version  # the local stack's Kafka
 
@@ -69,11 +79,16 @@ def test_three_kafka_voters_agree():
 @pytest.mark.parametrize("name", sorted(PRECAST))
 def test_precast_services_point_at_the_whole_topology(name):
     svc = PRECAST[name]
-    assert svc["command"][0] in SCRIPTS
+    assert svc["command"][0] in SCRIPTS or svc["command"][:2] == ["sh", "-c"]
     s = settings_of(svc)
     assert s.kafka.bootstrap_servers.split(",") == [f"{k}:9092" for k in KAFKA]
+    assert s.kafka.security_protocol == "SASL_PLAINTEXT"
     assert s.topics.replication_factor == len(KAFKA)
-    assert s.redis.cluster and re.match(rf"redis://:[^@]+@({'|'.join(REDIS)}):6379", s.redis.url)
+    if name == "api":  # the only one that uses Redis, and the only one with its password
+        assert s.redis.cluster
+        assert re.match(rf"redis://:[^@]+@({'|'.join(REDIS)}):6379", s.redis.url)
+    else:
+        assert "PRECAST_REDIS__URL" not in svc["environment"]
 
 
 def test_redis_cluster_nodes_and_init():
@@ -96,5 +111,8 @@ def test_workers_and_api_replicas_behind_the_proxy():
     assert not s.api.local_view  # replicas share the Redis Cluster, none keeps its own view
     assert re.search(rf"server api:{s.api.port}\b", NGINX)
     assert "proxy_next_upstream error" in NGINX  # a dead replica's requests go to the other
-    assert SERVICES["proxy"]["depends_on"] == {"api": {"condition": "service_healthy"}}
+    assert SERVICES["proxy"]["depends_on"] == {
+        "api": {"condition": "service_healthy"},
+        "proxy-tls": {"condition": "service_completed_successfully"},
+    }
     assert f":{s.api.port}/readyz" in " ".join(api["healthcheck"]["test"])
