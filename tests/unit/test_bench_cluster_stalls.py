@@ -45,3 +45,29 @@ def test_stalls_combines_the_watch_with_the_benchs_own_tails():
     w = _watch([(0.0, 0.0), (1.0, 1.0), (2.0, 2.0)], [(0.0, 0.0), (2.0, 0.0)])
     out = stalls(w, {"bench reader": 1.234}, 0.0, 2.0)
     assert out == {"bench reader": 1.23, "worker consume": 1.0, "worker produce": 0.0}
+
+
+def test_metric_total_sums_the_matching_samples_of_one_metric(monkeypatch):
+    import io
+
+    from bench import cluster_stalls
+
+    text = (
+        "# HELP precast_worker_stage_seconds_total wall time\n"
+        "# TYPE precast_worker_stage_seconds_total counter\n"
+        'precast_worker_stage_seconds_total{stage="commit"} 1.5\n'
+        'precast_worker_stage_seconds_total{stage="produce"} 2.0\n'
+        'precast_worker_stage_seconds_total_created{stage="commit"} 1.7e9\n'
+        'precast_worker_events_total{topic="a.heartbeats"} 10.0\n'
+        'precast_worker_events_total{topic="a.alarms"} 3.0\n'
+        "precast_api_materialized_total 7.0\n"
+    )
+    monkeypatch.setattr(
+        cluster_stalls.urllib.request, "urlopen", lambda *_a, **_k: io.BytesIO(text.encode())
+    )
+    total = cluster_stalls.metric_total
+    assert total(1, "precast_worker_stage_seconds_total", {"stage": "commit"}) == 1.5
+    assert total(1, "precast_worker_stage_seconds_total") == 3.5  # not the _created sample
+    assert total(1, "precast_worker_events_total", {"topic": "a.heartbeats"}) == 10.0
+    assert total(1, "precast_api_materialized_total") == 7.0
+    assert total(1, "precast_missing_total") == 0.0
