@@ -1,5 +1,6 @@
-"""Exactly-once mode: kill -9 a worker mid-transaction under load; a read_committed reader
-then sees every input record in exactly one prediction's lineage: none lost, none twice."""
+"""Exactly-once mode: kill -9 a worker mid-transaction under load (it has one open with records
+when the kill comes, and the log then holds aborted records); a read_committed reader then sees
+every input record in exactly one prediction's lineage: none lost, none twice."""
 
 import os
 import signal
@@ -31,12 +32,34 @@ EOS = {
 }
 
 
-def truncated(port: int) -> int:
-    """A worker's precast_worker_lineage_truncated_total."""
+def metric(port: int, name: str) -> int:
+    """One unlabelled metric of a worker."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith("precast_worker_lineage_truncated_total "):
+            if line.startswith(name + " "):
                 return int(float(line.split()[1]))
+    return 0
+
+
+def truncated(port: int) -> int:
+    """A worker's precast_worker_lineage_truncated_total."""
+    return metric(port, "precast_worker_lineage_truncated_total")
+
+
+# Records in a's open transaction before the kill: batches produced a few ms before are on the
+# broker by then (linger 0), so the kill leaves an aborted transaction with records in the log.
+OPEN_RECORDS = 20
+
+
+def open_transaction(port: int, timeout: float = 20.0) -> int:
+    """Wait until the worker has a transaction open with at least OPEN_RECORDS records in it;
+    returns how many (0 when it never had one within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = metric(port, "precast_worker_transaction_open_records")
+        if n >= OPEN_RECORDS:
+            return n
+        time.sleep(0.01)
     return 0
 
 
@@ -68,9 +91,11 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         load.start()
         for port in ports:  # both members hold partitions before one dies
             assert wait_ready(port)["assigned_partitions"] > 0
-        time.sleep(1.5)  # under load with 1 s transactions one is almost always open, with records
+        time.sleep(1.5)  # into the load: a's transactions carry its predictions
         cut = truncated(ports[0])  # what a leaves out of lineage by design, until it dies
-        os.kill(a.pid, signal.SIGKILL)
+        in_flight = open_transaction(ports[0])
+        os.kill(a.pid, signal.SIGKILL)  # right away: mid-transaction, records on the broker
+        assert in_flight >= OPEN_RECORDS, "worker a never had a transaction open with records"
         a.wait(10)
         load.join(30)
         assert load.error is None
@@ -114,8 +139,11 @@ def test_kill_9_mid_transaction_leaves_no_duplicates_for_read_committed(
         quiet_s=1.0,
     )
     aborted = len(everything) - len(committed)
+    # the kill came mid-transaction: its records are in the log, hidden from read_committed
+    assert aborted > 0, f"no aborted records: a had {in_flight} in its open transaction"
     print(
         f"\n{len(expected)} inputs -> {len(committed)} committed predictions, each input exactly once; "
-        f"{aborted} records of aborted transactions hidden from read_committed; "
+        f"{aborted} records of aborted transactions hidden from read_committed "
+        f"(a had {in_flight} in its open transaction when killed); "
         f"{len(cut_out)} superseded inputs left out of lineage (workers counted {cut})"
     )

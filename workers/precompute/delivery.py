@@ -17,6 +17,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from prometheus_client import Gauge
+
 from precast.deadletter import DeadLetters
 from precast.kafka import (
     Consumer,
@@ -31,6 +33,13 @@ from schemas.deadletters import Reason
 from workers.precompute import metrics as M
 
 log = logging.getLogger("precast.workers.sink")
+
+# Exactly-once: records produced in the transaction now open (0 when none is). What a kill
+# would abort; the exactly-once kill test waits for it to be non-zero before it kills.
+TXN_RECORDS = Gauge(
+    "precast_worker_transaction_open_records",
+    "exactly-once: records produced in the open transaction (0 when none is open)",
+)
 
 COMPONENT = "worker"
 
@@ -157,26 +166,31 @@ class ExactlyOnce:
         self.dead_letters = DeadLetters(self.producer, self._dlq_topic, COMPONENT)
         self.producer.init_transactions()
         self._open = False
+        TXN_RECORDS.set(0)
 
     def begin(self) -> None:
         if not self._open:
             self.producer.begin_transaction()
             self._open, self._dirty = True, False
+            TXN_RECORDS.set(0)
 
     def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
         self.begin()
         self._dirty = True
         self.producer.produce_batch(topic, keys, values)
+        TXN_RECORDS.inc(len(keys))  # once per batch
 
     def produce_to(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         self.begin()
         self._dirty = True
         self.producer.produce(topic, key, value, partition=partition)
+        TXN_RECORDS.inc()
 
     def dead_letter(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.begin()
         self._dirty = True
         self.dead_letters.send(msg, reason, detail)
+        TXN_RECORDS.inc()
 
     def commit(
         self, consumer: Consumer, offsets: Sequence[TopicPartitionOffset], *, sync: bool = True
@@ -195,6 +209,7 @@ class ExactlyOnce:
             self._recover(exc)
             raise Rewind(str(exc)) from None
         self._open = False
+        TXN_RECORDS.set(0)
         self._committed.update({(o.topic, o.partition): o.offset for o in offsets})
         M.TXN.labels("committed").inc()
         return True
@@ -217,6 +232,7 @@ class ExactlyOnce:
             try:
                 self.producer.abort_transaction()
                 self._open = False
+                TXN_RECORDS.set(0)
                 M.TXN.labels("aborted").inc()
                 return
             except KafkaFailure as again:
@@ -231,6 +247,7 @@ class ExactlyOnce:
             return
         try:
             self.producer.abort_transaction()
+            TXN_RECORDS.set(0)
             M.TXN.labels("aborted").inc()
         except KafkaFailure as exc:
             log.error("abort failed, re-initializing the transactional producer: %s", exc)
