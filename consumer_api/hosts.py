@@ -43,6 +43,9 @@ def allowed_names(entries: list[str]) -> frozenset[str] | None:
 class HostAllowList:
     def __init__(self, app: ASGIApp, entries: list[str]) -> None:
         self.app, self._names = app, allowed_names(entries)
+        # Host values already found allowed, as sent: the hot path is one set lookup (bounded:
+        # any port of an allowed name is allowed, and a client picks the port)
+        self._seen: set[bytes] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         names = self._names
@@ -50,7 +53,11 @@ class HostAllowList:
             return await self.app(scope, receive, send)
         for k, v in scope["headers"]:
             if k == b"host":
+                if v in self._seen:
+                    return await self.app(scope, receive, send)
                 if host_name(v) in names:
+                    if len(self._seen) < 1024:
+                        self._seen.add(v)
                     return await self.app(scope, receive, send)
                 break
         if scope["path"] in PROBES:
