@@ -29,14 +29,14 @@ class FakeReader(LineageReader):
 
     def __init__(self, gate: threading.Event | None = None, **kw: Any) -> None:
         super().__init__(KafkaSettings(), {TOPIC}, "t", **kw)
-        self.gate, self.fetched = gate, []
+        self.gate, self.fetched, self.records = gate, [], []
 
     def _fetch_within(self, wanted, timeout_s):
         if self.gate is not None:
             self.gate.wait(10)
         for (t, p, o), item in wanted.items():
             self.fetched.append((t, p, o))
-            item["event"] = {"device_id": "d", "offset": o}
+            item["event"] = self.records.pop() if self.records else {"device_id": "d", "offset": o}
 
 
 def _body(lineage: Any) -> bytes:
@@ -78,13 +78,20 @@ lineages = hostile | st.lists(refs | hostile, max_size=20)
 
 _READER = FakeReader()
 _SVC = make_service()
-_BOARD = make_board(_SVC, lineage=_READER)
+# the records are read through the fleet spec's validator too (their topic's role)
+_BOARD = make_board(_SVC, lineage=_READER, event_roles={TOPIC: "heartbeats"})
 _CLIENT = TestClient(make_app(_SVC, _BOARD))
+# what a record of an event topic may hold once it parsed as JSON
+records = hostile | st.fixed_dictionaries(
+    {"device_id": st.just("dev-1") | hostile, "event_id": hostile, "event_time_ms": hostile},
+    optional={"schema_version": hostile, "temperature_c": hostile},
+)
 
 
-@given(lineages)
-def test_any_stored_lineage_is_a_200_with_reasons(lineage):
+@given(lineages, st.lists(records, max_size=4))
+def test_any_stored_lineage_is_a_200_with_reasons(lineage, events):
     _READER.fetched.clear()
+    _READER.records[:] = events
     _BOARD.index.stored([("dev-1", entry_from_prediction(_body(lineage), now_ms()))])
     r = _CLIENT.get("/v1/board/devices/dev-1/events")
     assert r.status_code == 200, r.text
