@@ -8,11 +8,11 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import NoReturn
 
 from precast.errors import PrecastError
+from precast.supervise import Supervised
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -57,12 +57,13 @@ def trim_malloc_every(interval_s: float = 30.0) -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
 
+    forever = threading.Event()  # never set: the thread lives as long as the process
+
     def run() -> None:
-        while True:
-            time.sleep(interval_s)
+        while not forever.wait(interval_s):
             trim(0)
 
-    threading.Thread(target=run, name="malloc-trim", daemon=True).start()
+    Supervised("malloc-trim").thread(run, forever).start()  # issue 36: no silent thread death
     return True
 
 
