@@ -1,5 +1,6 @@
 """The fault suite on a private 3-broker KRaft cluster (RF 3, min.insync.replicas 2) with its own
-Redis Cluster: a leader killed under load, a rolling restart, workers scaled 1 -> 3 -> 1, two API
+Redis Cluster: a leader killed under load, the active controller and group coordinator killed
+under load, a rolling restart, workers scaled 1 -> 3 -> 1, two API
 replicas over Redis Cluster with one killed, a Redis master failed over, a broker frozen for 30 s.
 
 Marked slow (`./dev test -m slow`). Rates are scaled to a shared 2-core machine (see RATE); the
