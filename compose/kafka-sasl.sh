@@ -69,8 +69,9 @@ PROPS
 
 if [ ! -f "$DATA_DIR/meta.properties" ]; then
   args="$CONF_DIR/format.args"
-  printf -- '--add-scram\nSCRAM-SHA-512=[name=broker,password=%s]\n--add-scram\nSCRAM-SHA-512=[name=admin,password=%s]\n' \
-    "$KAFKA_BROKER_PASSWORD" "$KAFKA_ADMIN_PASSWORD" > "$args"
+  # printf is a shell builtin (dash, busybox ash): no process, so no argv, holds them.
+  printf '%s\n' --add-scram "SCRAM-SHA-512=[name=broker,password=$KAFKA_BROKER_PASSWORD]" \
+    --add-scram "SCRAM-SHA-512=[name=admin,password=$KAFKA_ADMIN_PASSWORD]" > "$args"
   "$KAFKA_HOME/bin/kafka-storage.sh" format --ignore-formatted -t "$CLUSTER_ID" -c "$conf" "@$args"
   rm -f "$args"
 fi
