@@ -486,3 +486,33 @@ def test_a_lease_read_back_from_redis_is_a_lease_or_a_counted_miss(raw):
         assert rejected("redis-entries") == before + 1
     else:
         assert got.partition == 1 and max(got.generation, got.certified_at_ms) < 10**13
+
+
+def test_the_async_reader_answers_a_miss_for_a_value_it_cannot_trust():
+    """With LOCAL_VIEW=false every read goes through AsyncRedisReader: a model version with
+    CR/LF written into Redis by anyone is a counted miss there too, never a header."""
+    import asyncio
+
+    from precast.serving import AsyncRedisReader
+    from precast.settings import RedisSettings
+
+    raw = encode(_stored()).replace(b"1.0.0", b"1.0\r\nSet-Cookie: a=b")
+    good = encode(_stored())
+
+    class Client:
+        async def get(self, key: str) -> bytes:
+            return raw if key.endswith("{dev-1}") else good
+
+        async def mget(self, ks: list[str]) -> list[bytes]:
+            return [await self.get(k) for k in ks]
+
+        async def aclose(self) -> None:
+            return None
+
+    reader = AsyncRedisReader(RedisSettings(url="redis://127.0.0.1:1", key_prefix="x:"))
+    reader.client = Client()  # type: ignore[assignment]
+    before = rejected("redis-entries")
+    assert asyncio.run(reader.get("dev-1")) is None
+    got = asyncio.run(reader.get_many(["dev-1", "dev-2"]))
+    assert got[0] is None and got[1] == _stored()
+    assert rejected("redis-entries") == before + 2
