@@ -41,7 +41,8 @@ def refuse_live_target(admin: Admin, topics: TopicSettings, topic: str) -> None:
     role = input_role(topics, topic)
     if role:
         reasons.append(f"it is the {role} topic of this deployment (prefix {topics.prefix!r})")
-    groups = [g.group_id for g in admin.consumer_groups() if g.consumes(topic)]
+    # every group it may see, not only this deployment's: any reader of the topic counts
+    groups = [g.group_id for g in admin.consumer_groups(every=True) if g.consumes(topic)]
     if groups:
         reasons.append(f"consumer group(s) {', '.join(groups)} read it now")
     readers = [r for r in present_readers(admin, topics) if topic in r.reads]

@@ -256,10 +256,12 @@ class Admin:
         """A group as the broker knows it: a process's name for it in this deployment."""
         return f"{self.settings.group_prefix or ''}{name}"
 
-    def consumer_groups(self, timeout: float = 10.0) -> list[GroupInfo]:
+    def consumer_groups(self, timeout: float = 10.0, *, every: bool = False) -> list[GroupInfo]:
         """Every consumer group of this deployment (its names without `group_prefix`, as the
-        processes name them) with its state and what its members are assigned now."""
-        mine = self.settings.group_prefix or ""
+        processes name them) with its state and what its members are assigned now; `every`:
+        every group the cluster shows this principal, by their full names (a guard that must
+        see any reader, whoever runs it)."""
+        mine = "" if every else self.settings.group_prefix or ""
         try:
             listed = self._a.list_consumer_groups(request_timeout=timeout).result()
             ids = [g.group_id for g in listed.valid if g.group_id.startswith(mine)]

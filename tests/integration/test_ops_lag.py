@@ -20,12 +20,13 @@ def test_lag_in_records_and_time(kafka_settings, topic_factory, unique, tmp_path
         + [(1, b"dev-2", b"y", [], now - 60_000 + 10 * i) for i in range(30)],
     )
     group = unique("lag-group")
-    c = Consumer(kafka_settings, group)
+    prefix = topics.heartbeats.name.removesuffix("heartbeats")
+    # in the deployment's group namespace, where `precast lag` looks (KafkaSettings.group_prefix)
+    c = Consumer(kafka_settings.model_copy(update={"group_prefix": prefix}), group)
     c.commit(
         [TopicPartitionOffset(topic, 0, 10), TopicPartitionOffset(topic, 1, 30)], asynchronous=False
     )
     c.close()
-    prefix = topics.heartbeats.name.removesuffix("heartbeats")
     env = cli_env(
         kafka_settings,
         tmp_path / "state",

@@ -226,7 +226,8 @@ def test_exactly_once_workers_and_backfills_on_the_secured_broker(deployment):
                 "--count", "300", "--seed", "3")  # fmt: skip
     assert sim.returncode == 0, sim.stderr[-2000:]
     cat = catalog(d.prefix, PARTITIONS)
-    ops = d.stack.settings_for("ops")
+    # in the deployment's group namespace, as the ops processes are (schemas.access)
+    ops = d.stack.settings_for("ops").model_copy(update={"group_prefix": d.prefix})
     count = lambda: sum(len(v) for v in read_all(ops, cat.predictions.name).values())  # noqa: E731
     wait_for(lambda: count() >= DEVICES, 90, 1.0, what="transactional predictions")
     backfill = d.precast("backfill", "--model", "workers/models/fleet-strategy/1.1.0",
