@@ -53,8 +53,19 @@ class Rewind(Exception):
 # only adds itself to every answer's age: 1 ms of a 5 ms budget at the median (bench freshness,
 # hop "worker batch -> prediction in Kafka"). The worker's `linger_ms` setting chooses.
 LINGER_MS = 0.0
+# At-least-once: how long a periodic commit may stop the loop to wait for its outputs (a busy
+# 2-core machine settles in under 1 s). A broker killed with kill -9 leaves the records for the
+# partitions it led in flight until the controller has fenced it and the producer has found
+# their new leaders (5-8 s when it was the active controller): a flush that waited for them
+# stopped the whole loop, the answers of every partition with it, and the backlog left behind
+# delayed them further (python -m bench cluster; docs/cluster.md, "Failover time").
+SETTLE_S = 2.0
+# After a commit was put off that way, the loop does not block for one again for this long; it
+# still commits at any moment every output is acknowledged. Nothing is committed before its
+# outputs are acknowledged, so a put-off commit only means more to re-read after a crash.
+DEFER_S = 5.0
 # The longest wait for outputs before a commit that must happen (revoke, shutdown); a periodic
-# commit passes its own, shorter bound (workers.precompute.loop.SETTLE_S).
+# commit in the worker loop passes SETTLE_S.
 SYNC_SETTLE_S = 30.0
 
 

@@ -18,18 +18,14 @@ from operator import methodcaller
 from typing import Any
 
 from precast.fleet import Fleet
-from precast.kafka import (
-    Consumer,
-    KafkaMessage,
-    TopicPartitionOffset,
-)
+from precast.kafka import Consumer, KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers.model.registry import ModelRegistry
 from workers.precompute import metrics as M
 from workers.precompute.config import LoopConfig
-from workers.precompute.delivery import AtLeastOnce, ExactlyOnce, Rewind
+from workers.precompute.delivery import DEFER_S, SETTLE_S, AtLeastOnce, ExactlyOnce, Rewind
 from workers.precompute.lease_loop import LeasePublishing
 from workers.precompute.pipeline import Pipeline, PipelineConfig
 from workers.precompute.rebalance import Rebalancing
@@ -51,26 +47,11 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 1_000)
 
 
-_TOPIC, _PARTITION, _OFFSET = (
-    methodcaller("topic"),
-    methodcaller("partition"),
-    methodcaller("offset"),
-)
+_TOPIC, _PARTITION, _OFFSET = map(methodcaller, ("topic", "partition", "offset"))
 
 
 # How often a loop with a commit waiting for acknowledgements checks them when no record comes.
 ACK_CHECK_S = 0.005
-# At-least-once: how long a periodic commit may stop the loop to wait for its outputs (a busy
-# 2-core machine settles in under 1 s). A broker killed with kill -9 leaves the records for the
-# partitions it led in flight until the controller has fenced it and the producer has found
-# their new leaders (5-8 s when it was the active controller): a flush that waited for them
-# stopped the whole loop, the answers of every partition with it, and the backlog left behind
-# delayed them further (python -m bench cluster; docs/cluster.md, "Failover time").
-SETTLE_S = 2.0
-# After a commit was put off that way, the loop does not block for one again for this long; it
-# still commits at any moment every output is acknowledged. Nothing is committed before its
-# outputs are acknowledged, so a put-off commit only means more to re-read after a crash.
-DEFER_S = 5.0
 
 
 def _now_ms() -> int:
@@ -318,15 +299,13 @@ class Worker(Rebalancing, LeasePublishing):
                     self._rewind()
             self.sink.begin()
         elif isinstance(self.sink, AtLeastOnce):
-            timeout = None if sync else SETTLE_S  # None: the sink's own bound (sync raises)
-            settled = self.sink.settle(sync, timeout)
-            if settled:  # predictions acknowledged: their state goes out and settles the same way
-                self._flush_state()
-                settled = self.sink.settle(sync, timeout)
+            t = None if sync else SETTLE_S  # None: the sink's own bound (a sync commit raises)
+            settled = self.sink.settle(sync, t)  # the predictions, then their state the same way
             if settled:
-                self.sink.commit(
-                    self.consumer, self.pipeline.commit_offsets(), sync=sync, flush=False
-                )
+                self._flush_state()
+            if settled and self.sink.settle(sync, t):
+                offsets = self.pipeline.commit_offsets()
+                self.sink.commit(self.consumer, offsets, sync=sync, flush=False)
             else:  # some outputs wait for a partition without a leader: go on, commit later
                 self._defer_until = time.monotonic() + DEFER_S
 
