@@ -36,7 +36,7 @@ from bench.cluster_procs import (
     wait_http,
 )
 from bench.cluster_report import report
-from bench.cluster_stalls import BOUND_S, name_stall, path_watch, stalls
+from bench.cluster_stalls import BOUND_S, after_kill, path_watch
 from bench.harness import Context, Report, pin, progress, stop_processes
 
 NAME = "cluster"
@@ -155,10 +155,8 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
         inputs_back = inputs.wait_flowing(everywhere, timeout=30)
         end = flowing if flowing is not None else time.monotonic()
         gap = answers.longest_gap(killed, end)
-        moved = None if watch.moved is None else watch.moved - killed
-        own = {"brokers": moved, "bench load": inputs.longest_gap(killed, end), "bench reader": gap}
-        still = stalls(stood, own, killed, end)
-        stalled = name_stall(recovered, still)
+        still, stalled = after_kill(stood, watch.moved, inputs, answers, killed, end, load.ended)
+        stalled = stalled if recovered is None or recovered > BOUND_S else None
         if stalled is not None:
             progress(f"kill {run}: answers took over {BOUND_S:.0f} s; stalled: {stalled} {still}")
         stood.done.set()
@@ -193,6 +191,7 @@ def _leader_kill(ctx, stack, settings, admin, logs: Path, run: int, target: str)
             "lost_assignments": sum(lost_assignments(logs / f"kill{run}-w{p}.log") for p in ports),
             "stalled": stalled,  # None: answers within BOUND_S; else the stage that stood still
             "stood_still_s": still,
+            "unreadable_answers": answers.unreadable,
             "error": load.error,
         }
     finally:

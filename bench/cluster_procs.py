@@ -16,6 +16,8 @@ from pathlib import Path
 
 import orjson
 
+from schemas.leases import is_lease_key
+
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
 
@@ -169,6 +171,7 @@ class Load(threading.Thread):
         self.topic, self.devices, self.rate, self.seconds = topic, devices, rate, seconds
         self.sent = 0
         self.elapsed = 0.0
+        self.ended: float | None = None  # monotonic time the last record was sent
         self.stop = threading.Event()
         self.error: BaseException | None = None
         fleet, base = Fleet(devices, seed=5), int(time.time() * 1000)
@@ -199,6 +202,7 @@ class Load(threading.Thread):
                 self.p.poll(0)
                 self.sent += chunk
             self.elapsed = time.monotonic() - start
+            self.ended = time.monotonic()
             self.p.flush(120)
         except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
             self.error = exc
@@ -222,12 +226,22 @@ class PostFaultTail(threading.Thread):
         self.flowing: dict[int, float] = {}
         self.arrivals: list[float] = []  # monotonic time of every non-empty read after since_ms
         self.count = 0
+        # Records it could not time. A validity lease has no computed_at_ms: reading one used to
+        # end this thread with a KeyError, and with it every answer the benchmark saw (issue
+        # 36: "no answer within 90 s" while the workers and the API went on answering).
+        self.unreadable = 0
         self.done = threading.Event()
 
-    def _stamp(self, m) -> int:
-        if self.predictions:
+    def _stamp(self, m) -> int | None:
+        if not self.predictions:
+            return int(m.timestamp()[1])
+        if is_lease_key(m.key()):
+            return None  # a partition's validity lease: no answer to any event
+        try:
             return int(orjson.loads(m.value())["computed_at_ms"])
-        return int(m.timestamp()[1])
+        except (ValueError, TypeError, KeyError):
+            self.unreadable += 1  # not a prediction this tail can time: counted, not fatal
+            return None
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -239,8 +253,10 @@ class PostFaultTail(threading.Thread):
             self.arrivals.append(now)
             self.count += len(msgs)
             for m in msgs:
-                if m.partition() not in self.flowing and self._stamp(m) >= since:
-                    self.flowing[m.partition()] = now
+                if m.partition() not in self.flowing:
+                    stamp = self._stamp(m)
+                    if stamp is not None and stamp >= since:
+                        self.flowing[m.partition()] = now
         self.c.close()
 
     def wait_flowing(self, partitions: set[int], timeout: float) -> float | None:

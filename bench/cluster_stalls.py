@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
+from typing import Any
 
 SAMPLE_S = 0.25
 BOUND_S = 10.0  # the issue's bound on answers resuming after any broker kill
@@ -150,3 +151,27 @@ def path_watch(worker_ports: list[int], api_port: int, inputs: str) -> StallWatc
         },
         {"worker produce": waited},
     )
+
+
+def after_kill(
+    watch: StallWatch,
+    moved_at: float | None,
+    inputs: Any,
+    answers: Any,
+    killed: float,
+    end: float,
+    load_ended: float | None,
+) -> tuple[dict[str, float | None], str | None]:
+    """Each stage's longest stretch without progress from the kill to `end` (answers flowing
+    again, or the window's end) and the stage named for the stall (name_stall's rule; None is
+    only decided by the caller, who knows the recovery). `inputs` and `answers` are the
+    benchmark's tails (PostFaultTail). Stretches count only while the load ran: after its last
+    record every stage rightly idles."""
+    until = min(end, load_ended or end)
+    own = {
+        "brokers": None if moved_at is None else moved_at - killed,
+        "bench load": inputs.longest_gap(killed, until),
+        "bench reader": answers.longest_gap(killed, until),
+    }
+    still = stalls(watch, own, killed, until)
+    return still, name_stall(None, still)

@@ -71,3 +71,56 @@ def test_metric_total_sums_the_matching_samples_of_one_metric(monkeypatch):
     assert total(1, "precast_worker_events_total", {"topic": "a.heartbeats"}) == 10.0
     assert total(1, "precast_api_materialized_total") == 7.0
     assert total(1, "precast_missing_total") == 0.0
+
+
+class _Msg:
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self._k, self._v = key, value
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+
+def test_the_answers_tail_survives_a_lease_and_a_record_it_cannot_time():
+    """A validity lease (no computed_at_ms) ended the tail's thread with a KeyError, and with it
+    every answer the benchmark saw: the issue's 'no answer within 90 s' (issue 36)."""
+    from bench.cluster_procs import PostFaultTail
+    from precast.settings import KafkaSettings
+    from schemas.leases import LEASE_KEY_PREFIX
+
+    tail = PostFaultTail(KafkaSettings(bootstrap_servers="127.0.0.1:1"), "p", predictions=True)
+    try:
+        assert tail._stamp(_Msg(LEASE_KEY_PREFIX + b"3", b'{"until_ms": 5}')) is None
+        assert tail._stamp(_Msg(b"dev-1", b'{"device_id": "dev-1"}')) is None
+        assert tail._stamp(_Msg(b"dev-1", b"not json")) is None
+        assert tail.unreadable == 2
+        assert tail._stamp(_Msg(b"dev-1", b'{"computed_at_ms": 1234}')) == 1234
+    finally:
+        tail.c.close()
+
+
+class _Tail:
+    def __init__(self, arrivals: list[float]) -> None:
+        self.arrivals = arrivals
+
+    def longest_gap(self, start: float, end: float) -> float:
+        times = [start, *(t for t in self.arrivals if start < t < end), end]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+def test_stages_idle_after_the_load_ended_are_not_a_stall():
+    from bench.cluster_stalls import after_kill
+
+    steady = [(t / 4, float(t)) for t in range(0, 81)]  # grows until t=20, then the window ends
+    w = _watch(steady[:41] + [(t / 4, 40.0) for t in range(41, 361)], [(0.0, 0.0), (90.0, 0.0)])
+    inputs = _Tail([t / 4 for t in range(1, 41)])  # the load sent until t=10
+    answers = _Tail([t / 4 for t in range(1, 41)])
+    still, named = after_kill(w, 3.0, inputs, answers, 0.0, 90.0, load_ended=10.0)
+    assert still["bench load"] == 0.25 and still["worker consume"] == 0.25
+    assert named == "brokers"  # nothing stood still for 5 s: the longest, the fencing's 3 s
+    stuck = _Tail([0.25, 0.5])  # the benchmark's own answers tail stopped reading at t=0.5
+    still, named = after_kill(w, 3.0, inputs, stuck, 0.0, 90.0, load_ended=10.0)
+    assert named == "bench reader" and still["bench reader"] == 9.5
