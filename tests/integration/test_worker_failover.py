@@ -75,7 +75,9 @@ def test_kill_9_one_of_two_workers_loses_no_trigger(kafka_settings, topics, uniq
     # The survivor committed everything it was given: nothing left for a restart to redo.
     from precast.kafka import Consumer, TopicPartitionOffset
 
-    c = Consumer(kafka_settings, group)
+    # the workers' group as the broker knows it: under the deployment's prefix
+    prefix = topics.heartbeats.name.removesuffix("heartbeats")
+    c = Consumer(kafka_settings.model_copy(update={"group_prefix": prefix}), group)
     parts = [TopicPartitionOffset(t, p) for t in {x[0] for x in expected} for p in range(3)]
     committed = {(x.topic, x.partition): max(x.offset, 0) for x in c.committed(parts)}
     highs = {(t, p): c.watermarks(t, p)[1] for t, p in committed}
