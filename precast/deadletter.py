@@ -34,9 +34,10 @@ class DeadLetters:
         self.send(msg, rejected.reason, rejected.detail)
 
 
-class RejectLetters(DeadLetters):
+class RejectLetters:
     """Dead letters through a reader's own reject callback `(msg, reason, detail)` (a worker's
-    transactional sink, a test's list), for `precast.guard.Guard`."""
+    transactional sink, a test's list), for `precast.guard.Guard` (any `send` will do there:
+    `precast.guard.DeadLetterSink`)."""
 
     def __init__(self, reject: Callable[[KafkaMessage, dl.Reason, str], None]) -> None:
         self._reject = reject

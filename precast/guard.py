@@ -20,11 +20,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import Counter
 
-from precast.deadletter import DeadLetters
 from precast.hygiene import printable
 from precast.kafka import KafkaMessage
 from schemas.deadletters import Reason
@@ -39,6 +38,13 @@ REJECTED = Counter(
 
 # One log line per (reader, reason) in this many seconds; the next says how many it skipped.
 LOG_EVERY_S = 60.0
+
+
+class DeadLetterSink(Protocol):
+    """Where a guard sends what it rejects: `precast.deadletter.DeadLetters` (a producer of
+    its own) or a reader's own path (a worker's transactional sink)."""
+
+    def send(self, msg: KafkaMessage, reason: Reason, detail: str = "") -> None: ...
 
 
 class Unusable(ValueError):
@@ -77,7 +83,7 @@ class Guard:
         self,
         reader: str,
         log: logging.Logger,
-        dead: DeadLetters | None = None,
+        dead: DeadLetterSink | None = None,
         *,
         log_every_s: float = LOG_EVERY_S,
     ) -> None:
