@@ -4,7 +4,6 @@ of out-of-order and duplicate deliveries, also with concurrent writers."""
 from __future__ import annotations
 
 import re
-
 import threading
 
 import orjson
