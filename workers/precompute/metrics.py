@@ -8,7 +8,7 @@ from prometheus_client import Counter, Gauge, Histogram
 EVENTS_IN = Counter("precast_worker_events_total", "records consumed", ["topic"])
 COMMITS_DEFERRED = Counter(
     "precast_worker_commits_deferred_total",
-    "periodic commits put off because outputs were still in flight after 30 s",
+    "periodic commits put off because outputs were still in flight after SETTLE_S (2 s)",
 )
 DECISIONS = Counter("precast_worker_decisions_total", "speculation policy decisions", ["reason"])
 COALESCED = Counter(
