@@ -168,7 +168,10 @@ def test_the_pipeline_runs_end_to_end_on_the_secured_broker(deployment, redis_se
     # the guard sees the assign-based readers (API, auditor) through their presence records
     from opsctl.guard import present_readers
 
-    readers = present_readers(Admin(d.stack.settings_for("ops")), TopicSettings(prefix=d.prefix))
+    # (the ops principal may use only its deployment's groups: the prefix a process's
+    # CommonSettings would give it)
+    ops = d.stack.settings_for("ops").model_copy(update={"group_prefix": d.prefix})
+    readers = present_readers(Admin(ops), TopicSettings(prefix=d.prefix))
     assert {"api", "auditor"} <= {r.component for r in readers}
     assert all(cat.predictions.name in r.reads for r in readers)
     scratch = f"{d.prefix}scratch.hb"

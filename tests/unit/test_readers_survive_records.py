@@ -41,7 +41,10 @@ from tests.hostile_records import deep_object, nested, records
 from tests.worker_events import heartbeat
 
 NOWHERE = KafkaSettings(bootstrap_servers="127.0.0.1:9")  # nothing is ever sent or read
+# Taken when the module is collected: a whole suite may run for many minutes before these tests
+# do, so answers stay valid for hours (the materializer judges them by the clock at run time).
 NOW = int(time.time() * 1000)
+HOURS = 6 * 3_600_000
 TOPIC = "t.predictions"
 LEASE_KEY = b"#lease:1"
 _UNSAFE = re.compile(r'[\x00-\x20\x7f"\\]')
@@ -54,10 +57,10 @@ def _valid_prediction(device: str = "dev-1") -> dict[str, Any]:
         "candidates": [{"strategy": "remote_restart", "score": 0.7}],
         "model_version": "1.0.0",
         "computed_at_ms": NOW - 1_000,
-        "valid_until_ms": NOW + 60_000,
+        "valid_until_ms": NOW + HOURS,
         "produced_at_ms": NOW - 900,
         "trigger": "heartbeat",
-        "lease": {"partition": 1, "generation": 1, "until_ms": NOW + 120_000},
+        "lease": {"partition": 1, "generation": 1, "until_ms": NOW + 2 * HOURS},
         "lineage": [{"topic": "t.heartbeats", "partition": 0, "offset": 3}],
     }
 
