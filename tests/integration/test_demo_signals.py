@@ -21,7 +21,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -65,6 +69,8 @@ def _open_a_device(browser) -> str | None:
             )
         except (StaleElementReferenceException, TimeoutException):
             continue  # the row was redrawn under the pointer: pick another
+        except ElementClickInterceptedException:
+            continue  # scrolled under the sticky header (its sort button took the click)
         time.sleep(1.5)  # read it
         browser.switch_to.active_element.send_keys(Keys.ESCAPE)
         return device
