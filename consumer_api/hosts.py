@@ -12,6 +12,7 @@ from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumer_api.errors import error_body
+from consumer_api.hygiene import answer
 
 REFUSED = Counter("precast_api_host_refused", "requests refused for a Host not allowed (421)")
 PROBES = frozenset({"/healthz", "/readyz"})
@@ -63,14 +64,4 @@ class HostAllowList:
         if scope["path"] in PROBES:
             return await self.app(scope, receive, send)
         REFUSED.inc()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 421,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", b"%d" % len(_BODY)),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": _BODY})
+        await answer(send, 421, _BODY)

@@ -64,7 +64,7 @@ class ErrorHygiene:
             if self._throttle.allow():
                 log.info("client went away during %s (%s)", where, type(exc).__name__)
             if not started:
-                await _answer(
+                await answer(
                     send,
                     400,
                     error_body("bad_body", "the request body ended early or could not be read"),
@@ -80,16 +80,18 @@ class ErrorHygiene:
             if started:
                 return  # nothing more to say on this response; the server closes it
             if kind:
-                await _answer(
+                await answer(
                     send, 400, error_body("bad_body", "the request body could not be read")
                 )
             else:
-                await _answer(
+                await answer(
                     send, 500, error_body("internal_error", "the server failed; it is logged")
                 )
 
 
-async def _answer(send: Send, status: int, body: bytes) -> None:
+async def answer(send: Send, status: int, body: bytes) -> None:
+    """A JSON error answered straight from ASGI middleware (no route ran), closing the
+    connection; nothing if the client is already gone."""
     try:
         await send(
             {
