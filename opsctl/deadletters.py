@@ -22,6 +22,7 @@ from opsctl.reader import RangeReader, range_consumer
 from opsctl.settings import StackCliSettings
 from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
+from precast.hygiene import printable
 from precast.kafka import KafkaMessage
 from precast.progress import table
 
@@ -72,14 +73,14 @@ def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
     key = original_key(m.key(), m.headers())
     rejected = info.get("rejected_at_ms", "")
     source = f"{info.get('source.topic', '?')}[{info.get('source.partition', '?')}]@{info.get('source.offset', '?')}"
-    return [  # every cell from the record's own bytes escaped (opsctl.escape)
+    return [  # every cell from the record's own bytes escaped (precast.hygiene.printable)
         f"{m.partition()}:{m.offset()}",
         format_time(int(rejected)) if rejected.isascii() and rejected.isdigit() else "-",
-        escape.text(info.get("reason", "-"), 40),
-        escape.text(info.get("component", "-"), 40),
-        escape.text(source, 120),
-        "(none)" if key is None else escape.text(key.decode(errors="replace"), 40),
-        escape.text(info.get("detail", ""), 60),
+        printable(info.get("reason", "-"), 40),
+        printable(info.get("component", "-"), 40),
+        printable(source, 120),
+        "(none)" if key is None else printable(key.decode(errors="replace"), 40),
+        printable(info.get("detail", ""), 60),
     ]
 
 

@@ -1,7 +1,7 @@
 """Record content on its way to the operator's terminal: anyone who can write a topic writes the
 keys, header values and details a CLI prints, and a key holding ANSI escapes or a newline
-would repaint the terminal or forge a line. Every CLI that prints such text passes it here
-(precast.hygiene.printable: control characters and non-ASCII escaped, cut to a bound)."""
+would repaint the terminal or forge a line. Every CLI prints such text through precast.hygiene.printable
+(control characters and non-ASCII escaped, cut to a bound); tables through `rows` here."""
 
 from __future__ import annotations
 
@@ -11,10 +11,6 @@ from typing import Any
 from precast.hygiene import printable
 
 CELL = 80  # characters of the original shown in a table cell
-
-
-def text(value: object, limit: int = CELL) -> str:
-    return printable(value, limit)
 
 
 def rows(table_rows: Iterable[Sequence[Any]], limit: int = CELL) -> list[list[Any]]:

@@ -25,6 +25,7 @@ from opsctl.reader import resolve
 from opsctl.settings import StackCliSettings
 from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
+from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage
 from precast.progress import table
 from precast.settings import TopicSettings
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         print(table(["reason", "records"], escape.rows(sorted(per_reason.items()))))
         if missing:
             print(
-                f"missing target topics (a real run refuses): {escape.text(', '.join(missing), 400)}"
+                f"missing target topics (a real run refuses): {printable(', '.join(missing), 400)}"
             )
         return 0
     if missing:

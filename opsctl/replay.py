@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from opsctl import copier, escape
+from opsctl import copier
 from opsctl.checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.filters import RecordFilter
 from opsctl.guard import partitions_of, refuse_live_target
@@ -18,6 +18,7 @@ from opsctl.ranges import TimeRange, add_range_args, format_time, range_inputs
 from opsctl.reader import RangeReader, range_consumer, resolve
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
+from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage
 from precast.progress import bar, table
 from precast.settings import KafkaSettings
@@ -237,8 +238,8 @@ def _dry_run(
         ["total", "", sum(v[0] for v in counts.values()), sum(v[1] for v in counts.values())]
     )
     what = f"{format_time(tr.start_ms)} .. {format_time(tr.end_ms)}" if tr else args.offsets
-    target = escape.text(args.target, 200) if args.target else "(no target)"
-    print(f"dry run: {escape.text(args.source, 200)} [{what}] -> {target}; nothing written")
+    target = printable(args.target, 200) if args.target else "(no target)"
+    print(f"dry run: {printable(args.source, 200)} [{what}] -> {target}; nothing written")
     print(table(["partition", "offsets", "records", "would copy"], rows))
     return 0
 
