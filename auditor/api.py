@@ -10,7 +10,6 @@ IDs outside the pattern, and half or double selectors. Unknown paths and methods
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,13 +32,12 @@ from precast.audit.answers import (
 )
 from precast.audit.proofs import ProofError
 from precast.audit.store import LogStore
-from schemas.events import DEVICE_ID_PATTERN
+from schemas.events import DEVICE_ID_PATTERN, is_device_id
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
 
 
 _MAX_INT = 2**63 - 1  # SQLite's integers; a larger one would fail inside the query
-_DEVICE = re.compile(DEVICE_ID_PATTERN)
 _PARAMS = {
     "/v1/checkpoint": ("size",),
     "/v1/proof/inclusion": ("partition", "offset", "device", "computed_at_ms", "tree_size"),
@@ -80,7 +78,7 @@ def _int(request: Request, name: str, required: bool = False) -> int | None:
 
 def _device(request: Request) -> str | None:
     raw = request.query_params.get("device")
-    if raw is not None and _DEVICE.fullmatch(raw) is None:
+    if raw is not None and not is_device_id(raw):
         raise BadQuery("device", f"device must match {DEVICE_ID_PATTERN}")
     return raw
 

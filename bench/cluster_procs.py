@@ -106,7 +106,7 @@ def wait_http(port: int, path: str = "/readyz", timeout: float = 120.0) -> None:
 
 
 def heap_sample(port: int) -> dict[str, float]:
-    """A process's heap gauges (precast.heap) from its /metrics: Python's blocks and glibc
+    """A process's heap gauges (precast.telemetry.heap) from its /metrics: Python's blocks and glibc
     malloc's bytes in use and free; {} when it does not answer."""
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -3,7 +3,7 @@
 Pure: no I/O, no JSON encoding. A stored entry's body is the PredictionSet JSON as the worker
 published it; the serving fields are spliced in before its closing brace.
 
-Two measures, kept apart (precast.signals), both in the Server-Timing header:
+Two measures, kept apart (precast.telemetry.objectives), both in the Server-Timing header:
 - the answer's *age* (now - computed_at, i.e. since the newest input event), split into
   pipeline segments taken from the entry's own timestamps, `age.*` entries:
     queue  = produced_at - computed_at - model   (event in Kafka, waiting for a worker)

@@ -47,8 +47,8 @@ from consumer_api.requests_in import unknown_params
 from consumer_api.service import Service, now_ms, read_counts
 from consumer_api.signals import measures
 from consumer_api.streams import open_stream
-from precast.serving import Lease, valid_device_id
-from schemas.events import DEVICE_ID_PATTERN
+from precast.serving import Lease
+from schemas.events import DEVICE_ID_PATTERN, is_device_id
 
 BOARD_STREAMS = Gauge("precast_api_board_streams", "open board event streams in this replica")
 ASSETS = {
@@ -188,7 +188,7 @@ class BoardEndpoints:
         if (bad := self.guard(request, ())) is not None:
             return bad
         d = request.path_params["device_id"]
-        if not valid_device_id(d):
+        if not is_device_id(d):
             return error(
                 400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
             )
@@ -207,7 +207,7 @@ class BoardEndpoints:
         if (bad := self.guard(request, ())) is not None:
             return bad
         d = request.path_params["device_id"]
-        if not valid_device_id(d):
+        if not is_device_id(d):
             return error(
                 400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
             )
@@ -275,7 +275,7 @@ class BoardEndpoints:
             "inferences_per_s": rates.inferences_per_s if rates else None,
             "dead_letters_per_s": rates.dead_letters_per_s if rates else None,
             "dead_letters_total": rates.dead_letters_total if rates else None,
-            # Two measures kept apart (precast.signals); the banner only from the wait's rule.
+            # Two measures kept apart (precast.telemetry.objectives); the banner only from the wait's rule.
             **measures(snap),
             "banner": signals.banner(snap),
             "board_streams": self.index.subscribers,

@@ -21,7 +21,6 @@ from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
 from precast.errors import ConfigError
 from precast.fleet import load_fleet
-from precast.heap import register_heap_metrics
 from precast.kafka import Producer
 from precast.kafka.access import connect_as
 from precast.presence import Presence
@@ -35,6 +34,7 @@ from precast.runtime import (
 )
 from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
 from precast.settings import load
+from precast.telemetry.heap import register_heap_metrics
 from schemas.topics import catalog
 
 

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from consumer_api.answers import PRECOMPUTED, etag_matches, fresh
 from consumer_api.errors import auth_refusal, error_body
 from consumer_api.service import Service, count_read, now_ms
-from precast.serving import valid_device_id
+from schemas.events import is_device_id
 
 PREFIX, SUFFIX = "/v1/devices/", "/prediction"
 _CUT, _SUFFIX_LEN = len(PREFIX), len(SUFFIX)
@@ -118,7 +118,7 @@ class FastPath:
                 error_body("unknown_parameter", "this endpoint takes no query parameters", name),
                 [_JSON],
             )
-        if not valid_device_id(device_id):
+        if not is_device_id(device_id):
             return await _send(
                 send,
                 400,

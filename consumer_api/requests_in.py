@@ -12,8 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from consumer_api.errors import error
-from precast.serving import valid_device_id
-from schemas.events import DEVICE_ID_PATTERN, DeviceId
+from schemas.events import DEVICE_ID_PATTERN, DeviceId, is_device_id
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -58,7 +57,7 @@ def device_list(raw: str | None, limit: int) -> list[str] | Response:
         )
     ids = list(dict.fromkeys(given))
     for i, d in enumerate(ids):
-        if not valid_device_id(d):
+        if not is_device_id(d):
             return error(
                 400, "invalid_device_id", f"ids[{i}] must match {DEVICE_ID_PATTERN}", "ids"
             )

@@ -1,4 +1,4 @@
-"""The UI's beacons aggregated into the two measures of precast.signals, per client.
+"""The UI's beacons aggregated into the two measures of precast.telemetry.objectives, per client.
 
 Trust model (docs/api.md): a beacon is a claim by one client, so each client (its address, or
 its token when there is no address) keeps its own decayed figures — more beacons only refine
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from precast.signals import (
+from precast.telemetry.objectives import (
     AGE_OBJECTIVE_S,
     AGE_ORIGINS,
     BASELINE_S,
@@ -177,7 +177,7 @@ class Signals:
         return snap
 
     def banner(self, snap: Snapshot | None) -> dict[str, Any] | None:
-        """The alert's rule (precast.signals) on this replica's history: the origin whose wait
+        """The alert's rule (precast.telemetry.objectives) on this replica's history: the origin whose wait
         share rose past the threshold while the wait's p95 is past its objective, or None."""
         if snap is None:
             return None

@@ -15,7 +15,7 @@ from typing import Any
 
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
-from precast.progress import table
+from precast.telemetry.progress import table
 from schemas.access import COMPONENTS, Grant, grants, principal_for
 from schemas.topics import catalog
 

@@ -22,7 +22,7 @@ from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.files import write_private
 from precast.hygiene import printable
-from precast.progress import table
+from precast.telemetry.progress import table
 from precast.tokens import SCOPES, generation, line_for, new_token, parse_file, parse_scopes
 
 

@@ -38,7 +38,7 @@ from precast.audit.proofs import ProofError
 from precast.audit.store import LogStore, StoreError
 from precast.audit.verify import Report, TopicRecord, verify_store
 from precast.errors import ConfigError, PrecastError, Unreachable
-from precast.progress import bar, table
+from precast.telemetry.progress import bar, table
 from schemas.topics import catalog
 
 

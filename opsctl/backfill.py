@@ -28,7 +28,7 @@ from opsctl.reader import resolve
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.kafka import Admin
-from precast.progress import table
+from precast.telemetry.progress import table
 from schemas.topics import EVENT_ROLES, catalog
 
 

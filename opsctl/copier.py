@@ -17,8 +17,8 @@ from opsctl.ranges import OffsetRange
 from opsctl.reader import BATCH, RangeReader, range_consumer
 from opsctl.resume import Matcher, decode_skips, digest, encode_skips
 from precast.kafka import Admin, Headers, KafkaMessage, Producer
-from precast.progress import bar
 from precast.settings import KafkaSettings
+from precast.telemetry.progress import bar
 
 log = logging.getLogger("opsctl.copier")
 

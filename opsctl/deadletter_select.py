@@ -15,7 +15,7 @@ from opsctl.settings import StackCliSettings
 from precast.deadletter import dead_letter_info, original_key
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
-from precast.progress import bar
+from precast.telemetry.progress import bar
 from schemas import deadletters as dl
 from schemas.topics import catalog
 

@@ -24,7 +24,7 @@ from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import KafkaMessage
-from precast.progress import table
+from precast.telemetry.progress import table
 
 
 def add_parser(sub: Any) -> None:

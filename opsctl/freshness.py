@@ -11,7 +11,7 @@ from opsctl.ranges import OffsetRange
 from opsctl.reader import RangeReader, range_consumer
 from opsctl.settings import StackCliSettings
 from precast.kafka import Admin
-from precast.progress import table
+from precast.telemetry.progress import table
 
 
 def add_freshness_args(ap: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from opsctl.freshness import add_freshness_args, freshness
 from opsctl.reader import range_consumer
 from opsctl.settings import StackCliSettings
 from precast.kafka import Admin, TopicPartitionOffset
-from precast.progress import table
+from precast.telemetry.progress import table
 
 
 @dataclass

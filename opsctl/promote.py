@@ -24,9 +24,9 @@ from typing import Any
 from opsctl import shadow
 from opsctl.ranges import format_time
 from opsctl.settings import StackCliSettings
-from precast import registry as R
 from precast.errors import ConfigError
-from precast.progress import table
+from precast.models import layout as R
+from precast.telemetry.progress import table
 
 
 def add_parser(sub: Any) -> None:

@@ -29,7 +29,7 @@ from opsctl.settings import StackCliSettings
 from opsctl.versions import Selector, parse_selector, parse_version
 from precast.errors import ConfigError
 from precast.kafka import Producer
-from precast.progress import bar, table
+from precast.telemetry.progress import bar, table
 from schemas.predictions import PredictionSet
 
 if TYPE_CHECKING:  # the store (Redis client) loads only when a purge runs
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     expr = parse_schedule(args.schedule)
     probe = None
     if settings.metrics.port:
-        from precast.observability import ProbeServer
+        from precast.telemetry.endpoints import ProbeServer
 
         probe = ProbeServer(settings.metrics.host, settings.metrics.port).start()
 

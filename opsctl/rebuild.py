@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from opsctl.settings import StackCliSettings
-from precast.progress import table
+from precast.telemetry.progress import table
 
 
 def add_parser(sub: Any) -> None:

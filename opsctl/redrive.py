@@ -27,8 +27,8 @@ from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage
-from precast.progress import table
 from precast.settings import TopicSettings
+from precast.telemetry.progress import table
 from schemas.partitioning import partition_for
 from schemas.topics import catalog
 

@@ -20,8 +20,8 @@ from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage
-from precast.progress import bar, table
 from precast.settings import KafkaSettings
+from precast.telemetry.progress import bar, table
 from schemas.partitioning import partition_for
 from schemas.spec import load_spec
 

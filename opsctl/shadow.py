@@ -32,7 +32,7 @@ from opsctl.shadow_report import Thresholds, gate, render_html, render_text
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.kafka import Admin
-from precast.progress import table
+from precast.telemetry.progress import table
 from schemas.spec import SpecError
 from schemas.topics import EVENT_ROLES, catalog
 

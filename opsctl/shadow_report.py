@@ -7,7 +7,7 @@ import html
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from precast.progress import table
+from precast.telemetry.progress import table
 
 SHOWN_CHANGES = 20
 SHOWN_SITES = 15  # a group of many values (sites): those with the lowest agreement; all in the JSON

@@ -14,7 +14,6 @@ from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.guard import Guard
 from precast.kafka import Admin
-from precast.progress import bar
 from precast.serving import (
     Entry,
     Lease,
@@ -23,6 +22,7 @@ from precast.serving import (
     entry_from_prediction,
     lease_from_record,
 )
+from precast.telemetry.progress import bar
 from schemas.leases import is_lease_key
 from schemas.topics import catalog
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from precast.errors import ConfigError
+from schemas.topics import Topics, catalog
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -107,6 +108,11 @@ class TopicSettings(Section):
     # on it, and `topics ensure` refuses to run against a topic that differs.
     partitions: int = Field(default=6, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1, le=15)
+
+    def catalog(self) -> Topics:
+        """Every topic of this deployment, named and sized from these settings: the one way
+        a process builds its catalog (`schemas.topics.catalog` stays the pure table)."""
+        return catalog(self.prefix, self.partitions, self.replication_factor)
 
 
 class FleetSettings(Section):

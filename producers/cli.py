@@ -19,9 +19,9 @@ from prometheus_client import Counter
 from precast.fleet import load_fleet
 from precast.kafka import Producer
 from precast.kafka.access import connect_as
-from precast.observability import ProbeServer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.endpoints import ProbeServer
 from producers.badrecords import BadRecord
 from producers.pacing import RateLimiter
 from producers.publisher import EventPublisher

@@ -8,6 +8,7 @@ lives in `schemas.wire` and `schemas.validation`. Compatibility policy: docs/eve
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Final
 
 from pydantic import Field, StringConstraints
@@ -23,6 +24,7 @@ MAX_EVENT_BYTES = 32 * 1024
 # ASCII only: device IDs end up in Kafka keys, Redis keys, URLs and log lines.
 DEVICE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 DeviceId = Annotated[str, StringConstraints(pattern=DEVICE_ID_PATTERN)]
+_DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
 EVENT_ID_PATTERN = r"^[A-Za-z0-9._:\-]{1,64}$"
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=EVENT_ID_PATTERN)]
 
@@ -42,3 +44,8 @@ MAX_AHEAD_MS = 5_000
 
 # NaN and Infinity are never valid numbers in an event (and not JSON either).
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def is_device_id(value: object) -> bool:
+    """Whether `value` is a device ID: the one check every reader and endpoint uses."""
+    return isinstance(value, str) and _DEVICE_ID.fullmatch(value) is not None

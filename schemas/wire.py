@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.deadletters import Reason
-from schemas.events import DEVICE_ID_PATTERN, EVENT_ID_PATTERN, MAX_TIME_MS, MIN_TIME_MS
+from schemas.events import (
+    DEVICE_ID_PATTERN,
+    EVENT_ID_PATTERN,
+    MAX_TIME_MS,
+    MIN_TIME_MS,
+    is_device_id,
+)
 from schemas.normalize import INT_TEXT, NUMBER_TEXT, Rejection, Variant
 from schemas.spec.fields import (
     Attribute,
@@ -31,7 +37,6 @@ from schemas.spec.fields import (
     dotted,
 )
 
-_DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
 _EVENT_ID = re.compile(EVENT_ID_PATTERN)
 _NON_FINITE_TEXT = frozenset(
     {"nan", "-nan", "infinity", "-infinity", "+infinity", "inf", "-inf", "+inf"}
@@ -251,7 +256,7 @@ class StreamReader:
         device, where = _find(data, env.device_id, notes)
         if device is _ABSENT:
             raise Rejection(Reason.INVALID, f"{where}: field required")
-        if not isinstance(device, str) or not _DEVICE_ID.fullmatch(device):
+        if not is_device_id(device):
             raise Rejection(Reason.INVALID, f"{where}: not a device ID ({DEVICE_ID_PATTERN})")
         event_id = None
         if env.event_id is not None:

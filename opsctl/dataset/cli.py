@@ -26,7 +26,7 @@ from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.fleet.outcomes import FIXED_COLUMNS, Window
 from precast.kafka import Admin
-from precast.progress import bar, table
+from precast.telemetry.progress import bar, table
 from schemas.spec import SpecError
 from schemas.topics import catalog
 

@@ -1,5 +1,5 @@
 """Alerts on what operators wait for and on how old the answers they are shown are (issue 26),
-generated from precast.signals: the same constants drive the board's banner
+generated from precast.telemetry.objectives: the same constants drive the board's banner
 (consumer_api.signals), so the banner and the alert are one rule.
 
 - PrecastWaitOriginRising (page): an origin's share of the wait over the last 10 minutes is
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from precast.signals import (
+from precast.telemetry.objectives import (
     AGE_OBJECTIVE_S,
     BASELINE_S,
     GROWTH,

@@ -22,7 +22,6 @@ from precast.serving.entry import (
     encode,
     entry_from_prediction,
     prediction_item,
-    valid_device_id,
 )
 from precast.serving.leases import Lease, LeaseBook, lease_from_record
 from precast.serving.memory import MemoryStore
@@ -53,5 +52,4 @@ __all__ = [
     "entry_from_prediction",
     "lease_from_record",
     "prediction_item",
-    "valid_device_id",
 ]

@@ -26,10 +26,9 @@ from typing import Annotated
 import msgspec
 
 from schemas.deadletters import Reason
-from schemas.events import DEVICE_ID_PATTERN
+from schemas.events import is_device_id
 from schemas.predictions import OrderKey, order_key
 
-_DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
 # Not allowed in a model version: it becomes a response header and part of a quoted ETag.
 _UNSAFE_VERSION = re.compile(r'[\x00-\x20\x7f"\\]')
 _WIDTH = 13
@@ -135,11 +134,6 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
         return f'W/"{self.computed_at_ms:x}-{self.produced_at_ms:x}-{self.model_version}"'
 
 
-def valid_device_id(device_id: str) -> bool:
-    """The only device IDs that ever reach a store key (no spaces, globs or control bytes)."""
-    return _DEVICE_ID.fullmatch(device_id) is not None
-
-
 _Ms = Annotated[int, msgspec.Meta(ge=0, le=_MAX_MS)]
 _Count = Annotated[int, msgspec.Meta(ge=0, le=_MAX_MS)]
 
@@ -195,7 +189,7 @@ def prediction_item(
             "model_version must be at most 128 characters without control characters, "
             "spaces, quotes or backslashes",
         )
-    if _DEVICE_ID.fullmatch(device_id) is None:
+    if not is_device_id(device_id):
         raise InvalidPrediction(Reason.INVALID, "device_id does not match the device ID pattern")
     if key is not None and key != device_id.encode():
         raise InvalidPrediction(Reason.KEY_MISMATCH, f"key {key[:64]!r} != device_id {device_id!r}")

@@ -14,10 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from precast.serving.entry import Entry, valid_device_id
+from precast.serving.entry import Entry
 from precast.serving.leases import Lease, LeaseBook
 from precast.serving.result import EXPIRED, FUTURE, OLDER, STORED
-from schemas.events import MAX_AHEAD_MS
+from schemas.events import MAX_AHEAD_MS, is_device_id
 from schemas.predictions import supersedes
 
 
@@ -87,7 +87,7 @@ class MemoryStore:
         out = []
         with self._lock:
             for device_id, e in items:
-                if not ids_checked and not valid_device_id(device_id):
+                if not ids_checked and not is_device_id(device_id):
                     raise ValueError(f"invalid device ID {device_id[:64]!r}")
                 expires = (e.valid_until_ms if e.terms is None else e.keep_until_ms) + grace
                 if expires <= now:

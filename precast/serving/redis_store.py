@@ -29,7 +29,7 @@ from precast.serving.cluster_calls import (
     cluster_errors_as_redis_errors,
     per_key_script,
 )
-from precast.serving.entry import Entry, decode, encode, valid_device_id
+from precast.serving.entry import Entry, decode, encode
 from precast.serving.leases import Lease, LeaseBook, extend, extension_until
 from precast.serving.redis_scripts import (
     DELETE_IF_SAME,
@@ -40,7 +40,7 @@ from precast.serving.redis_scripts import (
 )
 from precast.serving.result import FUTURE
 from precast.settings import RedisSettings
-from schemas.events import MAX_AHEAD_MS
+from schemas.events import MAX_AHEAD_MS, is_device_id
 
 # Values read back are re-checked (entry.decode): one that anything else wrote to Redis is a
 # miss, counted (`precast_records_rejected_total{reader="redis-entries"}`) and logged (bounded),
@@ -91,7 +91,7 @@ class RedisStore:
 
     def key(self, device_id: str) -> str:
         # The one place a key is built: only pattern-checked IDs get in (no injection).
-        if not valid_device_id(device_id):
+        if not is_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
         return self._p + device_id + "}"
 
@@ -313,7 +313,7 @@ class AsyncRedisReader:
 
     @async_cluster_errors_as_redis_errors
     async def get(self, device_id: str) -> Entry | None:
-        if not valid_device_id(device_id):
+        if not is_device_id(device_id):
             raise ValueError(f"invalid device ID {device_id[:64]!r}")
         raw = await self.client.get(self._p + device_id + "}")
         e = None if raw is None else _decode(raw)
@@ -324,7 +324,7 @@ class AsyncRedisReader:
         if not device_ids:
             return []
         for d in device_ids:
-            if not valid_device_id(d):
+            if not is_device_id(d):
                 raise ValueError(f"invalid device ID {d[:64]!r}")
         keys = [self._p + d + "}" for d in device_ids]
         if isinstance(self.client, redis.asyncio.RedisCluster):

@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from precast.signals import AGE_ORIGINS, WAIT_ORIGINS
+from precast.telemetry.objectives import AGE_ORIGINS, WAIT_ORIGINS
 from schemas.partitioning import partition_for
 from schemas.topics import catalog
 from tests.integration.board_support import (

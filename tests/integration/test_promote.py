@@ -14,7 +14,7 @@ import numpy as np
 
 from precast.fleet import load_fleet
 from precast.kafka import Producer
-from precast.registry import history
+from precast.models.layout import history
 from tests.integration.ops_support import cli_env, precast
 from tests.outcome_support import simulate
 from workers.model.manifest import binding

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 import consumer_api.app as app_module
 import precast.http.reaper as reaper_module
-import precast.observability as obs
+import precast.telemetry.endpoints as obs
 from precast.http.parts import PARTS
 from precast.http.parts import down as parts_down
 from precast.supervise import Supervised

@@ -1,4 +1,4 @@
-"""precast.heap: the heap gauges a soak reads to tell growing data from memory malloc keeps."""
+"""precast.telemetry.heap: the heap gauges a soak reads to tell growing data from memory malloc keeps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from precast.heap import malloc_bytes, register_heap_metrics
+from precast.telemetry.heap import malloc_bytes, register_heap_metrics
 
 
 def _values() -> dict[str, float]:

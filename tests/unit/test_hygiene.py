@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 
 from consumer_api.hygiene import ErrorHygiene
 from precast.hygiene import printable
-from precast.observability import ProbeServer
 from precast.serving import InvalidPrediction, entry_from_prediction
+from precast.telemetry.endpoints import ProbeServer
 
 FORGED = "\n2026-01-01 00:00:00 ERROR precast.api: forged\x1b[2J\u2028"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from precast import registry as R
+from precast.models import layout as R
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
 from workers.settings import DEFAULT_MODEL_DIR

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from consumer_api.fleet import FleetIndex
-from precast import registry as R
+from precast.models import layout as R
 from tests.api_fixtures import now_ms, prediction
 from workers.model.registry import ModelRegistry
 from workers.precompute import metrics as M

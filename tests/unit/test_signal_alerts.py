@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from precast.signals import WAIT_ORIGINS
+from precast.telemetry.objectives import WAIT_ORIGINS
 from tests.unit.test_alert_rules import _run_promtool
 
 RISING, WAIT, AGE = (

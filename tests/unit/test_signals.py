@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from consumer_api.beacon import Beacon, export, split
 from consumer_api.signals import Signals, quantile_ms
-from precast.signals import BOUNDS_MS, WAIT_OBJECTIVE_S, WAIT_ORIGINS
+from precast.telemetry.objectives import BOUNDS_MS, WAIT_OBJECTIVE_S, WAIT_ORIGINS
 
 
 class Clock:

@@ -21,3 +21,13 @@ def test_catalog_contract():
     assert t.read_hints.keyed_by_device and t.read_hints.cleanup_policy == "delete"
     # presence: one record per assign-based reader instance, the newest kept
     assert t.presence.cleanup_policy == "compact" and not t.presence.keyed_by_device
+
+
+def test_the_catalog_is_built_from_the_topic_settings():
+    from precast.settings import TopicSettings
+
+    topics = TopicSettings(prefix="site-a.", partitions=12, replication_factor=3).catalog()
+    assert topics.predictions.name == "site-a.predictions"
+    assert {t.partitions for t in topics} == {12}
+    assert {t.replication_factor for t in topics} == {3}
+    assert all(t.config["min.insync.replicas"] == "2" for t in topics)

@@ -28,9 +28,9 @@ from precast.deadletter import DEAD_LETTERS, dead_letter_record
 from precast.fleet import load_fleet, snapshot
 from precast.guard import Guard, classify
 from precast.kafka import Admin, Record
-from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.endpoints import start_probe
 from schemas.deadletters import Reason
 from schemas.topics import TopicSpec, catalog
 from schemas.validation import Rejected, Validator

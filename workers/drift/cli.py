@@ -13,9 +13,9 @@ from typing import Any
 
 from precast.fleet import load_fleet
 from precast.kafka import Admin, Consumer
-from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.endpoints import start_probe
 from schemas.topics import catalog
 from workers.drift.monitor import DriftMonitor
 from workers.drift.reference import load_reference

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from precast.errors import PrecastError
-from precast.registry import ACTIVE_FILE, RegistryError, semver_key, wanted_version
+from precast.models.layout import ACTIVE_FILE, RegistryError, semver_key, wanted_version
 from workers.model.predictor import Predictor
 from workers.precompute import metrics as M
 

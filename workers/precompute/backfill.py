@@ -23,9 +23,9 @@ from prometheus_client import REGISTRY
 
 from precast.errors import ConfigError
 from precast.kafka import Admin, TopicPartitionOffset
-from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.progress import bar
 from workers.precompute.cli import build
 from workers.precompute.encode import backfill_outranks_live
 from workers.precompute.loop import Worker

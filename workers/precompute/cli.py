@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from precast.fleet import load_fleet
-from precast.heap import register_heap_metrics
 from precast.kafka.access import connect_as
-from precast.observability import start_probe
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.endpoints import start_probe
+from precast.telemetry.heap import register_heap_metrics
 from schemas.topics import catalog
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry

@@ -29,9 +29,9 @@ from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.fleet.simulate.truth import true_labels
 from precast.kafka import Admin, TopicPartitionOffset
-from precast.progress import bar
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.progress import bar
 from workers.model.inference import ModelSession
 from workers.model.registry import wanted_version
 from workers.precompute.backfill import parse_ranges
