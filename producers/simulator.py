@@ -24,8 +24,8 @@ import numpy as np
 
 from precast.fleet import Fleet as CompiledFleet
 from precast.fleet import load_fleet
+from precast.fleet.simulate.devices import SimEvent, SimFleet
 from precast.fleet.simulate.drift import DriftProfile
-from precast.fleet.simulate.fleet import SimEvent, SimFleet
 from precast.fleet.simulate.incidents import Resolutions
 from precast.fleet.simulate.readings import PROFILES
 from producers.badrecords import BadRecord, corrupt, kinds_for

@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from precast.fleet import load_fleet
+from precast.fleet.simulate.devices import SimEvent
 from precast.fleet.simulate.drift import DriftProfile, new_prevalence, rotation
-from precast.fleet.simulate.fleet import SimEvent
 from producers.simulator import Fleet, Resolutions
 from schemas.deadletters import Reason
 from schemas.spec.load import FLEETS, parse

@@ -10,8 +10,8 @@ import numpy as np
 
 from precast.fleet.context import DeviceContext
 from precast.fleet.runtime import Fleet
+from precast.fleet.simulate.devices import SimFleet
 from precast.fleet.simulate.drift import DriftProfile
-from precast.fleet.simulate.fleet import SimFleet
 
 # Simulated seconds between two heartbeats of a device: long enough that work orders (days)
 # and alarm windows (hours) reach their steady state within the warm-up.
