@@ -45,7 +45,18 @@ def _paths(value: Any) -> Any:
     return tuple(out)
 
 
-Paths = Annotated[tuple[WirePath, ...], BeforeValidator(_paths), Field(min_length=1)]
+# The JSON Schema describes what a spec file holds (a dotted path or a list of them), not the
+# parsed tuples: editors validate the TOML against it.
+_DOTTED = r"^[^.\s]+(\.[^.\s]+)*$"
+_PathsInput = (
+    Annotated[str, Field(pattern=_DOTTED)]
+    | Annotated[list[Annotated[str, Field(pattern=_DOTTED)]], Field(min_length=1)]
+)
+Paths = Annotated[
+    tuple[WirePath, ...],
+    BeforeValidator(_paths, json_schema_input_type=_PathsInput),
+    Field(min_length=1),
+]
 
 
 def dotted(path: WirePath) -> str:
