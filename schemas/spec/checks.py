@@ -19,6 +19,7 @@ from schemas.spec.fields import (
     Stream,
     WirePath,
 )
+from schemas.spec.messages import near
 from schemas.spec.model import BOARD_RESERVED, FleetSpec, numeric_field
 from schemas.spec.outcomes import outcome_problems
 from schemas.spec.simulation import Condition
@@ -35,7 +36,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        # No path: a problem of the whole file (unreadable, not TOML), named by whoever prints it.
+        return f"{self.path}: {self.message}" if self.path else self.message
 
 
 def problems(spec: FleetSpec) -> list[Problem]:
@@ -91,7 +93,10 @@ def _serving(spec: FleetSpec) -> Iterator[Problem]:
     if len(set(sv.labels)) != len(sv.labels):
         yield Problem("serving.labels", "a label is listed twice")
     if sv.default_label not in sv.labels:
-        yield Problem("serving.default_label", f"{sv.default_label!r} is not one of the labels")
+        yield Problem(
+            "serving.default_label",
+            f"{sv.default_label!r} is not one of the labels{near(sv.default_label, sv.labels)}",
+        )
     if sv.top_k > len(sv.labels):
         yield Problem("serving.top_k", f"{sv.top_k} is more than the {len(sv.labels)} labels")
 
@@ -150,7 +155,7 @@ def _context_kind(where: str, c: ContextSpec, fields: dict[str, FieldSpec]) -> I
 def _features(spec: FleetSpec) -> Iterator[Problem]:
     seen: set[str] = set()
     for i, feat in enumerate(spec.features):
-        where = f"features[{i}]"
+        where = f"features[{i}]({feat.name})"
         if feat.name in seen:
             yield Problem(f"{where}.name", f"feature {feat.name!r} is declared twice")
         seen.add(feat.name)
@@ -161,12 +166,18 @@ def _features(spec: FleetSpec) -> Iterator[Problem]:
         yield Problem("features", f"column {dup[0]!r} comes out of two features")
 
 
+def _sources(spec: FleetSpec) -> list[str]:
+    return [*spec.heartbeats.fields, *spec.context]
+
+
 def _source(spec: FleetSpec, feat: Feature, where: str) -> Iterator[Problem]:
     kind = spec.source_kind(feat.source)
     f, t = spec.field(feat.source), feat.transform
     if kind is None:
         yield Problem(
-            f"{where}.source", f"{feat.source!r} is neither a heartbeat field nor a context value"
+            f"{where}.source",
+            f"{feat.source!r} is neither a heartbeat field nor a context value"
+            + near(feat.source, _sources(spec)),
         )
     elif t == "one_hot":
         if not isinstance(f, Categorical):
@@ -218,7 +229,8 @@ def _board(spec: FleetSpec) -> Iterator[Problem]:
             elif kind is None:
                 yield Problem(
                     f"board.{role}[{j}]",
-                    f"{name!r} is neither a heartbeat field nor a context value",
+                    f"{name!r} is neither a heartbeat field nor a context value"
+                    + near(name, _sources(spec)),
                 )
             elif role == "filters" and kind not in ("categorical", "attribute"):
                 yield Problem(
@@ -227,7 +239,10 @@ def _board(spec: FleetSpec) -> Iterator[Problem]:
                 )
     for j, rule in enumerate(b.alert):
         if rule.context not in spec.context:
-            yield Problem(f"board.alert[{j}].context", f"no context value {rule.context!r}")
+            yield Problem(
+                f"board.alert[{j}].context",
+                f"no context value {rule.context!r}{near(rule.context, spec.context)}",
+            )
 
 
 def _outcomes(spec: FleetSpec) -> Iterator[Problem]:
@@ -254,7 +269,7 @@ def _simulator(spec: FleetSpec) -> Iterator[Problem]:
                 )
     yield from _simulated_streams(spec)
     for j, c in enumerate(sim.conditions):
-        yield from _condition(spec, f"simulator.conditions[{j}]", c)
+        yield from _condition(spec, f"simulator.conditions[{j}]({c.name})", c)
 
 
 def _simulated_streams(spec: FleetSpec) -> Iterator[Problem]:
@@ -276,7 +291,10 @@ def _condition(spec: FleetSpec, where: str, c: Condition) -> Iterator[Problem]:
     sim = spec.simulator
     assert sim is not None
     if c.label not in spec.serving.labels:
-        yield Problem(f"{where}.label", f"{c.label!r} is not one of the labels")
+        yield Problem(
+            f"{where}.label",
+            f"{c.label!r} is not one of the labels{near(c.label, spec.serving.labels)}",
+        )
     for name in c.heartbeat:
         if not isinstance(spec.heartbeats.fields.get(name), Metric):
             yield Problem(f"{where}.heartbeat.{name}", "not a metric of the heartbeats")
