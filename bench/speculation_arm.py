@@ -21,7 +21,7 @@ from schemas.spec import load_spec
 from schemas.topics import catalog
 from workers.model.inference import ModelSession
 from workers.precompute.config import LeaseConfig
-from workers.precompute.encode import Pending
+from workers.precompute.items import Pending
 from workers.precompute.pipeline import BatchResult, Pipeline, PipelineConfig
 from workers.precompute.policy import PolicyConfig
 

@@ -9,8 +9,8 @@ import json
 from consumer_api.fleet import FleetIndex
 from precast.models import layout as R
 from tests.api_fixtures import now_ms, prediction
+from workers.model import serving_metrics
 from workers.model.registry import ModelRegistry
-from workers.precompute import metrics as M
 
 
 def _version(reg, v):
@@ -50,16 +50,18 @@ def test_the_worker_says_which_version_serves_and_since_when(tmp_path):
     R.write_active(tmp_path, "1.0.0")
     t = [0.0]
     reg = ModelRegistry(lambda p: _Model(p.name), registry=tmp_path, clock=lambda: t[0])
-    since = M.MODEL_SINCE.labels("1.0.0")._value.get()
-    assert since > 0 and M.MODEL_VERSION.labels("1.0.0")._value.get() == 1
+    since = serving_metrics.MODEL_SINCE.labels("1.0.0")._value.get()
+    assert since > 0 and serving_metrics.MODEL_VERSION.labels("1.0.0")._value.get() == 1
     R.write_active(tmp_path, "1.1.0")
     reg.request_check()
     reg.poll()
     while reg.poll() is None:
         pass
     assert reg.current.version == "1.1.0"
-    assert M.MODEL_SINCE.labels("1.1.0")._value.get() >= since
-    names = {s.labels["model_version"] for m in M.MODEL_SINCE.collect() for s in m.samples}
+    assert serving_metrics.MODEL_SINCE.labels("1.1.0")._value.get() >= since
+    names = {
+        s.labels["model_version"] for m in serving_metrics.MODEL_SINCE.collect() for s in m.samples
+    }
     assert "1.0.0" not in names  # only the version in use has a since
     reg.close()
 

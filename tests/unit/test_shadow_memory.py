@@ -15,8 +15,9 @@ from schemas.topics import catalog
 from schemas.validation import validate_event
 from tests.worker_events import T0, flush, heartbeat, record, work_order
 from workers.model.inference import ModelSession
+from workers.precompute.items import Reason
 from workers.precompute.pipeline import Pipeline, PipelineConfig
-from workers.precompute.policy import PolicyConfig, Reason
+from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 from workers.shadow.compare import Comparison
 from workers.shadow.replay import HeldRecord, slim
@@ -164,7 +165,7 @@ def test_a_deferred_device_holds_slim_references_and_its_lineage_is_unchanged(mo
 
 def test_slim_leaves_held_records_as_they_are():
     item_refs = [(HeldRecord(HB, 0, 7, None), "e1")]
-    from workers.precompute.encode import Pending
+    from workers.precompute.items import Pending
 
     item = Pending("d1", 0, Reason.THROTTLED, list(item_refs))
     slim(item, {}, {}, HB, _site)

@@ -15,9 +15,10 @@ from schemas.topics import catalog
 from tests.worker_events import T0, heartbeat, record
 from workers.model.inference import ModelSession
 from workers.precompute.config import LeaseConfig
+from workers.precompute.items import Reason
 from workers.precompute.leases import slack_ms
 from workers.precompute.pipeline import Pipeline, PipelineConfig
-from workers.precompute.policy import PolicyConfig, Reason
+from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 TOPICS = catalog("u.", 3)

@@ -10,8 +10,8 @@ from precast.serving.entry import entry_from_prediction
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
 from workers.model.topk import top_k
-from workers.precompute.encode import LINEAGE_MAX, Pending, encode, merge, score_text
-from workers.precompute.policy import Reason
+from workers.precompute.encode import encode, score_text
+from workers.precompute.items import LINEAGE_MAX, Pending, Reason, merge
 
 LABELS = ("monitor_only", "remote_restart", 'odd "label" %s', "replace_part")
 TRACE = "a" * 32

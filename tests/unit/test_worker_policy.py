@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from precast.fleet import load_fleet
+from workers.precompute.items import Reason
 from workers.precompute.policy import (
     PolicyConfig,
-    Reason,
     decide_heartbeats,
     expected_gap,
     release_at,
@@ -133,7 +133,7 @@ def test_low_rate_triggers_are_throttled_too_and_released_after_the_window(reaso
 
 
 def test_every_reason_has_a_metric_label_and_predicting_ones_a_trigger():
-    from workers.precompute.policy import TRIGGER
+    from workers.precompute.items import TRIGGER
 
     assert len({r.label for r in Reason}) == len(Reason)
     assert {r for r in Reason if r.emits} == set(TRIGGER)

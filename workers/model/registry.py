@@ -15,7 +15,7 @@ from pathlib import Path
 from precast.errors import PrecastError
 from precast.models.layout import ACTIVE_FILE, RegistryError, semver_key, wanted_version
 from workers.model.predictor import Predictor
-from workers.precompute import metrics as M
+from workers.model.serving_metrics import MODEL_FAILURES, MODEL_SINCE, MODEL_VERSION
 
 log = logging.getLogger("precast.workers.model.registry")
 
@@ -46,9 +46,9 @@ class ModelRegistry:
         elif path is None:
             raise ValueError("need a model path or a registry folder")
         self.current: Predictor = load(path)
-        M.MODEL_VERSION.labels(self.current.version).set(1)
-        M.MODEL_SINCE.labels(self.current.version).set(time.time())
-        M.MODEL_FAILURES.labels(self.current.version)  # a zero series, not a gap, until one fails
+        MODEL_VERSION.labels(self.current.version).set(1)
+        MODEL_SINCE.labels(self.current.version).set(time.time())
+        MODEL_FAILURES.labels(self.current.version)  # a zero series, not a gap, until one fails
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-load")
         self._loading: tuple[str, Future[Predictor]] | None = None
         self._failed: set[str] = set()
@@ -89,11 +89,11 @@ class ModelRegistry:
             old = self.current.version
             self.current = model
             self.swaps += 1
-            M.MODEL_VERSION.labels(old).set(0)
-            M.MODEL_VERSION.labels(model.version).set(1)
-            M.MODEL_SINCE.remove(old)
-            M.MODEL_SINCE.labels(model.version).set(time.time())
-            M.MODEL_FAILURES.labels(model.version)
+            MODEL_VERSION.labels(old).set(0)
+            MODEL_VERSION.labels(model.version).set(1)
+            MODEL_SINCE.remove(old)
+            MODEL_SINCE.labels(model.version).set(time.time())
+            MODEL_FAILURES.labels(model.version)
             log.info("model swapped: %s -> %s", old, model.version)
             return model.version
         now = self._clock()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from workers.precompute.encode import Pending, merge
+from workers.precompute.items import Pending, merge
 
 
 class AwaitingData:

@@ -18,11 +18,10 @@ from precast.kafka.types import RecordRef
 from workers.model.predictor import Predictor
 from workers.model.sensitivity import Sensitivity, ranking
 from workers.model.topk import top_k
-from workers.precompute import changelog
-from workers.precompute import metrics as M
-from workers.precompute import policy as P
+from workers.precompute import changelog, metrics
 from workers.precompute.config import PipelineConfig
-from workers.precompute.encode import Encoded, Pending, encode
+from workers.precompute.encode import Encoded, encode
+from workers.precompute.items import Pending, Reason
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.compute")
@@ -74,7 +73,7 @@ class Scoring:
         data = np.fromiter(map(tab.has_data, devices), dtype=bool, count=len(devices))
         if not data.all():  # no device data (requests are filtered at ingest): no answer
             keep = np.flatnonzero(data)
-            M.NO_DATA.inc(len(items) - len(keep))
+            metrics.NO_DATA.inc(len(items) - len(keep))
             items = [items[j] for j in keep.tolist()]
             devices, slots = [devices[j] for j in keep.tolist()], slots[keep]
         self._name_the_state(items, slots)
@@ -86,9 +85,9 @@ class Scoring:
         infer = ~renew
         # Lease terms: none for a lapse (its device stopped sending: see leases.py)
         terms = self.lease_terms(slots, computed)
-        for j in (j for j, it in enumerate(items) if it.reason == P.Reason.LAPSED):
+        for j in (j for j, it in enumerate(items) if it.reason == Reason.LAPSED):
             terms[j] = b""
-            M.LAPSES.inc()
+            metrics.LAPSES.inc()
         idx = np.empty((len(items), k), dtype=np.int64)
         scores = np.empty((len(items), k), dtype=np.float32)
         margin = np.zeros((len(items), 2), dtype=np.float32)
@@ -151,7 +150,7 @@ class Scoring:
             ("topk", t3 - t2),
             ("encode", t4 - t3),
         ):
-            M.STAGE[stage].inc(dt)
+            metrics.STAGE[stage].inc(dt)
         leased = np.fromiter(map(bool, terms), dtype=bool, count=len(terms))
         return BatchResult(
             items, out, model.version, x, computed, slots, infer, idx, scores, margin, rank, leased
@@ -164,7 +163,7 @@ class Scoring:
         once."""
         tab, hb = self.table, self.heartbeat_topic
         for j, it in enumerate(items):
-            if it.reason < _FIRST_EVENT and it.reason != P.Reason.LAPSED:
+            if it.reason < _FIRST_EVENT and it.reason != Reason.LAPSED:
                 continue  # a heartbeat's own trigger: its records are in the lineage already
             s = int(slots[j])
             off = int(tab.hb_offset[s])
@@ -249,12 +248,12 @@ class Scoring:
             tab.margin_top1[s] = r.margins[inferred, 0]
             tab.margin_topk[s] = r.margins[inferred, 1]
         n_inferred = int(inferred.sum())
-        M.INFERENCES.inc(n_inferred)
+        metrics.INFERENCES.inc(n_inferred)
         if n_inferred < len(slots):
-            M.RENEWALS.inc(len(slots) - n_inferred)
+            metrics.RENEWALS.inc(len(slots) - n_inferred)
         truncated = sum(map(_TRUNCATED, r.items))
         if truncated:
-            M.LINEAGE_TRUNCATED.inc(truncated)
+            metrics.LINEAGE_TRUNCATED.inc(truncated)
 
     def state_records(self, r: BatchResult) -> list[bytes]:
         """Worker-state changelog values for a batch marked predicted (keys: `r.out.keys`)."""
@@ -274,7 +273,7 @@ class Scoring:
 
 
 _DEVICE, _TRUNCATED = attrgetter("device"), attrgetter("truncated")
-_FIRST_EVENT = int(P.Reason.WORK_ORDER)  # work orders, alarms and requests have no heartbeat ref
+_FIRST_EVENT = int(Reason.WORK_ORDER)  # work orders, alarms and requests have no heartbeat ref
 
 
 class StateRef(RecordRef):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.events import MAX_AHEAD_MS
-from workers.precompute import policy as P
+from workers.precompute import policy
 from workers.precompute.delivery import LINGER_MS
 
 
@@ -22,7 +22,7 @@ class LeaseConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    policy: P.PolicyConfig = P.PolicyConfig()
+    policy: policy.PolicyConfig = policy.PolicyConfig()
     max_batch: int = 2_000
     max_queue_delay_s: float = 0.0
     preferred_batch_sizes: tuple[int, ...] = ()

@@ -30,7 +30,7 @@ from precast.kafka import (
 )
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
-from workers.precompute import metrics as M
+from workers.precompute import metrics
 
 log = logging.getLogger("precast.workers.sink")
 
@@ -135,7 +135,7 @@ class AtLeastOnce:
             if sync or exc.code != "_TIMED_OUT":
                 raise
             log.warning("commit deferred: %s", exc)
-            M.COMMITS_DEFERRED.inc()
+            metrics.COMMITS_DEFERRED.inc()
             return False
         return True
 
@@ -222,7 +222,7 @@ class ExactlyOnce:
         self._open = False
         TXN_RECORDS.set(0)
         self._committed.update({(o.topic, o.partition): o.offset for o in offsets})
-        M.TXN.labels("committed").inc()
+        metrics.TXN.labels("committed").inc()
         return True
 
     def _commit_transaction(self) -> None:
@@ -244,12 +244,12 @@ class ExactlyOnce:
                 self.producer.abort_transaction()
                 self._open = False
                 TXN_RECORDS.set(0)
-                M.TXN.labels("aborted").inc()
+                metrics.TXN.labels("aborted").inc()
                 return
             except KafkaFailure as again:
                 exc = again
         log.error("transactional producer re-initialized after %s", exc)
-        M.TXN.labels("reinitialized").inc()
+        metrics.TXN.labels("reinitialized").inc()
         self._new_producer()
 
     def abort(self) -> None:
@@ -259,7 +259,7 @@ class ExactlyOnce:
         try:
             self.producer.abort_transaction()
             TXN_RECORDS.set(0)
-            M.TXN.labels("aborted").inc()
+            metrics.TXN.labels("aborted").inc()
         except KafkaFailure as exc:
             log.error("abort failed, re-initializing the transactional producer: %s", exc)
             self._new_producer()

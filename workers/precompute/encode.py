@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, chain, islice
 from operator import attrgetter, methodcaller
@@ -13,70 +13,8 @@ import numpy as np
 import orjson
 
 from precast.kafka import KafkaMessage
-from workers.precompute.policy import TRIGGER, Reason
+from workers.precompute.items import TRIGGER, Pending, Reason
 from workers.precompute.trace import trace_ids_json
-
-# Longest lineage list kept per prediction; a device that sent more triggers than this while
-# waiting is counted in precast_worker_lineage_truncated_total. The oldest heartbeats go first:
-# a newer heartbeat of the device supersedes them (the prediction is made from it), while each
-# work order, alarm and request is an event of its own that lineage must keep naming.
-LINEAGE_MAX = 64
-
-
-@dataclass(slots=True)
-class Pending:
-    """A device waiting for a prediction: why, and every input record it answers."""
-
-    device: str
-    partition: int
-    reason: Reason
-    refs: list[tuple[KafkaMessage, str | None]] = field(default_factory=list)  # (record, event_id)
-    requested_at_ms: int = 0  # newest precompute request, for a device with no data at all
-    truncated: int = 0
-    # refs[:pinned] are work orders, alarms and requests (kept first when lineage is cut);
-    # -1 until a merge needs it (the hot path builds items without looking at it)
-    pinned: int = -1
-    # the last ref is the heartbeat the device's state came from (added at compute time)
-    stated: bool = False
-
-    def pins(self) -> int:
-        if self.pinned < 0:
-            self.pinned = len(self.refs) if _is_event(self.reason) else 0
-        return self.pinned
-
-
-def _is_event(reason: Reason) -> bool:
-    """A trigger that is an event of its own, not a heartbeat reading (which a newer supersedes)."""
-    return (
-        reason in (Reason.CONTEXT_ONLY, Reason.WORK_ORDER, Reason.ALARM)
-        or reason >= Reason.API_MISS
-    )
-
-
-def merge(old: Pending, new: Pending) -> Pending:
-    """Two triggers for one device become one prediction that answers both."""
-    pinned, k = old.pins(), new.pins()
-    if new.reason > old.reason:  # requests > work orders/alarms > heartbeats
-        old.reason = new.reason
-    if k:
-        old.refs[pinned:pinned] = new.refs[:k]
-        pinned += k
-        old.refs.extend(islice(new.refs, k, None))
-    else:
-        old.refs.extend(new.refs)
-    drop = len(old.refs) - LINEAGE_MAX
-    if drop > 0:
-        old.truncated += drop
-        beats = min(drop, len(old.refs) - pinned)  # the oldest heartbeats first
-        del old.refs[pinned : pinned + beats]
-        if drop > beats:  # more events than the cap: the oldest of them
-            del old.refs[: drop - beats]
-            pinned -= drop - beats
-    old.pinned = pinned
-    old.requested_at_ms = max(old.requested_at_ms, new.requested_at_ms)
-    old.truncated += new.truncated
-    return old
-
 
 _REF = b'{"topic":"%s","partition":%d,"offset":%d,"event_id":%s,"trace_id":%s}'
 _TOPIC, _PARTITION, _OFFSET = (

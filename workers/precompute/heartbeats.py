@@ -17,18 +17,17 @@ from precast.fleet.features import Standardization
 from precast.guard import Guard
 from precast.kafka import KafkaMessage
 from workers.model.sensitivity import Sensitivity
-from workers.precompute import metrics as M
-from workers.precompute import policy as P
+from workers.precompute import metrics, policy
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Heartbeats, Reject
-from workers.precompute.encode import Pending
+from workers.precompute.items import Pending, Reason
 from workers.precompute.state import DeviceTable
 
 _OFFSET = methodcaller("offset")
-_REASON = {int(r): r for r in P.Reason}  # int code -> member, without Enum.__call__ per device
-_FIRST_PREDICTING, _LAST_SKIP = int(P.Reason.FIRST_SEEN), int(P.Reason.STALE)
-_RENEWED = int(P.Reason.RENEWED)
+_REASON = {int(r): r for r in Reason}  # int code -> member, without Enum.__call__ per device
+_FIRST_PREDICTING, _LAST_SKIP = int(Reason.FIRST_SEEN), int(Reason.STALE)
+_RENEWED = int(Reason.RENEWED)
 
 
 class HeartbeatIngest:
@@ -42,11 +41,11 @@ class HeartbeatIngest:
     batcher: MicroBatcher[Pending]
     deferred: dict[str, Pending]
     reject: Reject
-    decisions: Callable[[P.Reason, int], None]
+    decisions: Callable[[Reason, int], None]
     sensitivity: Sensitivity | None
     guard: Guard
 
-    def _route(self, item: Pending, decision: P.Reason, predicted_at: int, mono: float) -> None:
+    def _route(self, item: Pending, decision: Reason, predicted_at: int, mono: float) -> None:
         raise NotImplementedError
 
     def _future(self, m: KafkaMessage, event_time_ms: int, now_ms: int) -> None:
@@ -59,10 +58,10 @@ class HeartbeatIngest:
         if len(hb) and int(hb.event_time_ms.max()) > limit:
             hb = self._drop_future(hb, limit, now_ms)
         t1 = time.perf_counter()
-        M.STAGE["decode"].inc(t1 - t0)
+        metrics.STAGE["decode"].inc(t1 - t0)
         if len(hb):
             self._decide_heartbeats(hb, now_ms, mono)
-        M.STAGE["policy"].inc(time.perf_counter() - t1)
+        metrics.STAGE["policy"].inc(time.perf_counter() - t1)
 
     def _decode_heartbeats(self, msgs: list[KafkaMessage]) -> Heartbeats:
         return guarded_heartbeats(self.decoder, self.guard, msgs, self.reject)
@@ -101,7 +100,7 @@ class HeartbeatIngest:
         ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
         fleet = self.fleet
         new_x = fleet.features.build(hb_cols, fleet.context.columns(ctxs, new_t), self.stats)
-        decisions = P.decide_heartbeats(
+        decisions = policy.decide_heartbeats(
             self.cfg.policy,
             has_prediction=tab.valid_until[slots] >= 0,
             last_x=tab.last_x[slots],
@@ -119,8 +118,8 @@ class HeartbeatIngest:
         )
         wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
         predicted_at = tab.predicted_at[slots]
-        decisions = P.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
-        fresh = decisions != P.Reason.STALE
+        decisions = policy.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
+        fresh = decisions != Reason.STALE
         # the record the state now comes from: a later answer's lineage names it (a request
         # answered from this state, after a restart too, names the heartbeat it was computed from)
         offsets = np.fromiter(map(_OFFSET, hb.msgs), dtype=np.int64, count=n)
@@ -144,7 +143,7 @@ class HeartbeatIngest:
                 self.decisions(_REASON[code], k)
         groups: dict[str, list[int]] = defaultdict(list)
         if order is not None:
-            M.COALESCED.inc(n - len(devices))
+            metrics.COALESCED.inc(n - len(devices))
             for i in order:
                 groups[ids[i]].append(i)
         self._route_heartbeats(
@@ -183,9 +182,9 @@ class HeartbeatIngest:
                     for j in sel
                 ]
             batcher.add_new([devices[j] for j in sel], new, mono)
-            rest = np.flatnonzero(decisions == P.Reason.THROTTLED).tolist()
+            rest = np.flatnonzero(decisions == Reason.THROTTLED).tolist()
         else:
-            rest = np.flatnonzero(go | (decisions == P.Reason.THROTTLED)).tolist()
+            rest = np.flatnonzero(go | (decisions == Reason.THROTTLED)).tolist()
             rest += [
                 j
                 for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()

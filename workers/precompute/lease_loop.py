@@ -9,9 +9,9 @@ import logging
 import time
 
 from schemas.topics import Topics
-from workers.precompute import metrics as M
+from workers.precompute import metrics
 from workers.precompute.delivery import AtLeastOnce, ExactlyOnce
-from workers.precompute.encode import Pending
+from workers.precompute.items import Pending
 from workers.precompute.pipeline import Pipeline
 
 log = logging.getLogger("precast.workers")
@@ -40,6 +40,6 @@ class LeasePublishing:
         for partition, key, value in tick.records:
             self.sink.produce_to(topic, partition, key, value)
         if tick.records:
-            M.LEASES.inc(len(tick.records))
-        M.STAGE["produce"].inc(time.perf_counter() - t0)
+            metrics.LEASES.inc(len(tick.records))
+        metrics.STAGE["produce"].inc(time.perf_counter() - t0)
         return len(tick.records)

@@ -39,10 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.leases import lease_key
-from workers.precompute import metrics as M
-from workers.precompute import policy as P
+from workers.precompute import metrics
 from workers.precompute.config import PipelineConfig
-from workers.precompute.encode import Pending
+from workers.precompute.items import Pending, Reason
 from workers.precompute.state import DeviceTable
 
 
@@ -169,7 +168,7 @@ class Leasing:
             # warming up (not every live device heard from since this generation began), or
             # behind (the lease would end before the next one): nothing to promise yet
             if w - st.start_wm_ms < slack or certified + horizon <= now_ms + interval:
-                M.LEASES_SKIPPED.inc()
+                metrics.LEASES_SKIPPED.inc()
                 continue
             mine = leased & (part == p)
             # stopped sending, or beating too slowly for leases to keep it valid between beats
@@ -177,7 +176,7 @@ class Leasing:
             covered = int(mine.sum()) - len(gone)
             if len(gone):
                 devices = self._devices_of(gone)
-                out.lapsed += [Pending(d, p, P.Reason.LAPSED) for d in devices]
+                out.lapsed += [Pending(d, p, Reason.LAPSED) for d in devices]
             st.certified_at_ms = certified
             if covered:
                 out.records.append((p, lease_key(p), _lease_value(p, st, horizon, now_ms, covered)))

@@ -23,7 +23,8 @@ from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers.model.registry import ModelRegistry
-from workers.precompute import metrics as M
+from workers.model.serving_metrics import MODEL_FAILURES
+from workers.precompute import metrics
 from workers.precompute.config import LoopConfig
 from workers.precompute.delivery import DEFER_S, SETTLE_S, AtLeastOnce, ExactlyOnce, Rewind
 from workers.precompute.lease_loop import LeasePublishing
@@ -191,7 +192,7 @@ class Worker(Rebalancing, LeasePublishing):
             # the load and costs no wait when the load is light (a plain batch consume waits
             # for a full batch or its whole timeout, which would be every record's latency).
             msgs = self.consumer.consume_available(self.cfg.consume_max, max(0.0, timeout))
-        M.STAGE["consume"].inc(time.perf_counter() - t0)
+        metrics.STAGE["consume"].inc(time.perf_counter() - t0)
         self.last_loop = mono = time.monotonic()
         if mono >= self._next_commit and not self.sink.exactly_once:
             self.commit()  # before this step produces anything: earlier outputs may be acked
@@ -210,7 +211,7 @@ class Worker(Rebalancing, LeasePublishing):
             self.commit()
         if mono >= self._next_lag:
             self._update_lag()
-        M.PENDING.set(p.pending)
+        metrics.PENDING.set(p.pending)
         return len(msgs)
 
     def _run_batches(self, force: bool) -> None:
@@ -237,7 +238,7 @@ class Worker(Rebalancing, LeasePublishing):
                 result = self.pipeline.compute(items, model, now_ms)
                 break
             except Exception as exc:  # noqa: BLE001 - any model failure is handled the same way
-                M.MODEL_FAILURES.labels(model.version).inc()
+                MODEL_FAILURES.labels(model.version).inc()
                 log.error(
                     "inference failed on a batch of %d (attempt %d, model %s): %s",
                     len(items),
@@ -247,7 +248,7 @@ class Worker(Rebalancing, LeasePublishing):
                 )
                 error = f"{type(exc).__name__}: {exc}"
             finally:
-                M.INFER_S.observe(time.perf_counter() - t0)
+                metrics.INFER_S.observe(time.perf_counter() - t0)
         if result is None:
             for it in items:
                 for m, _ in it.refs:
@@ -262,13 +263,13 @@ class Worker(Rebalancing, LeasePublishing):
                 self.sink.produce(self.topics.worker_state.name, result.out.keys, state)
             else:  # at the commit, after the predictions are acknowledged (see _flush_state)
                 self._state.update(zip(result.out.keys, state, strict=True))
-        M.STAGE["produce"].inc(time.perf_counter() - t0)
+        metrics.STAGE["produce"].inc(time.perf_counter() - t0)
         self.batches += 1
-        M.BATCH_SIZE.observe(len(items))
-        M.QUEUE_DELAY.observe(delay)
-        M.PREDICTIONS.labels(result.version).inc(len(items))
+        metrics.BATCH_SIZE.observe(len(items))
+        metrics.QUEUE_DELAY.observe(delay)
+        metrics.PREDICTIONS.labels(result.version).inc(len(items))
         if latency:
-            M.observe_many(M.LATENCY, (now_ms - result.computed_at) / 1000.0)
+            metrics.observe_many(metrics.LATENCY, (now_ms - result.computed_at) / 1000.0)
         return True
 
     def drain(self) -> None:
@@ -281,7 +282,7 @@ class Worker(Rebalancing, LeasePublishing):
         try:
             self._commit(sync, rewind)
         finally:
-            M.STAGE["commit"].inc(time.perf_counter() - t0)
+            metrics.STAGE["commit"].inc(time.perf_counter() - t0)
 
     def _commit(self, sync: bool, rewind: bool) -> None:
         if not self.sink.exactly_once and not sync and self._commit_acknowledged():
@@ -391,7 +392,7 @@ class Worker(Rebalancing, LeasePublishing):
         if self.assigned:
             for p, lag in self.consumer.lag(self.assigned):
                 if lag >= 0:
-                    M.LAG.labels(p.topic, str(p.partition)).set(lag)
+                    metrics.LAG.labels(p.topic, str(p.partition)).set(lag)
 
     @property
     def ready(self) -> bool:

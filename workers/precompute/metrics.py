@@ -1,4 +1,5 @@
-"""The worker's Prometheus metrics (dead letters are counted by `precast.deadletter`)."""
+"""The worker's Prometheus metrics (dead letters are counted by `precast.deadletter`; the
+served model's own, `MODEL_*`, live with the model in `workers.model.serving_metrics`)."""
 
 from __future__ import annotations
 
@@ -75,17 +76,6 @@ LATENCY = Histogram(
 )
 LAG = Gauge(
     "precast_worker_consumer_lag", "records behind the partition's end", ["topic", "partition"]
-)
-MODEL_FAILURES = Counter(
-    "precast_worker_model_failures_total", "inference calls that raised", ["model_version"]
-)
-MODEL_VERSION = Gauge(
-    "precast_worker_model_info", "the model version in use (value 1)", ["model_version"]
-)
-MODEL_SINCE = Gauge(
-    "precast_worker_model_since_timestamp_seconds",
-    "when this worker started serving the model version in use (load or hot swap)",
-    ["model_version"],
 )
 LINEAGE_TRUNCATED = Counter(
     "precast_worker_lineage_truncated_total",

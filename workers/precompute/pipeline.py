@@ -18,16 +18,14 @@ from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas import deadletters as dl
 from schemas.topics import Topics
 from workers.model.sensitivity import Sensitivity
-from workers.precompute import changelog
-from workers.precompute import metrics as M
-from workers.precompute import policy as P
+from workers.precompute import changelog, metrics, policy
 from workers.precompute.awaiting import AwaitingData
 from workers.precompute.batching import MicroBatcher
 from workers.precompute.compute import BatchResult, Scoring, StateRef
 from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Reject
-from workers.precompute.encode import Pending, merge
 from workers.precompute.heartbeats import HeartbeatIngest
+from workers.precompute.items import REQUEST_REASON, Pending, Reason, merge
 from workers.precompute.leases import Leasing
 from workers.precompute.lowrate import decode_hints, decode_requests
 from workers.precompute.state import DeviceTable
@@ -86,7 +84,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         self._due: list[tuple[int, int, str]] = []  # heap of (release ms, seq, device)
         self._seq = 0
         self.positions: dict[tuple[str, int], int] = {}  # next offset consumed, per partition
-        self.decisions: Callable[[P.Reason, int], None] = _count_decision
+        self.decisions: Callable[[Reason, int], None] = _count_decision
         # Called with each item as it is deferred (throttled) or grows while deferred: such an
         # item outlives many batches, holding its input records. A shadow run slims them
         # (workers.shadow.run); the worker keeps whole records (it dead-letters them on failure).
@@ -115,7 +113,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
             for t, m in zip(topics, msgs, strict=True):
                 by_role[self.roles.get(t, "unknown")].append(m)
         for batch in by_role.values():
-            M.EVENTS_IN.labels(batch[0].topic()).inc(len(batch))
+            metrics.EVENTS_IN.labels(batch[0].topic()).inc(len(batch))
         # Context first, so triggers of the same poll already see it.
         if "context" in by_role:
             self._ingest_context(by_role["context"], now_ms)
@@ -129,7 +127,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
             for item in self.awaiting.ready(self.table.has_data):
                 self.table.slots([item.device], [item.partition])
                 self._trigger(item, now_ms, mono)
-            M.AWAITING.set(len(self.awaiting))
+            metrics.AWAITING.set(len(self.awaiting))
 
     def _ingest_rest(
         self, by_role: dict[str, list[KafkaMessage]], now_ms: int, mono: float
@@ -162,7 +160,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
             snap = snapshot.from_json(model, value)
         except snapshot.ForeignSnapshot:
             # written under another spec: the aggregator of this one rebuilds it
-            M.CONTEXT_FOREIGN.inc()
+            metrics.CONTEXT_FOREIGN.inc()
             return
         if snap.as_of_ms > now_ms + self.cfg.max_ahead_ms:
             self._future(m, snap.as_of_ms, now_ms)
@@ -174,7 +172,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float
     ) -> None:
         model, stream, rule = self.fleet.context, self.stream_of[role], self.trigger_rule[role]
-        event_reason = P.Reason.WORK_ORDER if role == "work_orders" else P.Reason.ALARM
+        event_reason = Reason.WORK_ORDER if role == "work_orders" else Reason.ALARM
         for m, e in self.decoder.events(role, msgs, self.reject):
             try:
                 t = e["event_time_ms"]
@@ -185,12 +183,12 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
                 self.table.slots([device], [m.partition()])
                 ctx = self.table.context(device)
                 if ctx.as_of_ms - t > self.lateness_ms:
-                    M.LATE.labels(stream).inc()  # folded in all the same; windows ignore it
+                    metrics.LATE.labels(stream).inc()  # folded in all the same; windows ignore it
                 model.apply(ctx, stream, e)
                 # A redelivered event (already folded in) still triggers: its prediction may
                 # never have been made by the worker that saw it first.
                 fires = rule == "any" or (rule == "counted" and model.counts(stream, e))
-                reason = event_reason if fires else P.Reason.CONTEXT_ONLY
+                reason = event_reason if fires else Reason.CONTEXT_ONLY
                 item = Pending(device, m.partition(), reason, [(m, e["event_id"])])
             except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
                 self.guard.reject(exc, m)
@@ -202,7 +200,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
             item = Pending(
                 r.device_id,
                 m.partition(),
-                P.REQUEST_REASON[r.reason],
+                REQUEST_REASON[r.reason],
                 [(m, r.request_id)],
                 requested_at_ms=r.requested_at_ms,
             )
@@ -210,7 +208,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
                 # Nothing from the device itself: a prediction now would be the default
                 # features' answer stamped with no real time. It waits for the device's data
                 # (a failover's backlog, another topic's lag), within bounds.
-                M.NO_DATA.inc(self.awaiting.hold(item, mono))
+                metrics.NO_DATA.inc(self.awaiting.hold(item, mono))
                 continue
             self.table.slots([r.device_id], [m.partition()])
             self._trigger(item, now_ms, mono)
@@ -225,28 +223,30 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         s = self.table.slot[item.device]
         reason = item.reason
         if reason.predicts:
-            reason = P.throttle_one(
+            reason = policy.throttle_one(
                 self.cfg.policy, reason, int(self.table.predicted_at[s]), now_ms
             )
         self.decisions(reason, 1)
         self._route(item, reason, int(self.table.predicted_at[s]), mono)
 
-    def _route(self, item: Pending, decision: P.Reason, predicted_at: int, mono: float) -> None:
+    def _route(self, item: Pending, decision: Reason, predicted_at: int, mono: float) -> None:
         d = item.device
         if d in self.batcher:
             self.batcher.add(d, item, mono, merge)
-            M.COALESCED.inc()
+            metrics.COALESCED.inc()
         elif d in self.deferred:
             merge(self.deferred[d], item)
-            M.COALESCED.inc()
+            metrics.COALESCED.inc()
             if self.on_defer is not None:
                 self.on_defer(self.deferred[d])
-        elif decision == P.Reason.THROTTLED:
+        elif decision == Reason.THROTTLED:
             self.deferred[d] = item
             if self.on_defer is not None:
                 self.on_defer(item)
             self._seq += 1
-            heapq.heappush(self._due, (P.release_at(self.cfg.policy, predicted_at), self._seq, d))
+            heapq.heappush(
+                self._due, (policy.release_at(self.cfg.policy, predicted_at), self._seq, d)
+            )
         elif decision.emits:
             self.batcher.add(d, item, mono, merge)
 
@@ -275,8 +275,8 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         """Move throttled devices whose window ended (or all of them) into the batcher."""
         n = 0
         if self.awaiting:
-            M.NO_DATA.inc(self.awaiting.expire(mono))
-            M.AWAITING.set(len(self.awaiting))
+            metrics.NO_DATA.inc(self.awaiting.expire(mono))
+            metrics.AWAITING.set(len(self.awaiting))
         while self._due and (everything or self._due[0][0] <= now_ms):
             _, _, d = heapq.heappop(self._due)
             item = self.deferred.pop(d, None)
@@ -302,7 +302,7 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         has = self.table.has_data
         keep = [it for it in items if has(it.device)]
         if len(keep) != len(items):
-            M.NO_DATA.inc(len(items) - len(keep))
+            metrics.NO_DATA.inc(len(items) - len(keep))
         return keep
 
     # -- offsets and partitions -----------------------------------------------------------------------
@@ -362,8 +362,8 @@ _TOPIC, _PARTITION, _OFFSET = (
 
 
 def _count_unknown(field: str, n: int) -> None:
-    M.UNKNOWN_CATEGORY.labels(field).inc(n)
+    metrics.UNKNOWN_CATEGORY.labels(field).inc(n)
 
 
-def _count_decision(reason: P.Reason, n: int) -> None:
-    M.DECISIONS.labels(reason.label).inc(n)
+def _count_decision(reason: Reason, n: int) -> None:
+    metrics.DECISIONS.labels(reason.label).inc(n)

@@ -31,89 +31,11 @@ trigger is deferred, not dropped, and released when its window ends (see `worker
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 
 from workers.model.sensitivity import Sensitivity
-
-
-class Reason(IntEnum):
-    """Decision codes (an int8 array on the hot path); `.label` names them in metrics."""
-
-    UNCHANGED = 0
-    STALE = 1
-    THROTTLED = 2
-    CONTEXT_ONLY = 3  # a cleared/info alarm: context updated, nothing to precompute
-    RENEWED = 4  # the stored answer is published again with new validity; no inference
-    LAPSED = 5  # its device stopped sending: published once more, without lease terms
-    FIRST_SEEN = 10
-    HEARTBEAT_CHANGED = 11
-    REFRESH = 12
-    WORK_ORDER = 13
-    ALARM = 14
-    API_MISS = 20
-    PREFETCH = 21
-    BACKFILL = 22
-    EXPIRY_REQUEST = 23
-
-    @property
-    def label(self) -> str:
-        return _LABELS[self]
-
-    @property
-    def predicts(self) -> bool:
-        return self >= Reason.FIRST_SEEN
-
-    @property
-    def emits(self) -> bool:
-        """A record is published: a prediction, or a renewal of the stored one."""
-        return self >= Reason.FIRST_SEEN or self in (Reason.RENEWED, Reason.LAPSED)
-
-    @property
-    def republishes(self) -> bool:
-        """The stored answer is published again without an inference."""
-        return self in (Reason.RENEWED, Reason.LAPSED)
-
-
-_LABELS = {
-    Reason.UNCHANGED: "unchanged",
-    Reason.STALE: "stale",
-    Reason.THROTTLED: "throttled",
-    Reason.CONTEXT_ONLY: "context_only",
-    Reason.RENEWED: "renewed",
-    Reason.LAPSED: "lapsed",
-    Reason.FIRST_SEEN: "first_seen",
-    Reason.HEARTBEAT_CHANGED: "heartbeat_changed",
-    Reason.REFRESH: "refresh_before_expiry",
-    Reason.WORK_ORDER: "work_order",
-    Reason.ALARM: "alarm",
-    Reason.API_MISS: "api_miss",
-    Reason.PREFETCH: "prefetch",
-    Reason.BACKFILL: "backfill",
-    Reason.EXPIRY_REQUEST: "expiry_request",
-}
-
-# PredictionSet.trigger for each predicting reason (schemas.predictions.Trigger).
-TRIGGER = {
-    Reason.FIRST_SEEN: "heartbeat",
-    Reason.HEARTBEAT_CHANGED: "heartbeat",
-    Reason.REFRESH: "expiry",
-    Reason.RENEWED: "expiry",
-    Reason.LAPSED: "expiry",
-    Reason.WORK_ORDER: "work_order",
-    Reason.ALARM: "alarm",
-    Reason.API_MISS: "api_miss",
-    Reason.PREFETCH: "prefetch",
-    Reason.BACKFILL: "backfill",
-    Reason.EXPIRY_REQUEST: "expiry",
-}
-REQUEST_REASON = {
-    "api_miss": Reason.API_MISS,
-    "prefetch": Reason.PREFETCH,
-    "backfill": Reason.BACKFILL,
-    "expiry": Reason.EXPIRY_REQUEST,
-}
+from workers.precompute.items import Reason
 
 
 @dataclass(frozen=True)

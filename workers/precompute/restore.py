@@ -19,8 +19,7 @@ from precast.guard import REJECTED, Guard, Unusable
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaFailure, TopicPartitionOffset
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
-from workers.precompute import changelog
-from workers.precompute import metrics as M
+from workers.precompute import changelog, metrics
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.restore")
@@ -91,9 +90,9 @@ class StateRestorer:
                     )
         finally:
             c.assign([])
-        M.RESTORED.inc(n)
-        M.STATE_INVALID.inc(bad)
-        M.RESTORE_S.inc(time.perf_counter() - t0)
+        metrics.RESTORED.inc(n)
+        metrics.STATE_INVALID.inc(bad)
+        metrics.RESTORE_S.inc(time.perf_counter() - t0)
         log.info(
             "restored %d devices of %s partitions %s in %.2f s",
             n,
@@ -116,7 +115,7 @@ class StateRestorer:
         for p, (ks, vs) in by_part.items():
             try:
                 devices, rec, b, foreign = layout.decode(ks, vs)
-                M.STATE_FOREIGN.inc(foreign)
+                metrics.STATE_FOREIGN.inc(foreign)
                 b += table.restore(devices, [p] * len(devices), rec)
             except Exception as exc:  # noqa: BLE001 - the boundary: a restore must not fail
                 # on what a record holds (the assignment would fail, and again at every retry)

@@ -13,7 +13,7 @@ from typing import Any
 
 from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, RecordRef, TopicPartitionOffset
-from workers.precompute.encode import Pending
+from workers.precompute.items import Pending
 from workers.precompute.trace import traceparent
 
 CHECKPOINT_FORMAT = 1

@@ -11,9 +11,8 @@ from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas.spec.fields import Categorical
 from workers.model.inference import ModelSession
-from workers.precompute.encode import Pending
+from workers.precompute.items import TRIGGER, Pending
 from workers.precompute.loop import Worker
-from workers.precompute.policy import TRIGGER
 from workers.shadow.compare import Comparison
 from workers.shadow.replay import Checkpointer, slim
 
