@@ -120,7 +120,8 @@ def feature_matrix(
         else:
             by = cols[c.by] if c.by else [None] * n
             rows = (
-                {c.source: s, **({c.by: b} if c.by else {})} for s, b in zip(cols[c.source], by)
+                {c.source: s, **({c.by: b} if c.by else {})}
+                for s, b in zip(cols[c.source], by, strict=True)
             )
             state[:, j] = [1.0 if member(c, r) else 0.0 for r in rows]
     empty = fleet.context.empty()
