@@ -5,19 +5,19 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
-from pathlib import Path
 from types import ModuleType
 
-from bench.harness import Context, progress, record, render_table
+from bench import benchmarks
+from bench.support.harness import Context, progress, record, render_table
 from precast.runtime import OneLineParser
 
 
 def available() -> dict[str, ModuleType]:
+    """Every module of bench/benchmarks/ by its NAME; the support modules live elsewhere."""
     mods = {}
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.name.startswith("bench_"):
-            mod = importlib.import_module(f"bench.{info.name}")
-            mods[mod.NAME] = mod
+    for info in pkgutil.iter_modules(benchmarks.__path__):
+        mod = importlib.import_module(f"{benchmarks.__name__}.{info.name}")
+        mods[mod.NAME] = mod
     return dict(sorted(mods.items()))
 
 

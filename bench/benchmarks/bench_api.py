@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.api_live import live_phase
-from bench.api_load import ApiServer, fixed_rate, wrk
-from bench.api_rebuild import publish, rebuild
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
+from bench.support.loads.api_load import ApiServer, fixed_rate, wrk
+from bench.support.parts.api_live import live_phase
+from bench.support.parts.api_rebuild import publish, rebuild
 
 NAME = "api"
 DESCRIPTION = "read API: req/s vs constant body and on-demand, fixed-rate p99, rebuild 1M, hit ratio, freshness"
@@ -26,7 +26,7 @@ SPARE_CPU = (
 
 SERVERS = ("granian", "uvicorn")  # the default first (consumer_api.settings.ApiOptions.server)
 NEWEST, CONSTANT, ONDEMAND = "newest (GET one device)", "constant body", "on-demand inference"
-POOL = 20  # keep-alive connections of a reverse proxy's upstream pool (bench/api_load.fixed_rate)
+POOL = 20  # keep-alive connections of a reverse proxy's upstream pool (bench/support/loads/api_load.fixed_rate)
 
 
 def _pins() -> tuple[str | None, str | None]:
@@ -298,7 +298,7 @@ def run(ctx: Context) -> Report:
         figures=figures,
         notes=[
             "Load generators: wrk (saturation) and h2load --rps (fixed rate, connections opened 1 ms apart "
-            "so arrivals are spread, latency of every request from its log; see bench/api_load.py); "
+            "so arrivals are spread, latency of every request from its log; see bench/support/loads/api_load.py); "
             f"both share the 2 cores with the server, Kafka and Redis; {pinned}.",
             f"Load average (1/5/15 min) at the start {'/'.join(f'{x:.2f}' for x in load_before)}, "
             f"at the end of the HTTP phases {'/'.join(f'{x:.2f}' for x in load_after)}.",

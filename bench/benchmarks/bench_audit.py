@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.audit_proofs import PARTITIONS, big_log, leaf_value, proof_times
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
+from bench.support.parts.audit_proofs import PARTITIONS, big_log, leaf_value, proof_times
 
 NAME = "audit"
 DESCRIPTION = "audit log appends/s (checkpoint every 1 s), checkpoint lag, 1M-leaf verify, proofs"
@@ -87,8 +87,8 @@ def _throughput(settings, topic: str, cp_topic: str, n: int, tmp: Path) -> tuple
 
 def _verify_with_topic(settings, topic: str, db: Path, verifier: Any) -> tuple[float, int]:
     """`precast audit verify`'s full check, topic comparison included: seconds, records compared."""
-    from opsctl.ranges import OffsetRange
-    from opsctl.reader import RangeReader, range_consumer
+    from opsctl.toolkit.ranges import OffsetRange
+    from opsctl.toolkit.reader import RangeReader, range_consumer
     from precast.audit.store import LogStore
     from precast.audit.verify import verify_store
 
@@ -126,14 +126,14 @@ def _lag(settings, topic: str, cp_topic: str, rate: int, seconds: float, tmp: Pa
         [
             sys.executable,
             "-m",
-            "bench.bench_audit",
+            "bench.benchmarks.bench_audit",
             "produce",
             settings.bootstrap_servers,
             topic,
             str(rate),
             str(total),
         ],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     deadline = time.monotonic() + seconds + 60
     while app.tree.size < start_size + total and time.monotonic() < deadline:
@@ -145,7 +145,7 @@ def _lag(settings, topic: str, cp_topic: str, rate: int, seconds: float, tmp: Pa
 
 
 def _paced_producer(bootstrap: str, topic: str, rate: int, total: int) -> None:
-    """`python -m bench.bench_audit produce BOOTSTRAP TOPIC RATE TOTAL`: records at a steady rate,
+    """`python -m bench.benchmarks.bench_audit produce BOOTSTRAP TOPIC RATE TOTAL`: records at a steady rate,
     in 10 ms slices, values encoded before the clock starts."""
     from precast.kafka import Producer
     from precast.settings import KafkaSettings

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.harness import Context, Figure, Report, app_env, progress
+from bench.support.harness import Context, Figure, Report, app_env, progress
 
 NAME = "board"
 DESCRIPTION = "board: event -> DOM latency at 1k events/s, JS heap growth over the run"
@@ -26,7 +26,7 @@ SPARE_CPU = (
     "both cores free: headless Chromium, the API, the worker and the broker share them; "
     "event-to-screen latencies move first when anything else runs."
 )
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
 DEVICES = 1_000
 RATE = 1_000  # events/s: one heartbeat per device per second

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import orjson
 
-from bench.cluster_groups import group_coordinator, group_led_by
-from bench.cluster_procs import (
+from bench.support.harness import Context, Report, pin, progress, stop_processes
+from bench.support.parts.cluster_groups import group_coordinator, group_led_by
+from bench.support.parts.cluster_procs import (
     PARTITIONS,
     LeaderWatch,
     Load,
@@ -35,9 +36,8 @@ from bench.cluster_procs import (
     spawn_worker,
     wait_http,
 )
-from bench.cluster_report import report
-from bench.cluster_stalls import BOUND_S, after_kill, path_watch
-from bench.harness import Context, Report, pin, progress, stop_processes
+from bench.support.parts.cluster_report import report
+from bench.support.parts.cluster_stalls import BOUND_S, after_kill, path_watch
 
 NAME = "cluster"
 DESCRIPTION = "3-broker cluster: leader kill -9 under load, worker scale-out 3 vs 1, soak RSS"
@@ -50,7 +50,7 @@ SPARE_CPU = (
     "everything to CPU 0."
 )
 # The rates: 10k heartbeats/s around the leader kill, 5k/s for 10 minutes in the soak.
-# The load generator cycles pre-encoded records (bench.cluster_procs.Load) so that one Python
+# The load generator cycles pre-encoded records (bench.support.parts.cluster_procs.Load) so that one Python
 # thread sends them beside three brokers and the workers on 2 cores; the achieved rate is
 # reported with every figure.
 KILL_RATE = 10_000

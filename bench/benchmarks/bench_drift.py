@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 from precast.fleet import load_fleet
 from precast.kafka import Record
 from producers.simulator import Fleet

@@ -1,5 +1,5 @@
 """Fleet specs: the spec-driven decode-and-features path against the hand-written numpy code of
-the built-in fleet it replaced (bench/reference_fleet.py) on the same records, in one process,
+the built-in fleet it replaced (bench/support/parts/reference_fleet.py) on the same records, in one process,
 alternating; and worker events/s for both shipped fleets over a backlog on the real broker."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import orjson
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 
 NAME = "fleets"
 DESCRIPTION = (
@@ -52,7 +52,7 @@ def _spec_path(fleet, batches: list) -> float:
 
 
 def _reference_path(batches: list) -> float:
-    from bench import reference_fleet as ref
+    from bench.support.parts import reference_fleet as ref
 
     empty = {k: None for k in ref.CONTEXT_COLUMNS}
     t0 = time.perf_counter()
@@ -79,7 +79,7 @@ def _decode_ratio(ctx: Context) -> tuple[list[list], list[Figure]]:
     recs = _records(fleet, n)
     batches = [recs[i : i + 2_000] for i in range(0, n, 2_000)]
     # same features both ways (the reference is main's code)
-    from bench import reference_fleet as ref
+    from bench.support.parts import reference_fleet as ref
     from workers.precompute.decode import Decoder
 
     a = Decoder(fleet).heartbeats(batches[0], _no_reject)

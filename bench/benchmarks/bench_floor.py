@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
-from bench.bench_freshness import _capacity, _quiet
-from bench.fleet_load import LoadProcess
-from bench.freshness_run import LOAD_STEP_S, log_append_catalog, pct
-from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
-from bench.procstat import cpu_s
+from bench.benchmarks.bench_freshness import _capacity, _quiet
+from bench.support.harness import Context, Figure, Report, listener_pid, on_one_core, progress
+from bench.support.loads.fleet_load import LoadProcess
+from bench.support.parts.freshness_run import LOAD_STEP_S, log_append_catalog, pct
+from bench.support.procstat import cpu_s
 
 NAME = "floor"
 DESCRIPTION = "freshness of Kafka alone (load, relay, reader) at the freshness sweep's rates"

@@ -5,7 +5,7 @@ materializer and API processes, with fleet heartbeats flowing (at-least-once).
 Each mode first measures the worker's capacity on that CPU (one worker over a backlog, the
 `bench worker` loop), then runs one worker and one API process and sweeps 1k, 2k, 5k, 10k
 heartbeats/s and a quarter of that capacity. Every point reports each answer's time hop by hop
-(bench/freshness_run.py), the CPU each process spent per event, and the worker's batches. One
+(bench/support/parts/freshness_run.py), the CPU each process spent per event, and the worker's batches. One
 core: this process, the worker, the API, the load and the broker all pinned to CPU 0 (taskset;
 PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). The goal (issue 27): p50 <= 5 ms and
 p99 <= 25 ms at every rate up to a quarter of the capacity, on both.
@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import time
 
-from bench.fleet_load import LOAD_DEVICES, LoadProcess
-from bench.freshness_run import (
+from bench.support.harness import Context, Figure, Report, listener_pid, on_one_core, progress
+from bench.support.loads.fleet_load import LOAD_DEVICES, LoadProcess
+from bench.support.parts.freshness_run import (
     HOPS,
     LOAD_STEP_S,
     PROCESSES,
@@ -26,8 +27,7 @@ from bench.freshness_run import (
     log_append_catalog,
     pct,
 )
-from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
-from bench.procstat import cpu_s, thread_cpu_s
+from bench.support.procstat import cpu_s, thread_cpu_s
 
 NAME = "freshness"
 DESCRIPTION = "event -> answer readable and pushed, swept over rates, all cores and one core"
@@ -54,8 +54,8 @@ JIT_SETTLED, JIT_WINDOW_S = 0.05, 5.0
 
 def _capacity(ctx: Context, admin, devices: int) -> float:
     """Events/s of one worker over a backlog of the fleet's heartbeats, on this process's CPUs."""
-    from bench.bench_worker import _catalog, _run_worker
-    from bench.fleet_load import produce_heartbeats
+    from bench.benchmarks.bench_worker import _catalog, _run_worker
+    from bench.support.loads.fleet_load import produce_heartbeats
     from precast.kafka import Consumer
 
     topics = _catalog(ctx, admin)

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import orjson
 
-from bench.harness import Context, Figure, Report, progress
-from bench.hostile_load import (
+from bench.support.harness import Context, Figure, Report, progress
+from bench.support.loads.hostile_load import (
     api_process,
     close_all,
     latencies_ms,
@@ -23,7 +23,7 @@ from bench.hostile_load import (
     raise_fd_limit,
     still_open,
 )
-from bench.hostile_poison import DEVICES, run_poison
+from bench.support.parts.hostile_poison import DEVICES, run_poison
 
 NAME = "hostile"
 DESCRIPTION = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 
 NAME = "kafka"
 DESCRIPTION = "raw confluent-kafka produce/consume vs the precast.kafka wrappers, same run"

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import Context, Figure, Report, app_env, progress
-from bench.learn_stream import DRIFT, Stream, publish
+from bench.support.harness import Context, Figure, Report, app_env, progress
+from bench.support.loads.learn_stream import DRIFT, Stream, publish
 
 NAME = "learn"
 DESCRIPTION = "dataset build vs replay, retrained vs stale and ground-truth models, PIT leaks"
@@ -153,7 +153,7 @@ def _accuracy(folder: Path, fleet: Any, x: np.ndarray, y: np.ndarray) -> tuple[f
 
 
 def run(ctx: Context) -> Report:
-    from opsctl.ranges import format_time
+    from opsctl.toolkit.ranges import format_time
     from precast.fleet import load_fleet
     from precast.fleet.simulate.training import training_rows
     from precast.kafka import Admin

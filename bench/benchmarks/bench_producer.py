@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 
 NAME = "producer"
 DESCRIPTION = "EventPublisher and the simulator vs a bare confluent-kafka produce loop, same messages, same run"

@@ -11,7 +11,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 
 NAME = "replay"
 DESCRIPTION = "precast replay msgs/s vs kcat (consume | produce pipe) copying the same range"

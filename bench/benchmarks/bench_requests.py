@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import Context, Figure, Report, listener_pid, on_one_core, progress
-from bench.procstat import cpu_s
+from bench.support.harness import Context, Figure, Report, listener_pid, on_one_core, progress
+from bench.support.procstat import cpu_s
 
 NAME = "requests"
 DESCRIPTION = "what one produce request and one fetch response cost the local broker: CPU, switches"

@@ -21,9 +21,9 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bench.bench_worker import PARTITIONS, ROOT, _catalog, _worker
-from bench.fleet_load import produce_heartbeats
-from bench.harness import Context, Figure, Report, progress
+from bench.benchmarks.bench_worker import PARTITIONS, ROOT, _catalog, _worker
+from bench.support.harness import Context, Figure, Report, progress
+from bench.support.loads.fleet_load import produce_heartbeats
 
 NAME = "shadow"
 DESCRIPTION = "shadow run (live + candidate model, comparison) events/s vs the worker's, same range"

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 from redis.cluster import RedisCluster
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 
 NAME = "sizing"
 DESCRIPTION = "Redis bytes per device (single, cluster) and Kafka bytes per event on disk"

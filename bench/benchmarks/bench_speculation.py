@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.harness import Context, Figure, Report, progress
-from bench.speculation_arm import T0, TICK_MS, TOPICS, WARMUP_MS, Arm, Outcome, Reads
+from bench.support.harness import Context, Figure, Report, progress
+from bench.support.parts.speculation_arm import T0, TICK_MS, TOPICS, WARMUP_MS, Arm, Outcome, Reads
 from precast.kafka import Record
 from producers.simulator import Fleet
 from workers.model.inference import ModelSession

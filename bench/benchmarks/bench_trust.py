@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 
-from bench.harness import ROOT, Context, Figure, Report, progress, stop_processes
+from bench.support.harness import ROOT, Context, Figure, Report, progress, stop_processes
 
 NAME = "trust"
 DESCRIPTION = "worker state restore of 1M devices; unknown-ID read flood: API RSS growth, writes"

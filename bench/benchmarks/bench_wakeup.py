@@ -21,7 +21,7 @@ import resource
 import time
 from dataclasses import dataclass
 
-from bench.harness import Context, Figure, Report, progress
+from bench.support.harness import Context, Figure, Report, progress
 
 NAME = "wakeup"
 DESCRIPTION = "hand-over between two processes on one CPU vs across CPUs: time and CPU"

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.fleet_load import produce_heartbeats
-from bench.harness import Context, Figure, Report, progress
-from bench.worker_bound import decode_free
-from bench.worker_freshness import WARMUP_S, freshness
-from bench.worker_one_core import gap_rows, one_core
+from bench.support.harness import Context, Figure, Report, progress
+from bench.support.loads.fleet_load import produce_heartbeats
+from bench.support.parts.worker_bound import decode_free
+from bench.support.parts.worker_freshness import WARMUP_S, freshness
+from bench.support.parts.worker_one_core import gap_rows, one_core
 
 NAME = "worker"
 DESCRIPTION = (
@@ -28,7 +28,7 @@ SPARE_CPU = (
     "core to themselves (PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). CPU per "
     "event rows hardly move with other work; events/s and ratios of wall time do."
 )
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
 
 
@@ -72,7 +72,7 @@ def _worker(
         assignment=[TopicPartitionOffset(hb, p, 0) for p in range(PARTITIONS)],
         stop_at={(hb, p): end[p] for p in range(PARTITIONS)},
     )
-    if predecoded is not None:  # bench.worker_bound: decoding done before the run
+    if predecoded is not None:  # bench.support.parts.worker_bound: decoding done before the run
         w.pipeline.decoder.heartbeats = predecoded.heartbeats  # type: ignore[method-assign]
     return w
 
@@ -315,7 +315,7 @@ def run(ctx: Context) -> Report:
             "includes waiting for fetches; 'commit' is acknowledgement checks and offset commits.",
             "Upper bound: the same worker over the same records, with every heartbeat decoded by "
             "the worker's own decoder before the run and looked up by (partition, offset) in it "
-            "(bench/worker_bound.py): what worker_vs_passthrough would be if decoding cost nothing.",
+            "(bench/support/parts/worker_bound.py): what worker_vs_passthrough would be if decoding cost nothing.",
             "Freshness: per input record, from its producer's CreateTime to the moment a read_committed reader "
             "held a prediction naming it in lineage; the worker runs as its own process (precast-worker). "
             "The load (its own process at nice 10, standing in for devices elsewhere) is paced 10 "

@@ -15,7 +15,7 @@ import uuid
 import orjson
 import pytest
 
-from bench.hostile_load import (
+from bench.support.loads.hostile_load import (
     api_process,
     close_all,
     get,

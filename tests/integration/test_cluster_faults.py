@@ -166,8 +166,8 @@ def test_active_controller_and_group_coordinator_killed_answers_resume_within_10
     elected before it can fence the dead node, so leaders move 5-6 s after the kill; answers
     must still resume on every partition within 10 s (they stopped for up to 90 s while a
     worker's commit waited on outputs for a partition without a leader)."""
-    from bench.cluster_groups import group_led_by
-    from bench.cluster_procs import active_controller
+    from bench.support.parts.cluster_groups import group_led_by
+    from bench.support.parts.cluster_procs import active_controller
 
     ks, topics, admin = cluster_kafka_settings, cluster_topics, cluster_admin
     hb = topics.heartbeats

@@ -1,7 +1,7 @@
 """bench cluster names the stage that stood still after a broker kill: the first along the answer
 path that made no progress for half the bound, from sampled counters (issue 36)."""
 
-from bench.cluster_stalls import BOUND_S, StallWatch, name_stall, stalls
+from bench.support.parts.cluster_stalls import BOUND_S, StallWatch, name_stall, stalls
 
 
 def _watch(counter: list[tuple[float, float]], wait: list[tuple[float, float]]) -> StallWatch:
@@ -50,7 +50,7 @@ def test_stalls_combines_the_watch_with_the_benchs_own_tails():
 def test_metric_total_sums_the_matching_samples_of_one_metric(monkeypatch):
     import io
 
-    from bench import cluster_stalls
+    from bench.support.parts import cluster_stalls
 
     text = (
         "# HELP precast_worker_stage_seconds_total wall time\n"
@@ -87,7 +87,7 @@ class _Msg:
 def test_the_answers_tail_survives_a_lease_and_a_record_it_cannot_time():
     """A validity lease (no computed_at_ms) ended the tail's thread with a KeyError, and with it
     every answer the benchmark saw: the issue's 'no answer within 90 s' (issue 36)."""
-    from bench.cluster_procs import PostFaultTail
+    from bench.support.parts.cluster_procs import PostFaultTail
     from precast.settings import KafkaSettings
     from schemas.leases import LEASE_KEY_PREFIX
 
@@ -112,7 +112,7 @@ class _Tail:
 
 
 def test_stages_idle_after_the_load_ended_are_not_a_stall():
-    from bench.cluster_stalls import after_kill
+    from bench.support.parts.cluster_stalls import after_kill
 
     steady = [(t / 4, float(t)) for t in range(0, 81)]  # grows until t=20, then the window ends
     w = _watch(steady[:41] + [(t / 4, 40.0) for t in range(41, 361)], [(0.0, 0.0), (90.0, 0.0)])

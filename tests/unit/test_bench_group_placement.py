@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.cluster_groups import _coordinator, java_hash
+from bench.support.parts.cluster_groups import _coordinator, java_hash
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.fleet_load import paced
+from bench.support.loads.fleet_load import paced
 from producers.publisher import TraceIds
 from producers.simulator import Fleet
 

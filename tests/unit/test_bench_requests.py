@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench.bench_requests import Window, context_switches
+from bench.benchmarks.bench_requests import Window, context_switches
 
 
 def test_cost_per_request_subtracts_the_idle_rate_over_the_same_time():

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _benchmarks() -> dict[str, str | None]:
     """NAME -> SPARE_CPU (None when absent) of each bench module, read without importing it."""
     out: dict[str, str | None] = {}
-    for path in sorted((ROOT / "bench").glob("bench_*.py")):
+    for path in sorted((ROOT / "bench" / "benchmarks").glob("bench_*.py")):
         consts: dict[str, object] = {}
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1:

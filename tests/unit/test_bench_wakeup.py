@@ -3,7 +3,7 @@ it in the same process, and a leftover pin to one CPU or leaked pipes would skew
 
 import os
 
-from bench.bench_wakeup import round_trips
+from bench.benchmarks.bench_wakeup import round_trips
 
 
 def test_round_trips_restore_the_affinity_and_close_their_pipes():

@@ -5,7 +5,7 @@ batches cut anywhere in the backlog, in any order of partitions."""
 import numpy as np
 import orjson
 
-from bench.worker_bound import Predecoded
+from bench.support.parts.worker_bound import Predecoded
 from precast.fleet import load_fleet
 from precast.kafka import Record
 from producers.simulator import Fleet

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import ROOT, progress
+from bench.support.harness import ROOT, progress
 
 
 def need(binary: str, package: str) -> str:
@@ -26,7 +26,7 @@ def need(binary: str, package: str) -> str:
 
 
 class ApiServer:
-    """`python -m bench.api_server` with the given PRECAST_* environment."""
+    """`python -m bench.support.parts.api_server` with the given PRECAST_* environment."""
 
     def __init__(
         self, port: int, env: dict[str, str], devices: int, cpus: str | None = None
@@ -35,7 +35,14 @@ class ApiServer:
         self.log = Path(tempfile.mkdtemp(prefix="bench-api-")) / "server.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [*_pin(cpus), sys.executable, "-m", "bench.api_server", str(port), str(devices)],
+                [
+                    *_pin(cpus),
+                    sys.executable,
+                    "-m",
+                    "bench.support.parts.api_server",
+                    str(port),
+                    str(devices),
+                ],
                 env={**os.environ, **env},
                 cwd=ROOT,
                 stdout=log,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import ROOT
+from bench.support.harness import ROOT
 
 _PER_SOURCE = 5_000  # well inside the default ephemeral range (32768-60999) of one address
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.harness import progress
+from bench.support.harness import progress
 from precast.fleet import Fleet as CompiledFleet
 from precast.fleet.context import DeviceContext
 from precast.fleet.simulate.drift import DriftProfile

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.api_load import ApiServer, fixed_rate, zipf_paths
-from bench.harness import ROOT, Context, app_env, progress
+from bench.support.harness import ROOT, Context, app_env, progress
+from bench.support.loads.api_load import ApiServer, fixed_rate, zipf_paths
 
 
 def _probe_freshness(

@@ -8,7 +8,7 @@ import time
 
 import orjson
 
-from bench.harness import Context, progress
+from bench.support.harness import Context, progress
 
 
 def prediction_value(device: str, computed: int, produced: int, horizon_ms: int) -> bytes:
@@ -52,7 +52,7 @@ def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]
     """Time from start to ready: the in-process view, and Redis (view off, Lua CAS batches)."""
     import redis as redis_lib
 
-    from consumer_api.materializer import Materializer
+    from consumer_api.materialize.materializer import Materializer
     from precast.serving import MemoryStore, RedisStore
 
     progress(f"rebuild: publishing {n:,} predictions")

@@ -7,7 +7,7 @@ plus two comparison endpoints on the same server and event loop:
 - /bench/ondemand/{device_id} — what serving without precompute costs: build the features of
   the device's latest heartbeat and run the ONNX model for this one request, then top-K and JSON.
 
-Run: python -m bench.api_server PORT (settings from PRECAST_* like precast-api)."""
+Run: python -m bench.support.parts.api_server PORT (settings from PRECAST_* like precast-api)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import orjson
 
 from schemas.leases import is_lease_key
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 PARTITIONS = 6
 
 

@@ -1,9 +1,9 @@
 """The cluster benchmark's report: rows and figures from the leader kills, the scale-out and
-the soak that bench.bench_cluster ran."""
+the soak that bench.benchmarks.bench_cluster ran."""
 
 from __future__ import annotations
 
-from bench.harness import Figure, Report
+from bench.support.harness import Figure, Report
 
 
 def _s(x: float | None) -> str:
@@ -108,7 +108,7 @@ def report(
             "heartbeats arriving; worker consume: "
             "records read; worker produce: loops waiting for the broker to take their outputs; "
             "API reader: prediction records an API replica read; bench reader: its predictions "
-            "tail), from samples every 250 ms (bench/cluster_stalls.py).",
+            "tail), from samples every 250 ms (bench/support/parts/cluster_stalls.py).",
             "Every process of the soak is listed with its RSS at the end and its growth.",
             "A private stack in a scratch home on free ports; the shared stack is not touched.",
         ],

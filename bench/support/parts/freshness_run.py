@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.fleet_load import LoadProcess
-from bench.harness import ROOT, app_env, stop_processes
-from bench.procstat import cpu_s, thread_cpu_s
-from bench.worker_freshness import wait_ready
+from bench.support.harness import ROOT, app_env, stop_processes
+from bench.support.loads.fleet_load import LoadProcess
+from bench.support.parts.worker_freshness import wait_ready
+from bench.support.procstat import cpu_s, thread_cpu_s
 from precast.kafka.config import PRODUCER_DEFAULTS
 
 HOPS = (

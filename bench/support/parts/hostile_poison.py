@@ -21,8 +21,8 @@ from typing import Any, cast
 import numpy as np
 import orjson
 
-from bench.harness import Context, progress
-from bench.hostile_load import ApiProcess, get
+from bench.support.harness import Context, progress
+from bench.support.loads.hostile_load import ApiProcess, get
 
 DEVICES = [f"live-{i:03d}" for i in range(20)]
 spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Kafka client forked

@@ -13,7 +13,7 @@ from operator import methodcaller
 
 import numpy as np
 
-from bench.harness import Context, progress
+from bench.support.harness import Context, progress
 
 _PARTITION, _OFFSET = methodcaller("partition"), methodcaller("offset")
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.fleet_load import LoadProcess
-from bench.harness import ROOT
+from bench.support.harness import ROOT
+from bench.support.loads.fleet_load import LoadProcess
 from schemas.leases import is_lease_key
 
 WARMUP_S = 3.0  # seconds of load before inputs count

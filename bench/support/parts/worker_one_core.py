@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.harness import Context, on_one_core, progress
+from bench.support.harness import Context, on_one_core, progress
 
 
 def one_core(
