@@ -5,6 +5,7 @@ module imports itself back through another, function-level imports included."""
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
@@ -141,12 +142,114 @@ def test_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_module_over_400_lines():
-    """Small modules named for what they hold: a module past 400 lines is split by concern."""
-    big = {
-        str(p.relative_to(ROOT)): n
+# The size rule is a concern rule: a module holds one concern and is split by concern, never
+# into mixin halves. Length alone only decides past LINE_LIMIT; between ONE_CLASS_ABOVE and it a
+# module may hold one public class (with its helpers), not several.
+LINE_LIMIT = 600
+ONE_CLASS_ABOVE = 400
+# Mixin halves the worker's refactor (issue 37, deliverable 1) is taking apart. Tolerated while
+# they exist; a new one fails, a fixed one only warns so its owner need not edit this file.
+KNOWN_OFFENDERS = {
+    "workers/precompute/loop.py::Worker",
+    "workers/precompute/pipeline.py::Pipeline",
+}
+
+
+def _base_name(base: ast.expr) -> str | None:
+    """`Name`, `mod.Name` and `Name[T]` as `Name`; anything else (a call, ...) as None."""
+    if isinstance(base, ast.Subscript):
+        base = base.value
+    if isinstance(base, ast.Attribute):
+        return base.attr
+    return base.id if isinstance(base, ast.Name) else None
+
+
+def project_classes(sources: dict[str, str]) -> set[str]:
+    """Top-level classes defined in the project that are not protocols: the bases that make a
+    class a pile of mixin halves (a protocol names what a part must offer, so it may be many)."""
+    kinds: dict[str, set[bool]] = {}
+    for source in sources.values():
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef):
+                is_protocol = "Protocol" in {_base_name(b) for b in node.bases}
+                kinds.setdefault(node.name, set()).add(is_protocol)
+    return {name for name, protocol in kinds.items() if False in protocol}
+
+
+def concern_problems(path: str, source: str, project: set[str]) -> dict[str, str]:
+    """What breaks the concern rule in one module: key (`path` or `path::Class`) -> why."""
+    found: dict[str, str] = {}
+    lines = len(source.splitlines())
+    tree = ast.parse(source)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    public = [c.name for c in classes if not c.name.startswith("_")]
+    if lines > LINE_LIMIT:
+        found[path] = f"{lines} lines (limit {LINE_LIMIT})"
+    elif lines > ONE_CLASS_ABOVE and len(public) > 1:
+        found[path] = f"{lines} lines and {len(public)} public classes ({', '.join(public)})"
+    for c in classes:
+        halves = [n for b in c.bases if (n := _base_name(b)) in project]
+        if len(halves) >= 2:
+            found[f"{path}::{c.name}"] = f"built from mixin halves ({', '.join(halves)})"
+    return found
+
+
+def concern_offenders(sources: dict[str, str]) -> dict[str, str]:
+    project = project_classes(sources)
+    found: dict[str, str] = {}
+    for path, source in sources.items():
+        found.update(concern_problems(path, source, project))
+    return found
+
+
+def _checked_sources() -> dict[str, str]:
+    return {
+        str(p.relative_to(ROOT)): p.read_text()
         for pkg in (*PACKAGES, "bench")  # the benchmarks are code the project keeps too
         for p in _sources(pkg)
-        if (n := len(p.read_text().splitlines())) > 400
     }
-    assert not big
+
+
+def test_every_module_holds_one_concern():
+    """All offenders at once, each with its reason; only the known ones are let through."""
+    found = concern_offenders(_checked_sources())
+    assert {k: v for k, v in found.items() if k not in KNOWN_OFFENDERS} == {}
+    for fixed in sorted(KNOWN_OFFENDERS - set(found)):
+        warnings.warn(
+            f"{fixed} keeps the concern rule now: drop it from KNOWN_OFFENDERS", stacklevel=1
+        )
+
+
+def _lines(n: int) -> str:
+    return "".join(f"x{i} = {i}\n" for i in range(n))
+
+
+def test_concern_rule_passes_one_class_and_small_modules():
+    one = "class Reader:\n    pass\n\n\nclass _Helper:\n    pass\n" + _lines(550)
+    two_small = "class A:\n    pass\n\n\nclass B:\n    pass\n" + _lines(300)
+    assert concern_offenders({"one.py": one, "small.py": two_small}) == {}
+
+
+def test_concern_rule_flags_size_and_two_public_classes():
+    too_long = _lines(LINE_LIMIT + 1)
+    two_big = "class A:\n    pass\n\n\nclass B:\n    pass\n" + _lines(ONE_CLASS_ABOVE)
+    found = concern_offenders({"long.py": too_long, "two.py": two_big})
+    assert set(found) == {"long.py", "two.py"}
+    assert "601 lines" in found["long.py"] and "A, B" in found["two.py"]
+
+
+def test_concern_rule_flags_mixin_halves_but_not_protocols():
+    parts = (
+        "from typing import Protocol\n\n\n"
+        "class Ingest:\n    pass\n\n\nclass Scoring:\n    pass\n\n\n"
+        "class Sink(Protocol):\n    def put(self) -> None: ...\n\n\n"
+        "class Hook(Protocol):\n    def on(self) -> None: ...\n"
+    )
+    app = (
+        "from parts import Hook, Ingest, Scoring, Sink\n\n\n"
+        "class Pipeline(Ingest, Scoring):\n    pass\n\n\n"
+        "class Shadow(Sink, Hook):\n    pass\n\n\n"
+        "class Error(Ingest, ValueError):\n    pass\n"
+    )
+    found = concern_offenders({"parts.py": parts, "app.py": app})
+    assert found == {"app.py::Pipeline": "built from mixin halves (Ingest, Scoring)"}
