@@ -123,6 +123,21 @@ class FleetSettings(Section):
     )
 
 
+class TracingSettings(Section):
+    """OpenTelemetry traces (precast.telemetry.tracing): off by default and free when off."""
+
+    enabled: bool = False
+    # OTLP over HTTP: Jaeger (`precast stack up --tracing`) or any OpenTelemetry collector.
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    # Head sampling of new traces; a continued trace follows its parent's decision.
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    export_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # None: each process names itself (precast-worker, precast-api, ...).
+    service_name: str | None = None
+    # Where a person opens a trace by its ID (the board links to it); "" shows the bare ID.
+    ui_url: str = ""
+
+
 class MetricsSettings(Section):
     # Port of the /metrics, /healthz and /readyz endpoints of non-HTTP services; 0 disables.
     host: str = "127.0.0.1"
@@ -144,6 +159,7 @@ class CommonSettings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     fleet: FleetSettings = FleetSettings()
     metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
