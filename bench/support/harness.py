@@ -2,6 +2,8 @@
 
 A benchmark module defines `NAME`, `DESCRIPTION` and `run(ctx) -> Report`. Every run rewrites its
 own section of BENCHMARKS.md (between markers) and merges its figures into bench/results.json.
+Text outside the markers is the authors': the targets table at the top and each figure's history
+after its section's end marker survive every run (and a run never updates them).
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def record(name: str, command: str, report: Report) -> None:
 _HEADER = """# Benchmarks
 
 Measured with `python -m bench NAME` (or `./dev bench NAME`) against the local stack on the
-machine named in each section. Each run rewrites its own section and merges its figures into
+machine named in each section. Each run rewrites its own section (between its markers; the
+targets' history after the end marker is kept) and merges its figures into
 `bench/results.json`. The machine is small (2 cores) and shared, so figures are side-by-side
 ratios from one run rather than absolute promises.
 """
