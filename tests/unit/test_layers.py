@@ -5,7 +5,6 @@ module imports itself back through another, function-level imports included."""
 from __future__ import annotations
 
 import ast
-import warnings
 from pathlib import Path
 
 import pytest
@@ -148,7 +147,7 @@ def test_cycle_finder_finds_a_cycle():
 LINE_LIMIT = 600
 ONE_CLASS_ABOVE = 400
 # Mixin halves the worker's refactor (issue 37, deliverable 1) is taking apart. Tolerated while
-# they exist; a new one fails, a fixed one only warns so its owner need not edit this file.
+# they exist (a fixed one is simply no longer found); any other offender fails.
 KNOWN_OFFENDERS = {
     "workers/precompute/loop.py::Worker",
     "workers/precompute/pipeline.py::Pipeline",
@@ -214,10 +213,6 @@ def test_every_module_holds_one_concern():
     """All offenders at once, each with its reason; only the known ones are let through."""
     found = concern_offenders(_checked_sources())
     assert {k: v for k, v in found.items() if k not in KNOWN_OFFENDERS} == {}
-    for fixed in sorted(KNOWN_OFFENDERS - set(found)):
-        warnings.warn(
-            f"{fixed} keeps the concern rule now: drop it from KNOWN_OFFENDERS", stacklevel=1
-        )
 
 
 def _lines(n: int) -> str:
