@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import Any
 
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.telemetry.progress import table
@@ -20,20 +20,18 @@ from schemas.access import COMPONENTS, Grant, grants, principal_for
 from schemas.topics import catalog
 
 
-def add_parser(sub: Any) -> None:
-    ap = sub.add_parser("acls", help="the Kafka ACLs of each component", description=__doc__)
-    ap.add_argument("action", choices=["show", "apply", "missing", "users"])
-    ap.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["show", "apply", "missing", "users"])
+    parser.add_argument(
         "--component", action="append", choices=sorted(COMPONENTS), help="only these (repeat)"
     )
-    ap.add_argument(
+    parser.add_argument(
         "--principal",
         action="append",
         default=[],
         metavar="COMPONENT=PRINCIPAL",
         help="the principal a component runs as, e.g. worker=User:svc-worker",
     )
-    ap.set_defaults(fn=run)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, str]:
@@ -128,3 +126,12 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         f"created {len(missing)} ACLs ({len(want) - len(missing)} were there) as {admin.principal}"
     )
     return 0
+
+
+COMMAND = Command(
+    "acls",
+    help="the Kafka ACLs of each component",
+    description=__doc__,
+    arguments=arguments,
+    run=run,
+)

@@ -16,8 +16,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
+from opsctl.commands.base import Action, Command
 from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.files import write_private
@@ -26,39 +26,35 @@ from precast.telemetry.progress import table
 from precast.tokens import SCOPES, generation, line_for, new_token, parse_file, parse_scopes
 
 
-def add_parser(sub: Any) -> None:
-    tp = sub.add_parser("api-token", help="the read API's bearer tokens", description=__doc__)
-    acts = tp.add_subparsers(dest="action", required=True)
-    acts.add_parser("new", help="print a fresh token (stored nowhere)").set_defaults(fn=run_new)
-    for name, hlp, fn in (
-        ("add", "make a token, store its digest, print it once", run_add),
-        ("list", "names and scopes in the tokens file", run_list),
-        ("revoke", "remove a token from the tokens file", run_revoke),
-    ):
-        ap = acts.add_parser(name, help=hlp)
-        ap.add_argument(
-            "--file", required=True, type=Path, help="the tokens file (PRECAST_API__TOKENS_FILE)"
-        )
-        if name != "list":
-            ap.add_argument("name")
-        if name == "add":
-            ap.add_argument("--scopes", required=True, help=f"comma-separated: {', '.join(SCOPES)}")
-        if name == "revoke":
-            ap.add_argument(
-                "--api",
-                action="append",
-                default=None,
-                metavar="URL",
-                help="a running API to confirm the revoke with (its /healthz names the tokens "
-                "file it serves from); repeat for each replica; default http://127.0.0.1:8000",
-            )
-            ap.add_argument(
-                "--wait",
-                type=float,
-                default=5.0,
-                help="seconds to wait for each API to take it (default 5; 0: do not ask)",
-            )
-        ap.set_defaults(fn=fn)
+def _file_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--file", required=True, type=Path, help="the tokens file (PRECAST_API__TOKENS_FILE)"
+    )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    _file_argument(parser)
+    parser.add_argument("name")
+    parser.add_argument("--scopes", required=True, help=f"comma-separated: {', '.join(SCOPES)}")
+
+
+def _revoke_arguments(parser: argparse.ArgumentParser) -> None:
+    _file_argument(parser)
+    parser.add_argument("name")
+    parser.add_argument(
+        "--api",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="a running API to confirm the revoke with (its /healthz names the tokens "
+        "file it serves from); repeat for each replica; default http://127.0.0.1:8000",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        help="seconds to wait for each API to take it (default 5; 0: do not ask)",
+    )
 
 
 def _lines(path: Path) -> list[str]:
@@ -155,3 +151,31 @@ def _generation_of(body: bytes) -> str | None:
     except ValueError:
         return None
     return str(doc.get("tokens")) if isinstance(doc, dict) else None
+
+
+COMMAND = Command(
+    "api-token",
+    help="the read API's bearer tokens",
+    description=__doc__,
+    actions=(
+        Action("new", help="print a fresh token (stored nowhere)", run=run_new),
+        Action(
+            "add",
+            help="make a token, store its digest, print it once",
+            run=run_add,
+            arguments=_add_arguments,
+        ),
+        Action(
+            "list",
+            help="names and scopes in the tokens file",
+            run=run_list,
+            arguments=_file_argument,
+        ),
+        Action(
+            "revoke",
+            help="remove a token from the tokens file",
+            run=run_revoke,
+            arguments=_revoke_arguments,
+        ),
+    ),
+)

@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from opsctl.ranges import OffsetRange
-from opsctl.reader import RangeReader, range_consumer
+from opsctl.commands.base import Action, Command
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit.ranges import OffsetRange
+from opsctl.toolkit.reader import RangeReader, range_consumer
 from precast.audit.answers import (
     NotFound,
     check_consistency,
@@ -48,30 +49,23 @@ class AuditFailed(PrecastError):
     exit_code = 1
 
 
-def add_parser(sub: Any) -> None:
-    ap = sub.add_parser(
-        "audit", help="check the predictions audit log (docs/audit.md)", description=__doc__
+def _common(p: argparse.ArgumentParser, http: bool = True) -> None:
+    p.add_argument("--db", type=Path, help="the log's SQLite file (default PRECAST_AUDIT__DB_PATH)")
+    p.add_argument(
+        "--key", help="verifier key, or a file holding it (default PRECAST_AUDIT__PUBLIC_KEY)"
     )
-    acts = ap.add_subparsers(dest="audit_command", required=True)
+    if http:
+        p.add_argument("--url", help="ask the auditor's HTTP API instead of reading the store")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
-    def common(p: argparse.ArgumentParser, http: bool = True) -> None:
-        p.add_argument(
-            "--db", type=Path, help="the log's SQLite file (default PRECAST_AUDIT__DB_PATH)"
-        )
-        p.add_argument(
-            "--key", help="verifier key, or a file holding it (default PRECAST_AUDIT__PUBLIC_KEY)"
-        )
-        if http:
-            p.add_argument("--url", help="ask the auditor's HTTP API instead of reading the store")
-        p.add_argument("--json", action="store_true", help="print JSON")
 
-    cp = acts.add_parser("checkpoint", help="the newest signed checkpoint, signature checked")
-    common(cp)
+def _checkpoint_arguments(cp: argparse.ArgumentParser) -> None:
+    _common(cp)
     cp.add_argument("--topic", action="store_true", help="read it from the checkpoints topic")
-    cp.set_defaults(fn=run_checkpoint)
 
-    pp = acts.add_parser("prove", help="inclusion or consistency proof, checked with the key")
-    common(pp)
+
+def _prove_arguments(pp: argparse.ArgumentParser) -> None:
+    _common(pp)
     pp.add_argument("--partition", type=int)
     pp.add_argument("--offset", type=int)
     pp.add_argument("--device")
@@ -83,12 +77,11 @@ def add_parser(sub: Any) -> None:
     pp.add_argument(
         "--tree-size", type=int, dest="tree_size", help="inclusion: prove against this checkpoint"
     )
-    pp.set_defaults(fn=run_prove)
 
-    vp = acts.add_parser("verify", help="the whole log against its checkpoints and the topic")
-    common(vp, http=False)
+
+def _verify_arguments(vp: argparse.ArgumentParser) -> None:
+    _common(vp, http=False)
     vp.add_argument("--no-topic", action="store_true", help="skip the comparison with the topic")
-    vp.set_defaults(fn=run_verify)
 
 
 # -- inputs -------------------------------------------------------------------------------------
@@ -351,3 +344,31 @@ def _print_report(args: argparse.Namespace, report: Report, elapsed: float) -> N
             "ok: every leaf, every signed checkpoint"
             + ("" if args.no_topic else " and the topic agree")
         )
+
+
+COMMAND = Command(
+    "audit",
+    help="check the predictions audit log (docs/audit.md)",
+    description=__doc__,
+    action_dest="audit_command",
+    actions=(
+        Action(
+            "checkpoint",
+            help="the newest signed checkpoint, signature checked",
+            run=run_checkpoint,
+            arguments=_checkpoint_arguments,
+        ),
+        Action(
+            "prove",
+            help="inclusion or consistency proof, checked with the key",
+            run=run_prove,
+            arguments=_prove_arguments,
+        ),
+        Action(
+            "verify",
+            help="the whole log against its checkpoints and the topic",
+            run=run_verify,
+            arguments=_verify_arguments,
+        ),
+    ),
+)

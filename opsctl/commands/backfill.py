@@ -19,43 +19,39 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-from opsctl.filters import split_list
-from opsctl.guard import partitions_of
-from opsctl.ranges import add_range_args, range_inputs
-from opsctl.reader import resolve
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit.filters import split_list
+from opsctl.toolkit.guard import partitions_of
+from opsctl.toolkit.ranges import add_range_args, range_inputs
+from opsctl.toolkit.reader import resolve
 from precast.errors import ConfigError
 from precast.kafka import Admin
 from precast.telemetry.progress import table
 from schemas.topics import EVENT_ROLES, catalog
 
 
-def add_parser(sub: Any) -> None:
-    bp = sub.add_parser(
-        "backfill",
-        help="run a range of events through a chosen model version into predictions",
-        description=__doc__,
-    )
-    bp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--model", required=True, type=Path, help="model folder (model.onnx + manifest.json)"
     )
-    add_range_args(bp, "events")
-    bp.add_argument(
+    add_range_args(parser, "events")
+    parser.add_argument(
         "--events",
         action="append",
         help=f"event topics by role (default all: {', '.join(EVENT_ROLES)})",
     )
-    bp.add_argument(
+    parser.add_argument(
         "--outrank-live",
         action="store_true",
         help="let the outputs replace live answers of the same data (needs --yes)",
     )
-    bp.add_argument("--yes", action="store_true", help="with --outrank-live: really do it")
-    bp.add_argument("--dry-run", action="store_true", help="show the resolved ranges; run nothing")
-    bp.add_argument("--no-progress", action="store_true")
-    bp.set_defaults(fn=run)
+    parser.add_argument("--yes", action="store_true", help="with --outrank-live: really do it")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show the resolved ranges; run nothing"
+    )
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def model_version(folder: Path) -> str:
@@ -123,3 +119,12 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         return subprocess.run(cmd, check=False).returncode
     except FileNotFoundError as exc:
         raise ConfigError(f"cannot start the workers' backfill ({exc})") from None
+
+
+COMMAND = Command(
+    "backfill",
+    help="run a range of events through a chosen model version into predictions",
+    description=__doc__,
+    arguments=arguments,
+    run=run,
+)

@@ -16,12 +16,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from opsctl.checkpoint import fingerprint, save_json
+from opsctl.commands.base import Action, Command
 from opsctl.dataset import parts
 from opsctl.dataset.build import Plan, build_partition, make_plan
-from opsctl.ranges import format_time, parse_time, parse_time_range
-from opsctl.reader import range_consumer
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit.checkpoint import fingerprint, save_json
+from opsctl.toolkit.ranges import format_time, parse_time, parse_time_range
+from opsctl.toolkit.reader import range_consumer
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.fleet.outcomes import FIXED_COLUMNS, Window
@@ -31,45 +32,39 @@ from schemas.spec import SpecError
 from schemas.topics import catalog
 
 
-def add_parser(sub: Any) -> None:
-    dp = sub.add_parser(
-        "dataset",
-        help="point-in-time training rows from the topics' resolved work orders",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _build_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from", dest="time_from", required=True, metavar="TIME", help="opens from"
     )
-    acts = dp.add_subparsers(dest="action", required=True)
-    b = acts.add_parser("build", help="build a dataset folder from a time range")
-    b.add_argument("--from", dest="time_from", required=True, metavar="TIME", help="opens from")
-    b.add_argument(
+    parser.add_argument(
         "--to", dest="time_to", metavar="TIME", help="opens before this (UTC ISO 8601; now)"
     )
-    b.add_argument("--out", type=Path, required=True, help="dataset folder to write")
-    b.add_argument(
+    parser.add_argument("--out", type=Path, required=True, help="dataset folder to write")
+    parser.add_argument(
         "--resolved-until",
         metavar="TIME",
         help="resolutions recorded before this count (default: now, fixed by the first run)",
     )
-    b.add_argument(
+    parser.add_argument(
         "--context-lookback",
         type=float,
         default=24.0,
         metavar="HOURS",
         help="work orders and alarms this long before --from fold into the context (default 24)",
     )
-    b.add_argument(
+    parser.add_argument(
         "--heartbeat-lookback",
         type=float,
         default=15.0,
         metavar="MINUTES",
         help="an open's heartbeat may be this old; older: the row is dropped (default 15)",
     )
-    b.add_argument("--fresh", action="store_true", help="discard a previous build in --out")
-    b.add_argument("--no-progress", action="store_true")
-    b.set_defaults(fn=run_build)
-    s = acts.add_parser("show", help="print a dataset's manifest")
-    s.add_argument("folder", type=Path)
-    s.set_defaults(fn=run_show)
+    parser.add_argument("--fresh", action="store_true", help="discard a previous build in --out")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def _show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", type=Path)
 
 
 def _fleet(settings: StackCliSettings) -> Fleet:
@@ -293,3 +288,20 @@ def _summary(
 def run_show(args: argparse.Namespace, settings: StackCliSettings) -> int:
     print(json.dumps(parts.load_manifest(args.folder), indent=1))
     return 0
+
+
+COMMAND = Command(
+    "dataset",
+    help="point-in-time training rows from the topics' resolved work orders",
+    description=__doc__,
+    raw_description=True,
+    actions=(
+        Action(
+            "build",
+            help="build a dataset folder from a time range",
+            run=run_build,
+            arguments=_build_arguments,
+        ),
+        Action("show", help="print a dataset's manifest", run=run_show, arguments=_show_arguments),
+    ),
+)

@@ -15,11 +15,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from opsctl import escape, redrive
-from opsctl.deadletter_select import dead_letter_topic, selected
-from opsctl.ranges import OffsetRange, add_range_args, format_time
-from opsctl.reader import RangeReader, range_consumer
+from opsctl.commands import redrive
+from opsctl.commands.base import Action, Command
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit import escape
+from opsctl.toolkit.deadletter_select import dead_letter_topic, selected
+from opsctl.toolkit.ranges import OffsetRange, add_range_args, format_time
+from opsctl.toolkit.reader import RangeReader, range_consumer
 from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.hygiene import printable
@@ -27,46 +29,44 @@ from precast.kafka import KafkaMessage
 from precast.telemetry.progress import table
 
 
-def add_parser(sub: Any) -> None:
-    dp = sub.add_parser(
-        "deadletters", help="list, inspect, export and redrive dead letters", description=__doc__
+def _selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which dead letters list, export and redrive read."""
+    parser.add_argument(
+        "--topic",
+        help="dead-letter topic (default: the catalog's, from PRECAST_TOPICS__PREFIX)",
     )
-    acts = dp.add_subparsers(dest="action", required=True)
-    for name, hlp in (
-        ("list", "counts by reason and the newest records"),
-        ("export", "write records to a JSONL file"),
-        ("redrive", "send selected dead letters back to their source topic"),
-    ):
-        ap = acts.add_parser(name, help=hlp)
-        ap.add_argument(
-            "--topic",
-            help="dead-letter topic (default: the catalog's, from PRECAST_TOPICS__PREFIX)",
-        )
-        ap.add_argument(
-            "--reason", action="append", help="only these reasons (repeat or comma-separate)"
-        )
-        ap.add_argument(
-            "--component", action="append", help="only those rejected by these components"
-        )
-        ap.add_argument(
-            "--source-topic", action="append", help="only those rejected from these topics"
-        )
-        ap.add_argument("--device", action="append", help="only these device IDs (original keys)")
-        add_range_args(ap, "dead letters")
-        ap.add_argument("--no-progress", action="store_true")
-        ap.set_defaults(fn={"list": run_list, "export": run_export, "redrive": redrive.run}[name])
-        if name == "list":
-            ap.add_argument(
-                "--limit", type=int, default=50, help="most records shown (newest last)"
-            )
-        elif name == "export":
-            ap.add_argument("--out", required=True, help="JSONL file to write ('-' for stdout)")
-        else:
-            redrive.add_args(ap)
-    ip = acts.add_parser("inspect", help="one dead letter in full: PARTITION:OFFSET")
-    ip.add_argument("where", metavar="PARTITION:OFFSET")
-    ip.add_argument("--topic", help="dead-letter topic (default: the catalog's)")
-    ip.set_defaults(fn=run_inspect)
+    parser.add_argument(
+        "--reason", action="append", help="only these reasons (repeat or comma-separate)"
+    )
+    parser.add_argument(
+        "--component", action="append", help="only those rejected by these components"
+    )
+    parser.add_argument(
+        "--source-topic", action="append", help="only those rejected from these topics"
+    )
+    parser.add_argument("--device", action="append", help="only these device IDs (original keys)")
+    add_range_args(parser, "dead letters")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    _selection_arguments(parser)
+    parser.add_argument("--limit", type=int, default=50, help="most records shown (newest last)")
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    _selection_arguments(parser)
+    parser.add_argument("--out", required=True, help="JSONL file to write ('-' for stdout)")
+
+
+def _redrive_arguments(parser: argparse.ArgumentParser) -> None:
+    _selection_arguments(parser)
+    redrive.add_args(parser)
+
+
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("where", metavar="PARTITION:OFFSET")
+    parser.add_argument("--topic", help="dead-letter topic (default: the catalog's)")
 
 
 def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
@@ -185,3 +185,36 @@ def run_inspect(args: argparse.Namespace, settings: StackCliSettings) -> int:
     )
     print(json.dumps(doc, indent=2))
     return 0
+
+
+COMMAND = Command(
+    "deadletters",
+    help="list, inspect, export and redrive dead letters",
+    description=__doc__,
+    actions=(
+        Action(
+            "list",
+            help="counts by reason and the newest records",
+            run=run_list,
+            arguments=_list_arguments,
+        ),
+        Action(
+            "export",
+            help="write records to a JSONL file",
+            run=run_export,
+            arguments=_export_arguments,
+        ),
+        Action(
+            "redrive",
+            help="send selected dead letters back to their source topic",
+            run=redrive.run,
+            arguments=_redrive_arguments,
+        ),
+        Action(
+            "inspect",
+            help="one dead letter in full: PARTITION:OFFSET",
+            run=run_inspect,
+            arguments=_inspect_arguments,
+        ),
+    ),
+)

@@ -9,6 +9,7 @@ stack too if it started it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -18,11 +19,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
-from opsctl.stack import LocalStack
-from opsctl.stack.process import free_port
 from precast.errors import PrecastError, StackError
 from precast.kafka import Admin
 from precast.redis_client import wait_reachable
@@ -53,6 +51,9 @@ def _scrape(url: str, names: set[str]) -> dict[str, float]:
     except (urllib.error.URLError, OSError):
         return {}
     out: dict[str, float] = {}
+    # Imported here, as the stack below: every `precast` command loads this module for its flags.
+    from prometheus_client.parser import text_string_to_metric_families
+
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name in names:
@@ -96,6 +97,9 @@ def run_demo(
     duration: float,
     use_stack: bool = True,
 ) -> int:
+    from opsctl.stack import LocalStack
+    from opsctl.stack.process import free_port
+
     # The board's URL first: an operator opens it while the stack and processes come up.
     print(
         f"board: http://127.0.0.1:{api_port}/board/   (operations center; live once the API is up)",
@@ -320,3 +324,37 @@ def _live(children: list[Child], base: str, duration: float, interrupted) -> Non
             if c.proc.poll() is not None:
                 raise PrecastError(f"demo: {c.name} exited with code {c.proc.returncode}")
         last, last_t = cur, now
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--devices", type=int, default=2_000)
+    parser.add_argument(
+        "--rate", type=float, default=2_000.0, help="heartbeats per second, all devices"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="read API port")
+    parser.add_argument("--duration", type=float, default=0.0, help="seconds; 0 runs until Ctrl-C")
+    parser.add_argument(
+        "--no-stack",
+        action="store_true",
+        help="use the configured Kafka and Redis (PRECAST_KAFKA__*, PRECAST_REDIS__URL) "
+        "instead of starting the local stack",
+    )
+
+
+def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
+    return run_demo(
+        settings,
+        devices=args.devices,
+        rate=args.rate,
+        api_port=args.port,
+        duration=args.duration,
+        use_stack=not args.no_stack,
+    )
+
+
+COMMAND = Command(
+    "demo",
+    help="stack + topics + simulator + worker + API, live figures; Ctrl-C stops",
+    arguments=arguments,
+    run=run,
+)

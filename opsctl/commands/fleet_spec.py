@@ -9,27 +9,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from opsctl.commands.base import Action, Command
 from precast.errors import ConfigError
 
 EXIT_PROBLEMS = 2
 
 
-def add_parser(sub: Any) -> None:
-    fl = sub.add_parser(
-        "fleet", help="fleet specs: check one, export the spec's JSON Schema, show one"
-    )
-    fs = fl.add_subparsers(dest="fleet_action", required=True)
-    ck = fs.add_parser("check", help="every problem of a spec file, with its path; exit 2 if any")
-    ck.add_argument("file", type=Path)
-    ck.set_defaults(fn=_check)
-    sc = fs.add_parser("schema", help="the spec file's JSON Schema (for editors and TOML tools)")
-    sc.add_argument("out", nargs="?", type=Path, help="file to write (default: stdout)")
-    sc.set_defaults(fn=_schema)
-    sh = fs.add_parser("show", help="what a spec declares and derives: streams, features, hashes")
-    sh.add_argument(
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path)
+
+
+def _schema_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", nargs="?", type=Path, help="file to write (default: stdout)")
+
+
+def _show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "file", nargs="?", type=Path, help="default: PRECAST_FLEET__SPEC, else built-in"
     )
-    sh.set_defaults(fn=_show)
 
 
 def _check(args: argparse.Namespace, settings: Any) -> int:
@@ -85,3 +82,30 @@ def _show(args: argparse.Namespace, settings: Any) -> int:
     )
     print(f"  context hash {fleet.context.hash}")
     return 0
+
+
+COMMAND = Command(
+    "fleet",
+    help="fleet specs: check one, export the spec's JSON Schema, show one",
+    action_dest="fleet_action",
+    actions=(
+        Action(
+            "check",
+            help="every problem of a spec file, with its path; exit 2 if any",
+            run=_check,
+            arguments=_check_arguments,
+        ),
+        Action(
+            "schema",
+            help="the spec file's JSON Schema (for editors and TOML tools)",
+            run=_schema,
+            arguments=_schema_arguments,
+        ),
+        Action(
+            "show",
+            help="what a spec declares and derives: streams, features, hashes",
+            run=_show,
+            arguments=_show_arguments,
+        ),
+    ),
+)

@@ -10,13 +10,13 @@ import argparse
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
-from opsctl import escape
-from opsctl.filters import split_list
-from opsctl.freshness import add_freshness_args, freshness
-from opsctl.reader import range_consumer
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit import escape
+from opsctl.toolkit.filters import split_list
+from opsctl.toolkit.freshness import add_freshness_args, freshness
+from opsctl.toolkit.reader import range_consumer
 from precast.kafka import Admin, TopicPartitionOffset
 from precast.telemetry.progress import table
 
@@ -32,24 +32,18 @@ class PartitionLag:
     lag_s: float | None  # age of the oldest unconsumed record; None when nothing is behind
 
 
-def add_parser(sub: Any) -> None:
-    lp = sub.add_parser(
-        "lag",
-        help="consumer lag per group and partition (records and time), prediction freshness",
-        description=__doc__,
-    )
-    lp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--group",
         action="append",
         help="only these consumer groups (default: every group with offsets)",
     )
-    lp.add_argument("--topic", action="append", help="only these topics")
-    lp.add_argument("--json", action="store_true", help="one JSON document instead of tables")
-    lp.add_argument(
+    parser.add_argument("--topic", action="append", help="only these topics")
+    parser.add_argument("--json", action="store_true", help="one JSON document instead of tables")
+    parser.add_argument(
         "--watch", type=float, metavar="SECONDS", help="repeat every SECONDS until Ctrl-C"
     )
-    add_freshness_args(lp)
-    lp.set_defaults(fn=run)
+    add_freshness_args(parser)
 
 
 def oldest_unconsumed_ts(
@@ -197,3 +191,12 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
             return 0
         time.sleep(args.watch)
         print()
+
+
+COMMAND = Command(
+    "lag",
+    help="consumer lag per group and partition (records and time), prediction freshness",
+    description=__doc__,
+    arguments=arguments,
+    run=run,
+)

@@ -21,62 +21,58 @@ import time
 from pathlib import Path
 from typing import Any
 
-from opsctl import shadow
-from opsctl.ranges import format_time
+from opsctl.commands import shadow
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit.ranges import format_time
 from precast.errors import ConfigError
 from precast.models import layout as R
 from precast.telemetry.progress import table
 
 
-def add_parser(sub: Any) -> None:
-    pp = sub.add_parser(
-        "promote",
-        help="serve a registry version after the shadow gate passes (or roll back)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    pp.add_argument("version", nargs="?", help="registry version to serve, e.g. 1.2.0")
-    pp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("version", nargs="?", help="registry version to serve, e.g. 1.2.0")
+    parser.add_argument(
         "--registry", type=Path, help="model registry folder (default PRECAST_MODEL__REGISTRY)"
     )
-    pp.add_argument(
+    parser.add_argument(
         "--recent",
         type=float,
         default=1.0,
         metavar="HOURS",
         help="gate on the events of the last HOURS (default 1)",
     )
-    pp.add_argument("--from", dest="time_from", metavar="TIME", help="gate on this range instead")
-    pp.add_argument("--to", dest="time_to", metavar="TIME")
-    pp.add_argument(
+    parser.add_argument(
+        "--from", dest="time_from", metavar="TIME", help="gate on this range instead"
+    )
+    parser.add_argument("--to", dest="time_to", metavar="TIME")
+    parser.add_argument(
         "--truth",
         default="outcomes",
         help="what accuracy is measured against (default outcomes: resolved work orders; "
         "DEVICES:SEED for a simulated fleet; none: gate on agreement and counts only)",
     )
-    pp.add_argument(
+    parser.add_argument(
         "--all-triggers",
         action="store_true",
         help="compare on every trigger, not only the live policy's choices (more scored rows)",
     )
-    g = pp.add_argument_group("gate (the shadow run's thresholds)")
+    g = parser.add_argument_group("gate (the shadow run's thresholds)")
     g.add_argument("--max-accuracy-drop", type=shadow.share, default=0.0, metavar="SHARE")
     g.add_argument("--min-scored", type=int, default=50, metavar="N")
     g.add_argument("--min-predictions", type=int, default=100, metavar="N")
     g.add_argument("--require-agreement", type=shadow.share, metavar="SHARE")
     g.add_argument("--require-top3-overlap", type=shadow.share, metavar="SHARE")
-    pp.add_argument("--force", action="store_true", help="promote even if the gate fails")
-    pp.add_argument("--reason", help="why (required with --force; kept in the promotions log)")
-    pp.add_argument(
+    parser.add_argument("--force", action="store_true", help="promote even if the gate fails")
+    parser.add_argument("--reason", help="why (required with --force; kept in the promotions log)")
+    parser.add_argument(
         "--rollback",
         action="store_true",
         help="serve again the version the current one replaced (no gate)",
     )
-    pp.add_argument("--history", action="store_true", help="print the promotions log")
-    pp.add_argument("--report-dir", type=Path, help="where the gate's report goes")
-    pp.add_argument("--no-progress", action="store_true")
-    pp.set_defaults(fn=run)
+    parser.add_argument("--history", action="store_true", help="print the promotions log")
+    parser.add_argument("--report-dir", type=Path, help="where the gate's report goes")
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def _user() -> str:
@@ -256,3 +252,13 @@ def _history(reg: Path) -> int:
     when = f" since {format_time(since['at_ms'])}" if since else ""
     print(f"serving: {current or 'nothing'}{when}")
     return 0
+
+
+COMMAND = Command(
+    "promote",
+    help="serve a registry version after the shadow gate passes (or roll back)",
+    description=__doc__,
+    raw_description=True,
+    arguments=arguments,
+    run=run,
+)

@@ -1,7 +1,7 @@
 """`precast purge SELECTOR`: invalidate served predictions of some model versions.
 
 It finds the newest entry per device whose model version the selector matches (semver-aware,
-`opsctl.versions`), writes a purge marker for each to the predictions topic (so the
+`opsctl.toolkit.versions`), writes a purge marker for each to the predictions topic (so the
 compacted topic, every replica's view and any rebuild keep them purged), waits until the
 markers are acknowledged, and then deletes the entries from the shared store (compare-and-
 delete: an entry a newer prediction replaced meanwhile is kept). A newer real prediction
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
 
-from opsctl.ranges import format_time
-from opsctl.schedule import parse_schedule, run_forever
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
-from opsctl.versions import Selector, parse_selector, parse_version
+from opsctl.toolkit.ranges import format_time
+from opsctl.toolkit.schedule import parse_schedule, run_forever
+from opsctl.toolkit.versions import Selector, parse_selector, parse_version
 from precast.errors import ConfigError
 from precast.kafka import Producer
 from precast.telemetry.progress import bar, table
@@ -44,36 +45,30 @@ LAST_OK = Gauge(
 )
 
 
-def add_parser(sub: Any) -> None:
-    pp = sub.add_parser(
-        "purge",
-        help="invalidate served predictions by model version (semver-aware)",
-        description=__doc__,
-    )
-    pp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "selector", help="a line (1.3, v1.3.), an exact version (=1.3.7) or a range (>=1.2 <1.4)"
     )
-    pp.add_argument(
+    parser.add_argument(
         "--yes",
         action="store_true",
         help="do it: write the purge markers and delete the entries (without it: a dry run)",
     )
-    pp.add_argument(
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="count what would be purged per version; change nothing (the default without --yes)",
     )
-    pp.add_argument(
+    parser.add_argument(
         "--source",
         choices=["store", "topic"],
         help="where to find served entries: the shared store (default with PRECAST_REDIS__URL) "
         "or the predictions topic (default without)",
     )
-    pp.add_argument(
+    parser.add_argument(
         "--schedule", help="repeat: cron in UTC ('0 4 * * *') or daily@HH:MM; runs until stopped"
     )
-    pp.add_argument("--no-progress", action="store_true")
-    pp.set_defaults(fn=run)
+    parser.add_argument("--no-progress", action="store_true")
 
 
 @dataclass
@@ -134,7 +129,7 @@ def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
 def purge(
     settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None, progress: bool
 ) -> PurgeResult:
-    from opsctl.store import predictions_topic, shared_store, topic_view
+    from opsctl.toolkit.store import predictions_topic, shared_store, topic_view
 
     t0 = time.monotonic()
     source = source or ("store" if settings.redis.url else "topic")
@@ -253,3 +248,12 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         if probe:
             probe.stop()
     return 0
+
+
+COMMAND = Command(
+    "purge",
+    help="invalidate served predictions by model version (semver-aware)",
+    description=__doc__,
+    arguments=arguments,
+    run=run,
+)

@@ -13,28 +13,26 @@ import time
 from collections import Counter
 from typing import Any
 
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
 from precast.telemetry.progress import table
 
 
-def add_parser(sub: Any) -> None:
-    rp = sub.add_parser(
-        "rebuild",
-        help="rebuild the shared serving store from the predictions topic",
-        description=__doc__,
-    )
-    rp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--wipe", action="store_true", help="delete every stored prediction first (with --yes)"
     )
-    rp.add_argument("--yes", action="store_true", help="with --wipe: really delete them")
-    rp.add_argument("--no-progress", action="store_true")
-    rp.set_defaults(fn=run)
+    parser.add_argument("--yes", action="store_true", help="with --wipe: really delete them")
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def rebuild(
     settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True
 ) -> dict[str, Any]:
-    from opsctl.store import PredictionReader, shared_store  # the Redis client loads only here
+    from opsctl.toolkit.store import (  # the Redis client loads only here
+        PredictionReader,
+        shared_store,
+    )
     from precast.serving import EXPIRED, FUTURE, OLDER, STORED
 
     store = shared_store(settings, "rebuild")
@@ -69,7 +67,7 @@ def rebuild(
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     if args.wipe and not args.yes:
-        from opsctl.store import predictions_topic, shared_store
+        from opsctl.toolkit.store import predictions_topic, shared_store
 
         store = shared_store(settings, "rebuild")
         topic = predictions_topic(settings)[0]
@@ -123,3 +121,12 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         )
     )
     return 0
+
+
+COMMAND = Command(
+    "rebuild",
+    help="rebuild the shared serving store from the predictions topic",
+    description=__doc__,
+    arguments=arguments,
+    run=run,
+)

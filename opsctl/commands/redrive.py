@@ -15,14 +15,14 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from opsctl import copier, escape
-from opsctl.checkpoint import Checkpoint, fingerprint, load_for
-from opsctl.deadletter_select import DeadLetterFilter, dead_letter_topic, read_matching
-from opsctl.guard import input_role
-from opsctl.pacing import ReplaySchedule
-from opsctl.ranges import OffsetRange, range_inputs
-from opsctl.reader import resolve
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit import copier, escape
+from opsctl.toolkit.checkpoint import Checkpoint, fingerprint, load_for
+from opsctl.toolkit.deadletter_select import DeadLetterFilter, dead_letter_topic, read_matching
+from opsctl.toolkit.guard import input_role
+from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.ranges import OffsetRange, range_inputs
+from opsctl.toolkit.reader import resolve
 from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.hygiene import printable

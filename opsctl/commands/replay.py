@@ -9,14 +9,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from opsctl import copier
-from opsctl.checkpoint import Checkpoint, fingerprint, load_for
-from opsctl.filters import RecordFilter
-from opsctl.guard import partitions_of, refuse_live_target
-from opsctl.pacing import ReplaySchedule
-from opsctl.ranges import TimeRange, add_range_args, format_time, range_inputs
-from opsctl.reader import RangeReader, range_consumer, resolve
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit import copier
+from opsctl.toolkit.checkpoint import Checkpoint, fingerprint, load_for
+from opsctl.toolkit.filters import RecordFilter
+from opsctl.toolkit.guard import partitions_of, refuse_live_target
+from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.ranges import TimeRange, add_range_args, format_time, range_inputs
+from opsctl.toolkit.reader import RangeReader, range_consumer, resolve
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage
@@ -26,59 +27,55 @@ from schemas.partitioning import partition_for
 from schemas.spec import load_spec
 
 
-def add_parser(sub: Any) -> None:
-    rp = sub.add_parser(
-        "replay",
-        help="copy a time or offset range of a topic into a target topic",
-        description=__doc__,
-    )
-    rp.add_argument("source", help="topic to read")
-    rp.add_argument("target", nargs="?", help="topic to write (not needed with --dry-run)")
-    add_range_args(rp)
-    rp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="topic to read")
+    parser.add_argument("target", nargs="?", help="topic to write (not needed with --dry-run)")
+    add_range_args(parser)
+    parser.add_argument(
         "--device", action="append", help="only these device IDs (repeat or comma-separate)"
     )
-    rp.add_argument(
+    parser.add_argument(
         "--event-type", action="append", help="only these event kinds: heartbeat, work_order, alarm"
     )
-    rp.add_argument("--schema-version", action="append", help="only these payload schema versions")
-    rp.add_argument("--rate", type=float, help="at most this many records per second")
-    rp.add_argument(
+    parser.add_argument(
+        "--schema-version", action="append", help="only these payload schema versions"
+    )
+    parser.add_argument("--rate", type=float, help="at most this many records per second")
+    parser.add_argument(
         "--speed", type=float, help="original timing scaled: 1 = as recorded, 10 = ten times faster"
     )
-    rp.add_argument(
+    parser.add_argument(
         "--keep-timestamps", action="store_true", help="write the records' original timestamps"
     )
-    rp.add_argument(
+    parser.add_argument(
         "--target-bootstrap",
         help="brokers of the target cluster (default: "
         "PRECAST_OPS__TARGET_KAFKA, else the source cluster)",
     )
-    rp.add_argument(
+    parser.add_argument(
         "--create-target",
         action="store_true",
         help="create the target topic with the source's partition count when it is missing",
     )
-    rp.add_argument(
+    parser.add_argument(
         "--allow-live-target",
         action="store_true",
         help="write even into a topic that live consumers read (a pipeline input)",
     )
-    rp.add_argument(
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="count what would be copied per partition; write nothing",
     )
-    rp.add_argument(
+    parser.add_argument(
         "--checkpoint",
         type=Path,
         help="checkpoint file (default: one per distinct command under PRECAST_OPS__STATE_DIR)",
     )
-    rp.add_argument(
+    parser.add_argument(
         "--fresh", action="store_true", help="ignore an existing checkpoint and start over"
     )
-    rp.add_argument("--no-progress", action="store_true")
-    rp.set_defaults(fn=run)
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def target_settings(settings: StackCliSettings, bootstrap: str | None) -> KafkaSettings:
@@ -264,3 +261,12 @@ def _summary(
     if stats.foreign_on_resume:
         line += f"; {stats.foreign_on_resume:,} records in the target were not this replay's"
     print(f"{line}; checkpoint {path}")
+
+
+COMMAND = Command(
+    "replay",
+    help="copy a time or offset range of a topic into a target topic",
+    description=__doc__,
+    arguments=arguments,
+    run=run,
+)

@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from opsctl.checkpoint import fingerprint
-from opsctl.filters import split_list
-from opsctl.guard import partitions_of
-from opsctl.outcome_truth import write_truth
-from opsctl.ranges import TimeRange, add_range_args, range_inputs
-from opsctl.reader import resolve
+from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
-from opsctl.shadow_report import Thresholds, gate, render_html, render_text
+from opsctl.toolkit.checkpoint import fingerprint
+from opsctl.toolkit.filters import split_list
+from opsctl.toolkit.guard import partitions_of
+from opsctl.toolkit.outcome_truth import write_truth
+from opsctl.toolkit.ranges import TimeRange, add_range_args, range_inputs
+from opsctl.toolkit.reader import resolve
+from opsctl.toolkit.shadow_report import Thresholds, gate, render_html, render_text
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.kafka import Admin
@@ -50,38 +51,32 @@ def share(text: str) -> float:
     return v
 
 
-def add_parser(sub: Any) -> None:
-    sp = sub.add_parser(
-        "shadow",
-        help="run a range through a candidate model beside the live one; report and gate",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sp.add_argument(
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--candidate", required=True, help="candidate: a registry version (1.1.0) or a folder"
     )
-    sp.add_argument(
+    parser.add_argument(
         "--live",
         help="live version or folder (default: what a worker serves now: the registry's ACTIVE "
         "version with PRECAST_MODEL__REGISTRY, else PRECAST_MODEL__PATH)",
     )
-    sp.add_argument(
+    parser.add_argument(
         "--registry",
         type=Path,
         help="model registry folder (default PRECAST_MODEL__REGISTRY, else the bundled models)",
     )
-    add_range_args(sp, "events")
-    sp.add_argument(
+    add_range_args(parser, "events")
+    parser.add_argument(
         "--events",
         action="append",
         help=f"event topics by role (default all: {', '.join(EVENT_ROLES)})",
     )
-    sp.add_argument(
+    parser.add_argument(
         "--all-triggers",
         action="store_true",
         help="compare on every trigger (as a backfill does) instead of the live policy's choices",
     )
-    sp.add_argument(
+    parser.add_argument(
         "--context-lookback",
         type=float,
         default=24.0,
@@ -89,14 +84,14 @@ def add_parser(sub: Any) -> None:
         help="with --from: fold this much of the work orders and alarms before the range into "
         "the devices' context first, as the live workers had it (default 24; 0 = none)",
     )
-    sp.add_argument(
+    parser.add_argument(
         "--truth",
         metavar="outcomes|DEVICES:SEED[:DRIFT]",
         help="score both models against a truth: `outcomes`, the range's resolved work orders "
         "(a device's predictions between an open and its resolution); or DEVICES:SEED, the "
         "range came from `precast-simulator --devices DEVICES --seed SEED`",
     )
-    g = sp.add_argument_group("gate (exit 1 when one falls short)")
+    g = parser.add_argument_group("gate (exit 1 when one falls short)")
     g.add_argument("--require-agreement", type=share, metavar="SHARE", help="top-1 agreement")
     g.add_argument("--require-top3-overlap", type=share, metavar="SHARE", help="top-3 overlap")
     g.add_argument(
@@ -129,24 +124,25 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="fewer predictions compared than this fails (an empty range proves nothing)",
     )
-    sp.add_argument(
+    parser.add_argument(
         "--report-dir",
         type=Path,
         help="where summary.json, report.json and report.html go "
         "(default: one folder per distinct command under PRECAST_OPS__STATE_DIR)",
     )
-    sp.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    sp.add_argument(
+    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    parser.add_argument(
         "--checkpoint",
         type=Path,
         help="checkpoint file (default: one per distinct command under PRECAST_OPS__STATE_DIR)",
     )
-    sp.add_argument(
+    parser.add_argument(
         "--fresh", action="store_true", help="ignore an existing checkpoint and start over"
     )
-    sp.add_argument("--dry-run", action="store_true", help="show the resolved ranges; run nothing")
-    sp.add_argument("--no-progress", action="store_true")
-    sp.set_defaults(fn=run)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show the resolved ranges; run nothing"
+    )
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def thresholds(args: argparse.Namespace) -> Thresholds:
@@ -336,3 +332,13 @@ def report(summary_path: Path, report_dir: Path, limits: Thresholds, as_json: bo
         )
         return GATE_FAILED
     return 0
+
+
+COMMAND = Command(
+    "shadow",
+    help="run a range through a candidate model beside the live one; report and gate",
+    description=__doc__,
+    raw_description=True,
+    arguments=arguments,
+    run=run,
+)

@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
+
+from opsctl.commands.base import Command
 
 PASS_THROUGH = {"train": "workers.training.train", "model bind": "workers.training.bind"}
 
 
-def add_parser(sub: Any) -> None:
-    # Listed for `precast --help`; `precast train ARGS` is handed to the trainer as it is
-    # (opsctl.cli.main), so its own --help and errors are the trainer's.
-    sub.add_parser(
-        "train",
-        help="train a model for the fleet spec: --version V and --simulate ROWS, --data FILE or "
-        "--dataset DIR (see precast train --help)",
-        add_help=False,
-    )
-    sub.add_parser(
-        "model", help="model bind FOLDER: bind a model trained elsewhere to the fleet spec"
-    )
+# Listed for `precast --help`; `precast train ARGS` is handed to the trainer as it is
+# (opsctl.cli.main), so its own --help and errors are the trainer's.
+TRAIN = Command(
+    "train",
+    help="train a model for the fleet spec: --version V and --simulate ROWS, --data FILE or "
+    "--dataset DIR (see precast train --help)",
+    add_help=False,
+)
+MODEL = Command("model", help="model bind FOLDER: bind a model trained elsewhere to the fleet spec")
 
 
 def pass_through(argv: list[str]) -> int | None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from opsctl.ranges import OffsetRange, TimeRange, resolve_times
-from opsctl.reader import RangeReader, range_consumer
+from opsctl.toolkit.ranges import OffsetRange, TimeRange, resolve_times
+from opsctl.toolkit.reader import RangeReader, range_consumer
 from precast.errors import ConfigError
 from precast.fleet import Fleet
 from precast.fleet.outcomes import PartitionRows, Window

@@ -65,7 +65,7 @@ class Checkpoint:
     # "partition@topic" -> target offset: records this job wrote before it are all accounted.
     scan_from: dict[str, int]
     # "p|partition@topic" -> n: of the records from next[p] that go to that target partition,
-    # the first n are already written (decided by a resume; see opsctl.resume).
+    # the first n are already written (decided by a resume; see opsctl.toolkit.resume).
     skip: dict[str, int] = field(default_factory=dict)
     # The time window records must fall in ([start, end) ms), fixed by the first run.
     window: list[int] | None = None

@@ -1,6 +1,6 @@
 """The engine under replay and redrive: copy bounded offset ranges of one topic into target
 partitions, in chunks, with a checkpoint after each acknowledged chunk, and resume a crashed
-job without writing anything twice (see `opsctl.resume`)."""
+job without writing anything twice (see `opsctl.toolkit.resume`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opsctl.checkpoint import Checkpoint, parse_target_key, target_key
-from opsctl.pacing import ReplaySchedule
-from opsctl.ranges import OffsetRange
-from opsctl.reader import BATCH, RangeReader, range_consumer
-from opsctl.resume import Matcher, decode_skips, digest, encode_skips
+from opsctl.toolkit.checkpoint import Checkpoint, parse_target_key, target_key
+from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.ranges import OffsetRange
+from opsctl.toolkit.reader import BATCH, RangeReader, range_consumer
+from opsctl.toolkit.resume import Matcher, decode_skips, digest, encode_skips
 from precast.kafka import Admin, Headers, KafkaMessage, Producer
 from precast.settings import KafkaSettings
 from precast.telemetry.progress import bar

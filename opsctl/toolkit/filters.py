@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from opsctl.ranges import TimeRange
+from opsctl.toolkit.ranges import TimeRange
 from precast.errors import ConfigError
 from schemas.events import DEVICE_ID_PATTERN
 from schemas.spec import FleetSpec, load_spec

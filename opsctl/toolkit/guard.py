@@ -59,8 +59,8 @@ def refuse_live_target(admin: Admin, topics: TopicSettings, topic: str) -> None:
 def present_readers(admin: Admin, topics: TopicSettings) -> list[Reader]:
     """The assign-based readers alive now, from the compacted presence topic (none when the
     deployment has no presence topic yet)."""
-    from opsctl.ranges import OffsetRange
-    from opsctl.reader import RangeReader, range_consumer
+    from opsctl.toolkit.ranges import OffsetRange
+    from opsctl.toolkit.reader import RangeReader, range_consumer
 
     name = catalog(topics.prefix, topics.partitions, topics.replication_factor).presence.name
     parts = admin.topic_partitions().get(name)

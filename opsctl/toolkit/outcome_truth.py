@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opsctl.ranges import TimeRange, resolve_times
-from opsctl.reader import RangeReader, range_consumer
+from opsctl.toolkit.ranges import TimeRange, resolve_times
+from opsctl.toolkit.reader import RangeReader, range_consumer
 from precast.errors import ConfigError
 from precast.fleet import Fleet
 from precast.fleet.outcomes import PartitionRows, Window

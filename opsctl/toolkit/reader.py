@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from opsctl.ranges import OffsetRange, OffsetSpec, TimeRange, resolve_offsets, resolve_times
+from opsctl.toolkit.ranges import OffsetRange, OffsetSpec, TimeRange, resolve_offsets, resolve_times
 from precast.errors import PrecastError
 from precast.kafka import Consumer, KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings

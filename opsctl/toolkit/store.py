@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from opsctl.guard import partitions_of
-from opsctl.ranges import OffsetRange
-from opsctl.reader import RangeReader, range_consumer
 from opsctl.settings import StackCliSettings
+from opsctl.toolkit.guard import partitions_of
+from opsctl.toolkit.ranges import OffsetRange
+from opsctl.toolkit.reader import RangeReader, range_consumer
 from precast.errors import ConfigError
 from precast.guard import Guard
 from precast.kafka import Admin

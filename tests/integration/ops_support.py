@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from opsctl.ranges import OffsetRange
-from opsctl.reader import RangeReader, range_consumer
+from opsctl.toolkit.ranges import OffsetRange
+from opsctl.toolkit.reader import RangeReader, range_consumer
 from precast.kafka import Admin, Consumer, Producer
 from precast.settings import KafkaSettings
 

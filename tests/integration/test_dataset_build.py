@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from opsctl.ranges import format_time
+from opsctl.toolkit.ranges import format_time
 from precast.fleet import load_fleet
 from precast.kafka import Producer
 from tests.integration.ops_support import cli_env, precast, spawn

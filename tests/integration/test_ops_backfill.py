@@ -7,7 +7,7 @@ import time
 
 import orjson
 
-from opsctl.ranges import format_time
+from opsctl.toolkit.ranges import format_time
 from precast.kafka import Admin, Producer
 from producers.simulator import Fleet
 from tests.integration.ops_support import cli_env, fresh_view, precast, read_all

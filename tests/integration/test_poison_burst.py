@@ -303,7 +303,7 @@ def test_a_poison_burst_on_every_internal_topic_stops_nothing_and_loses_nothing(
         assert b.poll() is None and _ready(port)
 
         # the operator tools' live-target guard reads the presence topic's poison
-        from opsctl.guard import present_readers
+        from opsctl.toolkit.guard import present_readers
         from precast.kafka import Admin
 
         prefix = topics.heartbeats.name.removesuffix("heartbeats")

@@ -17,7 +17,7 @@ import orjson
 import redis
 from onnx import TensorProto, helper
 
-from opsctl.ranges import format_time
+from opsctl.toolkit.ranges import format_time
 from precast.fleet import load_fleet
 from precast.fleet.simulate.truth import true_labels
 from precast.kafka import Admin, Producer

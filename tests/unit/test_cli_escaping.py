@@ -9,7 +9,8 @@ import argparse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opsctl import deadletters, escape, lag
+from opsctl.commands import deadletters, lag
+from opsctl.toolkit import escape
 from precast.kafka import Record
 from schemas import deadletters as dl
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from consumer_api.settings import ApiSettings
-from opsctl.acls import read_passwords
+from opsctl.commands.acls import read_passwords
 from precast.errors import ConfigError
 from schemas.access import COMPONENTS
 from tests.unit.compose_support import ROOT, STAND_IN, interpolate, load, settings_env

@@ -251,14 +251,14 @@ def test_dataset_rows_survive_hostile_records_and_keep_the_valid_label(burst):
 @settings(max_examples=200, suppress_health_check=_SUPPRESS)
 @given(records("x.heartbeats", heartbeat("f1")), st.sampled_from(["heartbeat", "alarm"]))
 def test_the_replay_filter_judges_any_record_without_raising(rec, kind):
-    from opsctl.filters import RecordFilter
+    from opsctl.toolkit.filters import RecordFilter
 
     flt = RecordFilter(event_types=frozenset([kind]), schema_versions=frozenset([1]))
     assert flt.matches(rec.key(), rec.value(), 0) in (True, False)
 
 
 def test_the_replay_filter_does_not_match_an_unhashable_kind():
-    from opsctl.filters import RecordFilter
+    from opsctl.toolkit.filters import RecordFilter
 
     flt = RecordFilter(event_types=frozenset(["heartbeat"]))
     assert not flt.matches(b"k", b'{"kind": ["heartbeat"]}', 0)

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from opsctl.checkpoint import Checkpoint, fingerprint
-from opsctl.filters import RecordFilter
-from opsctl.pacing import ReplaySchedule
-from opsctl.ranges import TimeRange, parse_offsets, parse_time, parse_time_range
-from opsctl.resume import Matcher, decode_skips, digest, encode_skips
+from opsctl.toolkit.checkpoint import Checkpoint, fingerprint
+from opsctl.toolkit.filters import RecordFilter
+from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.ranges import TimeRange, parse_offsets, parse_time, parse_time_range
+from opsctl.toolkit.resume import Matcher, decode_skips, digest, encode_skips
 from precast.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from opsctl.schedule import next_run, parse_schedule, run_forever
+from opsctl.toolkit.schedule import next_run, parse_schedule, run_forever
 from precast.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.versions import parse_selector, parse_version
+from opsctl.toolkit.versions import parse_selector, parse_version
 from precast.errors import ConfigError
 
 STORED = [

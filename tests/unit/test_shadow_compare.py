@@ -1,4 +1,4 @@
-"""The shadow comparison (workers.shadow.compare), its report and gate (opsctl.shadow_report),
+"""The shadow comparison (workers.shadow.compare), its report and gate (opsctl.toolkit.shadow_report),
 and the fleet ground truth it scores against (the spec's simulator)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opsctl.shadow_report import Check, Thresholds, gate, render_html, render_text
+from opsctl.toolkit.shadow_report import Check, Thresholds, gate, render_html, render_text
 from precast.fleet.simulate.truth import conditions_of, true_labels
 from producers.simulator import Fleet
 from schemas.spec import load_spec

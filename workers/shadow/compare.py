@@ -2,7 +2,7 @@
 live model's on the same feature rows. Pure numpy and plain dicts; memory grows with the number
 of devices and groups, never with the number of events (a 10M-event range costs what 10k
 costs). `to_dict`/`from_dict` carry it through a checkpoint and into the summary file that
-`precast shadow` renders (opsctl.shadow_report)."""
+`precast shadow` renders (opsctl.toolkit.shadow_report)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,57 @@
+"""The `precast` subcommands, one module each over `opsctl.commands.base.Command` (the way
+faust's `cli/` holds one module per `faust` command). What several commands share lives in
+`opsctl.toolkit`; a command module may use the toolkit and, to run another command as a step of
+its own (promote runs the shadow gate), that command's module; the toolkit never imports a
+command."""
+
+from __future__ import annotations
+
+from opsctl.commands.base import Command
+
+
+def registry() -> tuple[Command, ...]:
+    """Every command, in the order `precast --help` lists them."""
+    from opsctl.commands import (
+        acls,
+        api_tokens,
+        audit,
+        backfill,
+        dataset,
+        deadletters,
+        demo,
+        fleet_spec,
+        lag,
+        observe,
+        promote,
+        purge,
+        rebuild,
+        replay,
+        schemas,
+        shadow,
+        stack,
+        topics,
+        trainer,
+    )
+
+    return (
+        stack.COMMAND,
+        topics.COMMAND,
+        demo.COMMAND,
+        observe.COMMAND,
+        schemas.COMMAND,
+        fleet_spec.COMMAND,
+        trainer.TRAIN,
+        trainer.MODEL,
+        replay.COMMAND,
+        backfill.COMMAND,
+        shadow.COMMAND,
+        deadletters.COMMAND,
+        purge.COMMAND,
+        rebuild.COMMAND,
+        lag.COMMAND,
+        audit.COMMAND,
+        api_tokens.COMMAND,
+        acls.COMMAND,
+        dataset.COMMAND,
+        promote.COMMAND,
+    )
