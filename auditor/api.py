@@ -38,7 +38,7 @@ Probe = Callable[[], tuple[bool, dict[str, Any]]]
 
 
 _MAX_INT = 2**63 - 1  # SQLite's integers; a larger one would fail inside the query
-_PARAMS = {
+_PARAMETERS_BY_PATH = {
     "/v1/checkpoint": ("size",),
     "/v1/proof/inclusion": ("partition", "offset", "device", "computed_at_ms", "tree_size"),
     "/v1/proof/consistency": ("first", "second"),
@@ -52,7 +52,7 @@ class BadQuery(ValueError):
 
 
 def _check_params(request: Request) -> None:
-    allowed = _PARAMS.get(request.url.path, ())
+    allowed = _PARAMETERS_BY_PATH.get(request.url.path, ())
     seen: set[str] = set()
     for name, _value in request.query_params.multi_items():
         shown = name[:64]
@@ -64,7 +64,7 @@ def _check_params(request: Request) -> None:
         seen.add(name)
 
 
-def _int(request: Request, name: str, required: bool = False) -> int | None:
+def _int_parameter(request: Request, name: str, required: bool = False) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
         if required:
@@ -76,7 +76,7 @@ def _int(request: Request, name: str, required: bool = False) -> int | None:
     return int(raw)
 
 
-def _device(request: Request) -> str | None:
+def _device_parameter(request: Request) -> str | None:
     raw = request.query_params.get("device")
     if raw is not None and not is_device_id(raw):
         raise BadQuery("device", f"device must match {DEVICE_ID_PATTERN}")
@@ -109,7 +109,7 @@ class _Endpoints:
     def checkpoint(self, request: Request) -> Response:
         try:
             _check_params(request)
-            size = _int(request, "size")
+            size = _int_parameter(request, "size")
         except BadQuery as exc:
             return _error(400, str(exc), exc.parameter)
         with self.lock:
@@ -126,9 +126,9 @@ class _Endpoints:
     def inclusion(self, request: Request) -> Response:
         def build() -> Any:
             _check_params(request)
-            by_offset = (_int(request, "partition"), _int(request, "offset"))
-            by_device = (_device(request), _int(request, "computed_at_ms"))
-            tree_size = _int(request, "tree_size")
+            by_offset = (_int_parameter(request, "partition"), _int_parameter(request, "offset"))
+            by_device = (_device_parameter(request), _int_parameter(request, "computed_at_ms"))
+            tree_size = _int_parameter(request, "tree_size")
             given = [p for pair in (by_offset, by_device) for p in pair if p is not None]
             whole = [pair for pair in (by_offset, by_device) if None not in pair]
             if len(whole) != 1 or len(given) != 2:
@@ -150,8 +150,9 @@ class _Endpoints:
     def consistency(self, request: Request) -> Response:
         def build() -> Any:
             _check_params(request)
-            first = _int(request, "first", required=True)
-            return consistency_doc(self.store, first, _int(request, "second"))  # type: ignore[arg-type]
+            first = _int_parameter(request, "first", required=True)
+            second = _int_parameter(request, "second")
+            return consistency_doc(self.store, first, second)  # type: ignore[arg-type]
 
         return self.answer(build)
 

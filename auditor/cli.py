@@ -22,7 +22,6 @@ from precast.kafka.access import connect_as
 from precast.presence import Presence
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
-from schemas.topics import catalog
 
 
 @dataclass
@@ -35,9 +34,7 @@ class Built:
 
 def build(settings: AuditorSettings, partitions: int) -> Built:
     opts = settings.audit
-    topics = catalog(
-        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
-    )
+    topics = settings.topics.catalog()
     try:
         store = LogStore(opts.db_path)
         if store.holds_a_log() and not opts.key_path.exists():
@@ -102,7 +99,7 @@ def run(settings: AuditorSettings) -> int:
     limits = ServerLimits.from_options(opts, "PRECAST_AUDIT")
     check_bind(opts.host, opts.port, "PRECAST_AUDIT")
     admin = connect_as(settings, "auditor")  # one line for a refused password or ACL
-    topics = catalog(settings.topics.prefix)
+    topics = settings.topics.catalog()  # names only: partitions come from the broker
     existing = admin.topic_partitions()
     for needed in (topics.predictions.name, topics.audit_checkpoints.name):
         if needed not in existing:

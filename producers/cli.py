@@ -24,13 +24,12 @@ from precast.settings import load
 from precast.telemetry.endpoints import ProbeServer
 from producers.badrecords import BadRecord
 from producers.pacing import RateLimiter
-from producers.publisher import EventPublisher
+from producers.publisher import ROLE_BY_EVENT_KIND, EventPublisher
 from producers.settings import SimulatorOptions, SimulatorSettings
 from producers.simulator import DriftProfile, Fleet, Resolutions
-from schemas.topics import catalog
 
-# the event kinds the simulator has always counted, by topic role
-_KIND = {"heartbeats": "heartbeat", "work_orders": "work_order", "alarms": "alarm"}
+# the event kinds the simulator has always counted (its metric's labels), by topic role
+_EVENT_KIND_BY_ROLE = {role: kind for kind, role in ROLE_BY_EVENT_KIND.items()}
 EVENTS = Counter(
     "precast_simulator_events_total",
     "records published by the simulator (bad = injected malformed)",
@@ -66,20 +65,18 @@ def make_fleet(opts: SimulatorOptions, spec: Path | None = None) -> Fleet:
     )
 
 
-def _describe(t: Tally[str]) -> str:
-    bad = sum(v for k, v in t.items() if k.startswith("bad:"))
+def _describe(sent: Tally[str]) -> str:
+    bad = sum(v for k, v in sent.items() if k.startswith("bad:"))
     return (
-        f"{t['heartbeat']:,} heartbeats, {t['work_order']:,} work orders, {t['alarm']:,} alarms, "
-        f"{bad:,} bad"
+        f"{sent['heartbeat']:,} heartbeats, {sent['work_order']:,} work orders, "
+        f"{sent['alarm']:,} alarms, {bad:,} bad"
     )
 
 
 def run(settings: SimulatorSettings) -> int:
     opts = settings.simulator
     connect_as(settings, "simulator")  # one line for a refused password or ACL
-    topics = catalog(
-        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
-    )
+    topics = settings.topics.catalog()
     producer = Producer(settings.kafka)
     publisher = EventPublisher(producer, topics)
     fleet = make_fleet(opts, settings.fleet.spec)
@@ -124,7 +121,7 @@ def run(settings: SimulatorSettings) -> int:
                     chunk_kinds[f"bad:{r.kind}"] += 1
                 else:
                     publisher.publish(r)
-                    chunk_kinds[_KIND.get(r.role, r.role)] += 1
+                    chunk_kinds[_EVENT_KIND_BY_ROLE.get(r.role, r.role)] += 1
             for k, v in chunk_kinds.items():
                 EVENTS.labels(k.split(":")[0]).inc(v)
             sent.update(chunk_kinds)

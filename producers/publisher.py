@@ -20,7 +20,7 @@ from schemas.topics import Topics
 H_EVENT_ID = "event_id"
 H_TRACEPARENT = "traceparent"
 
-_TOPIC_ROLE = {"heartbeat": "heartbeats", "work_order": "work_orders", "alarm": "alarms"}
+ROLE_BY_EVENT_KIND = {"heartbeat": "heartbeats", "work_order": "work_orders", "alarm": "alarms"}
 
 
 class TraceIds:
@@ -43,8 +43,8 @@ class EventPublisher:
         self, producer: Producer, topics: Topics, *, trace_seed: int | None = None
     ) -> None:
         self.producer = producer
-        self._roles = {role: getattr(topics, role).name for role in _TOPIC_ROLE.values()}
-        self._topic_of = {kind: self._roles[role] for kind, role in _TOPIC_ROLE.items()}
+        self._roles = {role: getattr(topics, role).name for role in ROLE_BY_EVENT_KIND.values()}
+        self._topic_of = {kind: self._roles[role] for kind, role in ROLE_BY_EVENT_KIND.items()}
         self._trace = TraceIds(trace_seed).new
         self.published = 0
 
@@ -99,4 +99,4 @@ class EventPublisher:
 
 def topic_role(kind: str) -> str:
     """The topic role (schemas.topics) an event kind is published to."""
-    return _TOPIC_ROLE[kind]
+    return ROLE_BY_EVENT_KIND[kind]
