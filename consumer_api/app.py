@@ -1,4 +1,4 @@
-"""The read API: the hot single-device GET (consumer_api.fastpath) in front of a Starlette app
+"""The read API: the hot single-device GET (consumer_api.read.fastpath) in front of a Starlette app
 for the batch GET, the event stream, prefetch hints, UI beacons, probes, metrics and OpenAPI."""
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from consumer_api import beacon as beacons
-from consumer_api import board as boards
-from consumer_api.answers import PRECOMPUTED, etag_matches, wait_timing
-from consumer_api.board_layout import BoardLayout
-from consumer_api.errors import auth_error, error
-from consumer_api.fastpath import FastPath
-from consumer_api.hosts import HostAllowList
-from consumer_api.hygiene import ErrorHygiene
-from consumer_api.limits import retry_after
+from consumer_api.beacons import beacon as beacons
+from consumer_api.board import routes as board_routes
+from consumer_api.board.board_layout import BoardLayout
+from consumer_api.edge.client_limits import retry_after
+from consumer_api.edge.error_bodies import auth_error, error
+from consumer_api.edge.error_hygiene import ErrorHygiene
+from consumer_api.edge.host_allowlist import HostAllowList
+from consumer_api.edge.requests_in import Prefetch, device_list, read_json, unknown_params
 from consumer_api.openapi import build_spec
-from consumer_api.requests_in import Prefetch, device_list, read_json, unknown_params
-from consumer_api.service import Service, now_ms
-from consumer_api.streams import open_stream
+from consumer_api.read.answer import PRECOMPUTED, etag_matches, wait_timing
+from consumer_api.read.fastpath import FastPath
+from consumer_api.read.service import Service, now_ms
+from consumer_api.read.stream_slots import open_stream
 from precast.errors import PrecastError
 from precast.http.parts import down as parts_down
 from precast.supervise import Supervised, terminate_process
@@ -146,7 +146,7 @@ class Endpoints:
         ask = [
             d
             for d, e in zip(ids, entries, strict=True)
-            # unknown devices never ask (see answers.Renderer.fallback)
+            # unknown devices never ask (see answer.Renderer.fallback)
             if e is not None and svc.renderer.classify(e, now)[0] != PRECOMPUTED
         ]
         unknown = sum(e is None for e in entries)
@@ -172,7 +172,7 @@ class Endpoints:
         if isinstance(b, Response):
             return b
         # One client's weight in the shares: its address where known (the token is often
-        # shared by every UI), see consumer_api.beacon.
+        # shared by every UI), see consumer_api.beacons.beacon.
         beacons.record(b, self.svc.signals, keys[-1], self.opts.beacon_max_ms)
         return Response(status_code=204)
 
@@ -196,8 +196,8 @@ class Endpoints:
         return Response(self._spec, media_type="application/json")
 
 
-def create_app(svc: Service, board: boards.Board | None = None):
-    """The ASGI app; with `board`, also the operations-center board (consumer_api.board)."""
+def create_app(svc: Service, board: board_routes.Board | None = None):
+    """The ASGI app; with `board`, also the operations-center board (consumer_api.board.routes)."""
     ep = Endpoints(svc, board=board.index.layout if board is not None else False)
 
     @contextlib.asynccontextmanager
@@ -254,7 +254,7 @@ def create_app(svc: Service, board: boards.Board | None = None):
             Route("/readyz", ep.readyz, methods=["GET"]),
             Route("/metrics", ep.metrics, methods=["GET"]),
             Route("/openapi.json", ep.openapi, methods=["GET"]),
-            *(boards.routes(svc, board) if board is not None else ()),
+            *(board_routes.routes(svc, board) if board is not None else ()),
         ],
         middleware=[Middleware(ErrorHygiene)],
         exception_handlers={HTTPException: _http_error},

@@ -6,19 +6,19 @@ import sys
 from dataclasses import dataclass
 
 from consumer_api.app import create_app
-from consumer_api.board import Board
-from consumer_api.board_feed import BoardFeed
-from consumer_api.board_layout import BoardLayout
-from consumer_api.budget import Budget, LocalBudget, RedisBudget
-from consumer_api.fleet import FleetIndex
-from consumer_api.hub import Hub
-from consumer_api.lineage import LineageReader
-from consumer_api.materializer import Materializer
-from consumer_api.precompute_requests import PrecomputeAsker
-from consumer_api.read_hints import ReadHints
+from consumer_api.board.board_layout import BoardLayout
+from consumer_api.board.feed import BoardFeed
+from consumer_api.board.fleet_index import FleetIndex
+from consumer_api.board.lineage import LineageReader
+from consumer_api.board.routes import Board
+from consumer_api.materialize.materializer import Materializer
+from consumer_api.read.hub import Hub
+from consumer_api.read.service import Service
 from consumer_api.serve import ServerLimits, check_bind, serve
-from consumer_api.service import Service
 from consumer_api.settings import ApiSettings
+from consumer_api.speculation.precompute_budget import Budget, LocalBudget, RedisBudget
+from consumer_api.speculation.precompute_requests import PrecomputeAsker
+from consumer_api.speculation.read_hints import ReadHints
 from precast.errors import ConfigError
 from precast.fleet import load_fleet
 from precast.kafka import Producer

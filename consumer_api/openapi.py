@@ -1,6 +1,6 @@
 """The OpenAPI 3.2 document served at /openapi.json, generated from the pydantic models the
 handlers validate with (`requests_in.Prefetch`, `beacon.Beacon`) and the response models
-(`consumer_api.contract`), with limits taken from the running options. It declares exactly what
+(`consumer_api.read.contract`), with limits taken from the running options. It declares exactly what
 the server enforces: with tokens configured, each operation's bearer scope (read, prefetch,
 board) and its 401/403 answers; without, no security at all. Event streams declare each frame
 (`itemSchema`, new in 3.2: event name, id, and the JSON their `data` carries). schemathesis
@@ -14,10 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from consumer_api import board_openapi, contract
-from consumer_api.beacon import Beacon
-from consumer_api.board_layout import BoardLayout
-from consumer_api.requests_in import Prefetch
+from consumer_api.beacons.beacon import Beacon
+from consumer_api.board import openapi_paths
+from consumer_api.board.board_layout import BoardLayout
+from consumer_api.edge.requests_in import Prefetch
+from consumer_api.read import contract
 from consumer_api.settings import ApiOptions
 from precast.fleet import load_fleet
 from schemas.events import DEVICE_ID_PATTERN
@@ -146,7 +147,7 @@ SCOPE_OF = {
 
 def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[str, Any]:
     """The document for a replica with these options (`board`: it serves the board of this
-    layout, or of the built-in fleet for True; `consumer_api.board_openapi`)."""
+    layout, or of the built-in fleet for True; `consumer_api.board.openapi_paths`)."""
     auth = opts.auth_token is not None or opts.tokens_file is not None
     one = {
         "summary": "The newest answer for one device (precomputed, stale or fallback)",
@@ -248,11 +249,11 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
     }
     if board:
         layout = board if isinstance(board, BoardLayout) else BoardLayout(load_fleet())
-        paths, schemas = board_openapi.document(layout, opts.board_max_rows)
+        paths, schemas = openapi_paths.document(layout, opts.board_max_rows)
         spec["paths"].update(paths)
         spec["components"]["schemas"].update(schemas)
     if auth:  # declared exactly when the server checks it, with each operation's scope
-        scopes = {**SCOPE_OF, **dict.fromkeys(board_openapi.DATA_PATHS, "board")}
+        scopes = {**SCOPE_OF, **dict.fromkeys(openapi_paths.DATA_PATHS, "board")}
         for path, scope in scopes.items():
             for op in spec["paths"].get(path, {}).values():
                 op["security"] = [{"bearer": [scope]}]
@@ -268,11 +269,13 @@ def build_spec(opts: ApiOptions, *, board: bool | BoardLayout = False) -> dict[s
             }
         }
     else:  # nothing asks for a token: say so, operation by operation
-        for path in (*SCOPE_OF, *(board_openapi.DATA_PATHS if board else ())):
+        for path in (*SCOPE_OF, *(openapi_paths.DATA_PATHS if board else ())):
             for op in spec["paths"].get(path, {}).values():
                 op["security"] = []
                 op["responses"].pop("401", None)
-    for path, ops in spec["paths"].items():  # consumer_api.hosts: probes answer any Host
+    for path, ops in spec[
+        "paths"
+    ].items():  # consumer_api.edge.host_allowlist: probes answer any Host
         if path not in ("/healthz", "/readyz"):
             for op in ops.values():
                 op["responses"].setdefault(

@@ -7,12 +7,12 @@ import time
 import orjson
 
 from consumer_api.app import create_app
-from consumer_api.board import Board
-from consumer_api.budget import LocalBudget
-from consumer_api.fleet import FleetIndex
-from consumer_api.precompute_requests import PrecomputeAsker
-from consumer_api.service import Service
+from consumer_api.board.fleet_index import FleetIndex
+from consumer_api.board.routes import Board
+from consumer_api.read.service import Service
 from consumer_api.settings import ApiOptions
+from consumer_api.speculation.precompute_budget import LocalBudget
+from consumer_api.speculation.precompute_requests import PrecomputeAsker
 from precast.kafka import Producer
 from precast.serving import Entry, MemoryStore, entry_from_prediction
 

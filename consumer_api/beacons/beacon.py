@@ -1,5 +1,5 @@
 """UI timing beacons: the UI reports one view's timings, the API splits them into the two
-measures of precast.telemetry.objectives and aggregates them per client (consumer_api.signals).
+measures of precast.telemetry.objectives and aggregates them per client (consumer_api.beacons.client_signals).
 
 A view's *wait* (input to the answer on screen) by origin:
   network_qoe = network_ms - (wait.read + wait.db_lock)   (the fetch, less the server's time)
@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumer_api.signals import Signals
+from consumer_api.beacons.client_signals import Signals
 from precast.telemetry.objectives import AGE_ORIGINS, WAIT_ORIGINS
 
 # Base units (seconds), as Prometheus names want them: beacons report milliseconds.

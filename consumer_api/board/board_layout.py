@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE
-from consumer_api.device_view import ContextDetail, ContextView, label
+from consumer_api.board.device_view import ContextDetail, ContextView, label
+from consumer_api.read.answer import FALLBACK, PRECOMPUTED, STALE
 from precast.fleet import Fleet
 from precast.fleet.context import DeviceContext
 from schemas.spec.context import Last, OpenCount, TimeSinceLast, WindowCount

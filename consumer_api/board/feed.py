@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
-from consumer_api.fleet import FleetIndex
+from consumer_api.board.fleet_index import FleetIndex
 from precast.fleet.snapshot import ForeignSnapshot, from_json
 from precast.guard import Guard, Unusable
 from precast.kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaFailure, TopicPartitionOffset

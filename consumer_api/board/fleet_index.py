@@ -1,7 +1,7 @@
 """The board's picture of the fleet: one row per device (top-1 strategy, source, age, delay
-origin, then what the fleet spec's `[board]` shows: consumer_api.board_layout), each device's
-recent answers, its device context, and a change log that lets a board's event stream resume
-after a reconnect.
+origin, then what the fleet spec's `[board]` shows: consumer_api.board.board_layout), each
+device's recent answers, its device context, and a change log that lets a board's event stream
+resume after a reconnect.
 
 Written by two threads (the materializer hands over what it stored; the board feed hands over
 device context and device info) and read by the event loop, all under one short lock. Every
@@ -23,11 +23,11 @@ from itertools import islice
 from sys import intern
 from typing import Any
 
-from consumer_api.admission import Admission
-from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, data_time, origin, segments
-from consumer_api.board_history import Past, history_item, past
-from consumer_api.board_layout import AGE, ALARM, SOURCES, BoardLayout
-from consumer_api.device_view import ContextView, Summary, summarize
+from consumer_api.board.board_layout import AGE, ALARM, SOURCES, BoardLayout
+from consumer_api.board.device_view import ContextView, Summary, summarize
+from consumer_api.board.history import Past, history_item, past
+from consumer_api.edge.admission import Admission
+from consumer_api.read.answer import FALLBACK, PRECOMPUTED, STALE, data_time, origin, segments
 from precast.fleet import load_fleet
 from precast.serving import Entry, Lease, LeaseBook
 

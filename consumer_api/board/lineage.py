@@ -7,7 +7,7 @@ event topic of this deployment's catalog, a partition in 0..2^31-1 and an offset
 is reported per entry (`missing` says why), never followed and never an error. At most
 `MAX_REFS` records per call, within one deadline for the whole call (watermarks included).
 
-Reads are bounded (consumer_api.admission): one call per client and `MAX_READS` per replica
+Reads are bounded (consumer_api.edge.admission): one call per client and `MAX_READS` per replica
 at once, each on its own consumer taken from a small pool, so a 2-3 s Kafka wait never queues
 another board's request; past the bound the board gets 503 with Retry-After.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from consumer_api.admission import Admission
+from consumer_api.edge.admission import Admission
 from precast.kafka import Consumer, TopicPartitionOffset
 from precast.settings import KafkaSettings
 

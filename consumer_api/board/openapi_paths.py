@@ -1,6 +1,6 @@
-"""OpenAPI paths and schemas of the board (consumer_api.board), merged into consumer_api.openapi.
+"""OpenAPI paths and schemas of the board (consumer_api.board.routes), merged into consumer_api.openapi.
 
-What the board returns depends on the fleet spec (consumer_api.board_layout): the fleet query
+What the board returns depends on the fleet spec (consumer_api.board.board_layout): the fleet query
 takes the spec's filters as parameters, `columns` names a row's items in order, the facets and a
 device's fields are named by the spec. A row is an array of exactly that many items; what each
 holds is declared by name in `x-row-items` (the JSON Schema a tuple of them would carry as
@@ -14,8 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from consumer_api.board_layout import ALARM, SOURCES, BoardLayout, Column
-from consumer_api.device_view import label
+from consumer_api.board.board_layout import ALARM, SOURCES, BoardLayout, Column
+from consumer_api.board.device_view import label
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _ERROR = {"description": "bad request", "content": {"application/json": {"schema": _ERR}}}

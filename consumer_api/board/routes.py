@@ -5,7 +5,7 @@
   A Content-Security-Policy of `'self'` keeps the page from fetching anything from elsewhere.
 - `GET /v1/board/fleet`: rows of the fleet (filter, sort, page) with the change sequence the
   snapshot is at, and the board's `layout` (columns, filters, detail: what the fleet spec's
-  `[board]` shows, consumer_api.board_layout); `GET /v1/board/devices/{id}`: history, fields
+  `[board]` shows, consumer_api.board.board_layout); `GET /v1/board/devices/{id}`: history, fields
   and context of one device; `GET /v1/board/devices/{id}/events`: the input records its
   current answer's lineage names, read back from Kafka and read through the spec's validator;
   `GET /v1/board/panel`: the fleet panel's figures.
@@ -37,16 +37,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from consumer_api.admission import Busy
-from consumer_api.board_feed import BoardFeed
-from consumer_api.board_layout import ALARM, SOURCES
-from consumer_api.errors import auth_error, error
-from consumer_api.fleet import FleetIndex
-from consumer_api.lineage import LineageReader
-from consumer_api.requests_in import unknown_params
-from consumer_api.service import Service, now_ms, read_counts
-from consumer_api.signals import measures
-from consumer_api.streams import open_stream
+from consumer_api.beacons.client_signals import measures
+from consumer_api.board.board_layout import ALARM, SOURCES
+from consumer_api.board.feed import BoardFeed
+from consumer_api.board.fleet_index import FleetIndex
+from consumer_api.board.lineage import LineageReader
+from consumer_api.edge.admission import Busy
+from consumer_api.edge.error_bodies import auth_error, error
+from consumer_api.edge.requests_in import unknown_params
+from consumer_api.read.service import Service, now_ms, read_counts
+from consumer_api.read.stream_slots import open_stream
 from precast.serving import Lease
 from schemas.events import DEVICE_ID_PATTERN, is_device_id
 
@@ -82,7 +82,7 @@ class Board:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("consumer_api").joinpath("static", name).read_bytes()
+    return resources.files("consumer_api.board").joinpath("static", name).read_bytes()
 
 
 class BoardEndpoints:

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from prometheus_client import Counter
 from starlette.responses import Response
 
-from consumer_api.errors import error
-from consumer_api.limits import retry_after
+from consumer_api.edge.client_limits import retry_after
+from consumer_api.edge.error_bodies import error
 
 T = TypeVar("T")
 

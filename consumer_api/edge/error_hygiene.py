@@ -13,7 +13,7 @@ from prometheus_client import Counter
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumer_api.errors import error_body
+from consumer_api.edge.error_bodies import error_body
 from precast.hygiene import printable
 
 log = logging.getLogger("precast.api")

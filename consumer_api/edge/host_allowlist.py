@@ -11,8 +11,8 @@ from __future__ import annotations
 from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from consumer_api.errors import error_body
-from consumer_api.hygiene import answer
+from consumer_api.edge.error_bodies import error_body
+from consumer_api.edge.error_hygiene import answer
 
 REFUSED = Counter("precast_api_host_refused", "requests refused for a Host not allowed (421)")
 PROBES = frozenset({"/healthz", "/readyz"})

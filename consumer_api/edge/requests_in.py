@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from consumer_api.errors import error
+from consumer_api.edge.error_bodies import error
 from schemas.events import DEVICE_ID_PATTERN, DeviceId, is_device_id
 
 M = TypeVar("M", bound=BaseModel)

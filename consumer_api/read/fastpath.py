@@ -6,12 +6,12 @@ a plain ASGI callable ran at ~17k on the same uvicorn), so this one path skips t
 other path goes to the Starlette app.
 
 The common case (GET, no query, authorized, a fresh entry in the in-process view) is one
-function with no further calls but the rendering (`answers.fresh`); anything else takes
+function with no further calls but the rendering (`answer.fresh`); anything else takes
 `checked`, which runs every check in the documented order (method, auth, query, device ID).
 A view hit needs no device-ID check: the store refuses IDs outside the pattern.
 
 Every answer's Server-Timing carries the read's own wait (`wait.read`, `wait.db_lock`, from
-two clock reads around the store lookup; consumer_api.answers)."""
+two clock reads around the store lookup; consumer_api.read.answer)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from time import perf_counter_ns
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from consumer_api.answers import PRECOMPUTED, etag_matches, fresh
-from consumer_api.errors import auth_refusal, error_body
-from consumer_api.service import Service, count_read, now_ms
+from consumer_api.edge.error_bodies import auth_refusal, error_body
+from consumer_api.read.answer import PRECOMPUTED, etag_matches, fresh
+from consumer_api.read.service import Service, count_read, now_ms
 from schemas.events import is_device_id
 
 PREFIX, SUFFIX = "/v1/devices/", "/prediction"

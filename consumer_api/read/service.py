@@ -12,14 +12,14 @@ import redis
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
-from consumer_api import beacon
-from consumer_api.answers import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
-from consumer_api.hub import Hub
-from consumer_api.limits import ClientLimits
-from consumer_api.precompute_requests import PrecomputeAsker
-from consumer_api.read_hints import ReadHints
+from consumer_api.beacons import beacon
+from consumer_api.beacons.client_signals import Signals
+from consumer_api.edge.client_limits import ClientLimits
+from consumer_api.read.answer import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
+from consumer_api.read.hub import Hub
 from consumer_api.settings import ApiOptions
-from consumer_api.signals import Signals
+from consumer_api.speculation.precompute_requests import PrecomputeAsker
+from consumer_api.speculation.read_hints import ReadHints
 from precast.fleet import load_fleet
 from precast.serving import AsyncReader, Entry, LocalView
 from precast.supervise import Supervised

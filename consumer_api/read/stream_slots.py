@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from consumer_api.errors import error
-from consumer_api.limits import retry_after
-from consumer_api.service import Service
+from consumer_api.edge.client_limits import retry_after
+from consumer_api.edge.error_bodies import error
+from consumer_api.read.service import Service
 
 
 class HeldStream(StreamingResponse):

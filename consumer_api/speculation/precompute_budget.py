@@ -20,7 +20,7 @@ import redis
 import redis.asyncio
 from prometheus_client import Counter
 
-from consumer_api.limits import TokenBucket
+from consumer_api.edge.client_limits import TokenBucket
 
 FALLBACKS = Counter(
     "precast_api_precompute_budget_fallbacks",

@@ -1,6 +1,6 @@
 """Precompute requests from the read path (miss, expiry, purge marker, prefetch hint):
 `PrecomputeRequest`s keyed by device on the precompute-requests topic, never blocking the event
-loop, within a budget (consumer_api.budget): at most one per device per window across all
+loop, within a budget (consumer_api.speculation.precompute_budget): at most one per device per window across all
 replicas, and at most `precompute_budget_per_s` a second from all of them together.
 
 Reads (`request`) only note the device; the event loop's drain task (`drain`, every 50 ms)
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import orjson
 from prometheus_client import Counter
 
-from consumer_api.budget import Budget, LocalBudget
+from consumer_api.speculation.precompute_budget import Budget, LocalBudget
 from precast.kafka import KafkaFailure, Producer
 
 REQUESTS = Counter(

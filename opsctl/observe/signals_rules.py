@@ -1,6 +1,6 @@
 """Alerts on what operators wait for and on how old the answers they are shown are (issue 26),
 generated from precast.telemetry.objectives: the same constants drive the board's banner
-(consumer_api.signals), so the banner and the alert are one rule.
+(consumer_api.beacons.client_signals), so the banner and the alert are one rule.
 
 - PrecastWaitOriginRising (page): an origin's share of the wait over the last 10 minutes is
   above 30 % and either was below it over the 3 hours before (`offset`), or its wait per view
@@ -11,7 +11,7 @@ generated from precast.telemetry.objectives: the same constants drive the board'
   the shares: a system that was slow from the start has no baseline to rise from.
 - PrecastAnswerAgeAboveObjective (ticket): the p95 age of the answers shown past its objective.
 
-The series are per replica and absent while no UI reports (consumer_api.beacon), so a quiet
+The series are per replica and absent while no UI reports (consumer_api.beacons.beacon), so a quiet
 night is no baseline; without a baseline nothing is rising.
 """
 

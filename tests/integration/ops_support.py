@@ -91,7 +91,7 @@ def fresh_view(kafka: KafkaSettings, topic: str, partitions: int):
     import time
     import uuid
 
-    from consumer_api.materializer import Materializer
+    from consumer_api.materialize.materializer import Materializer
     from precast.serving import MemoryStore
 
     view = MemoryStore(grace_ms=30_000)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from consumer_api.budget import RedisBudget
+from consumer_api.speculation.precompute_budget import RedisBudget
 from precast.redis_client import connect_async
 from precast.settings import RedisSettings
 

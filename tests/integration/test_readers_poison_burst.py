@@ -12,7 +12,7 @@ import time
 import orjson
 
 from auditor.appender import Appender
-from consumer_api.materializer import Materializer
+from consumer_api.materialize.materializer import Materializer
 from precast.audit.checkpoint import load_or_create_signer
 from precast.audit.store import LogStore
 from precast.kafka import Consumer, Producer

@@ -16,10 +16,10 @@ import yaml
 from prometheus_client import REGISTRY
 
 import auditor.metrics  # noqa: F401  (registers the metrics)
-import consumer_api.beacon  # noqa: F401
-import consumer_api.hub  # noqa: F401
-import consumer_api.materializer  # noqa: F401
-import consumer_api.service  # noqa: F401
+import consumer_api.beacons.beacon  # noqa: F401
+import consumer_api.materialize.materializer  # noqa: F401
+import consumer_api.read.hub  # noqa: F401
+import consumer_api.read.service  # noqa: F401
 import precast.deadletter  # noqa: F401
 import producers.cli  # noqa: F401
 import workers.drift.monitor  # noqa: F401

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from consumer_api.answers import fresh, origin, segments
 from consumer_api.openapi import build_spec
+from consumer_api.read.answer import fresh, origin, segments
 from tests.api_fixtures import make_app, make_service, now_ms, prediction
 
 ONE = "/v1/devices/{d}/prediction"
@@ -540,7 +540,7 @@ def test_every_read_is_counted_by_source(svc, client):
 
 
 def test_served_answers_match_the_models_the_openapi_document_is_generated_from():
-    from consumer_api.contract import Answer, Batch, PrefetchResult
+    from consumer_api.read.contract import Answer, Batch, PrefetchResult
 
     svc = make_service(expired="stale", grace_s=600)
     now = now_ms()
@@ -581,8 +581,8 @@ def test_the_bearer_scheme_is_declared_exactly_when_a_token_is_configured():
 def test_the_contract_literals_list_exactly_what_answers_render():
     from typing import get_args
 
-    from consumer_api.answers import FALLBACK_REASONS, SEGMENTS
-    from consumer_api.contract import DelayOrigin, FallbackReason
+    from consumer_api.read.answer import FALLBACK_REASONS, SEGMENTS
+    from consumer_api.read.contract import DelayOrigin, FallbackReason
 
     assert set(get_args(DelayOrigin)) == {*SEGMENTS, "fallback"}
     assert set(get_args(FallbackReason)) == set(FALLBACK_REASONS)

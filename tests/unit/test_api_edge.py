@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from consumer_api.app import TOKEN_RELOAD_ERRORS, reload_tokens
-from consumer_api.hosts import allowed_names, host_name
-from consumer_api.limits import ClientLimits
+from consumer_api.edge.client_limits import ClientLimits
+from consumer_api.edge.host_allowlist import allowed_names, host_name
 from consumer_api.settings import ApiOptions
 from precast.tokens import TokenTable, bearer, generation, line_for, new_token
 from tests.api_fixtures import make_app, make_service

@@ -11,7 +11,7 @@ import asyncio
 import orjson
 from starlette.testclient import TestClient
 
-from consumer_api.fleet import FleetIndex
+from consumer_api.board.fleet_index import FleetIndex
 from tests.api_fixtures import make_app, make_service, now_ms
 from tests.serving_cases import HORIZON_MS, lease, leased
 
@@ -99,7 +99,7 @@ def test_board_stream_sends_a_lease_event():
     app = make_app(svc, board)
 
     async def run() -> bytes:
-        from consumer_api.board import BoardEndpoints
+        from consumer_api.board.routes import BoardEndpoints
 
         ep = BoardEndpoints(svc, board)
         gen = ep._events(None)

@@ -13,12 +13,12 @@ import pytest
 from starlette.requests import ClientDisconnect, Request
 from starlette.testclient import TestClient
 
-from consumer_api.beacon import Beacon, clip, split
-from consumer_api.budget import LocalBudget
-from consumer_api.hub import Hub
-from consumer_api.hygiene import ErrorHygiene
-from consumer_api.limits import Buckets, ClientLimits, retry_after
+from consumer_api.beacons.beacon import Beacon, clip, split
+from consumer_api.edge.client_limits import Buckets, ClientLimits, retry_after
+from consumer_api.edge.error_hygiene import ErrorHygiene
+from consumer_api.read.hub import Hub
 from consumer_api.settings import ApiOptions
+from consumer_api.speculation.precompute_budget import LocalBudget
 from precast.http.reaper import silent_for_ms, sweep
 from precast.http.serve import raise_open_files
 from tests.api_fixtures import make_app, make_service, now_ms, prediction

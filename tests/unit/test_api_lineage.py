@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from consumer_api.admission import Admission, Busy
-from consumer_api.board_layout import AGE
-from consumer_api.lineage import MAX_REFS, LineageReader, check_refs
+from consumer_api.board.board_layout import AGE
+from consumer_api.board.lineage import MAX_REFS, LineageReader, check_refs
+from consumer_api.edge.admission import Admission, Busy
 from precast.serving import entry_from_prediction
 from precast.settings import KafkaSettings
 from tests.api_fixtures import make_app, make_board, make_service, now_ms
@@ -124,7 +124,7 @@ def test_each_unusable_shape_named_by_the_issue_says_why():
 
 
 def test_a_body_that_is_not_an_object_reads_as_no_lineage():
-    from consumer_api.lineage import lineage_of
+    from consumer_api.board.lineage import lineage_of
 
     assert lineage_of(b"[1,2]") == [] and lineage_of(b"nope") == []
     assert lineage_of(b'{"lineage":"x"}') == "x"

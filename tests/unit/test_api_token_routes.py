@@ -12,8 +12,8 @@ import json
 import pytest
 from starlette.routing import Route
 
-from consumer_api.fastpath import PREFIX, SUFFIX
 from consumer_api.openapi import build_spec
+from consumer_api.read.fastpath import PREFIX, SUFFIX
 from precast.tokens import SCOPES, line_for, new_token
 from tests.api_fixtures import make_app, make_board, make_service, now_ms, prediction
 

@@ -15,10 +15,10 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from consumer_api.board import Board
-from consumer_api.board_layout import BoardLayout
-from consumer_api.board_openapi import document
-from consumer_api.fleet import FleetIndex
+from consumer_api.board.board_layout import BoardLayout
+from consumer_api.board.fleet_index import FleetIndex
+from consumer_api.board.openapi_paths import document
+from consumer_api.board.routes import Board
 from precast.fleet import Fleet, load_fleet
 from precast.fleet.snapshot import ForeignSnapshot, from_json
 from schemas.spec.load import DEFAULT_SPEC, parse
@@ -439,7 +439,7 @@ def test_the_fleet_query_takes_the_filters_of_its_spec(trailers):
 
 
 def test_lineage_reader_follows_only_event_topics():
-    from consumer_api.lineage import LineageReader
+    from consumer_api.board.lineage import LineageReader
     from precast.settings import KafkaSettings
 
     reader = LineageReader(KafkaSettings(), {"p.heartbeats"}, "t")

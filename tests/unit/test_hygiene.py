@@ -14,7 +14,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from consumer_api.hygiene import ErrorHygiene
+from consumer_api.edge.error_hygiene import ErrorHygiene
 from precast.hygiene import printable
 from precast.serving import InvalidPrediction, entry_from_prediction
 from precast.telemetry.endpoints import ProbeServer

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from auditor.appender import Appender
-from consumer_api.board_feed import BoardFeed
-from consumer_api.fleet import FleetIndex
-from consumer_api.materializer import Materializer
+from consumer_api.board.feed import BoardFeed
+from consumer_api.board.fleet_index import FleetIndex
+from consumer_api.materialize.materializer import Materializer
 from precast.audit.batch import prepare
 from precast.audit.checkpoint import load_or_create_signer
 from precast.audit.compact import CompactRange

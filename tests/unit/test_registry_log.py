@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from consumer_api.fleet import FleetIndex
+from consumer_api.board.fleet_index import FleetIndex
 from precast.models import layout as R
 from tests.api_fixtures import now_ms, prediction
 from workers.model import serving_metrics

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer_api.answers import Renderer, segments
+from consumer_api.read.answer import Renderer, segments
 from precast.serving import EXPIRED, OLDER, STORED, InvalidPrediction, MemoryStore
 from precast.serving.entry import decode, encode
 from precast.serving.leases import LeaseBook, lease_from_record

@@ -5,7 +5,7 @@ front_jank; a share that rises while people still wait less than the objective r
 nothing; the wait and the age objectives ticket on their own.
 
 The input series are what the read API publishes for steady clients
-(consumer_api.beacon): per origin the share of the wait and the wait per view, and the p95s."""
+(consumer_api.beacons.beacon): per origin the share of the wait and the wait per view, and the p95s."""
 
 from __future__ import annotations
 

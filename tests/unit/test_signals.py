@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from consumer_api.beacon import Beacon, export, split
-from consumer_api.signals import Signals, quantile_ms
+from consumer_api.beacons.beacon import Beacon, export, split
+from consumer_api.beacons.client_signals import Signals, quantile_ms
 from precast.telemetry.objectives import BOUNDS_MS, WAIT_OBJECTIVE_S, WAIT_ORIGINS
 
 

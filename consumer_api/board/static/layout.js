@@ -1,6 +1,6 @@
 // The board's columns, filters and device detail, as the fleet spec's [board] declares them.
 // The server sends them as `layout` with every fleet snapshot (GET /v1/board/fleet,
-// consumer_api/board_layout.py, docs/board.md): nothing in the page knows a fleet. Rows are
+// consumer_api/board/board_layout.py, docs/board.md): nothing in the page knows a fleet. Rows are
 // arrays in `layout.columns` order; `display` lists the table's columns (name, label, type,
 // unit, width), `filters` the filters in the order shown, `alarm_states` the alarm states by
 // rank (the first alert rule first, "none" last).
