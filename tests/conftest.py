@@ -22,7 +22,7 @@ settings.register_profile("precast", deadline=None)
 settings.load_profile("precast")
 
 # The read API answers only the Host names of PRECAST_API__ALLOWED_HOSTS (loopback names by
-# default, consumer_api.hosts): in-process test clients call it by one, as a local client does.
+# default, consumer_api.edge.host_allowlist): in-process test clients call it by one, as a local client does.
 _TC_DEFAULTS = list(TestClient.__init__.__defaults__ or ())
 _TC_DEFAULTS[_TC_DEFAULTS.index("http://testserver")] = "http://localhost"
 TestClient.__init__.__defaults__ = tuple(_TC_DEFAULTS)

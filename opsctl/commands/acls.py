@@ -17,6 +17,7 @@ from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.telemetry.progress import table
 from schemas.access import COMPONENTS, Grant, grants, principal_for
+from schemas.topics import catalog
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
 
 def wanted(args: argparse.Namespace, settings: StackCliSettings) -> list[Grant]:
     overrides = _overrides(args)
-    cat = settings.topics.catalog()
+    t = settings.topics
+    cat = catalog(t.prefix, t.partitions, t.replication_factor)
     out: list[Grant] = []
     for name in args.component or sorted(COMPONENTS):
         out += grants(

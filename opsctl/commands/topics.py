@@ -14,8 +14,10 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     from precast.kafka import Admin
+    from schemas.topics import catalog
 
-    topics = settings.topics.catalog()
+    t = settings.topics
+    topics = catalog(t.prefix, t.partitions, t.replication_factor)
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     if args.action == "list":

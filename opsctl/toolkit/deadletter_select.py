@@ -17,6 +17,7 @@ from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
 from precast.telemetry.progress import bar
 from schemas import deadletters as dl
+from schemas.topics import catalog
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class DeadLetterFilter:
 
 
 def dead_letter_topic(args: argparse.Namespace, settings: StackCliSettings) -> tuple[str, int]:
-    topic = args.topic or settings.topics.catalog().dead_letters.name
+    t = settings.topics
+    topic = args.topic or catalog(t.prefix, t.partitions, t.replication_factor).dead_letters.name
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     return topic, partitions_of(admin, topic, settings.kafka.bootstrap_servers)

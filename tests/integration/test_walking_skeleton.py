@@ -6,9 +6,9 @@ import orjson
 from starlette.testclient import TestClient
 
 from consumer_api.app import create_app
-from consumer_api.materializer import Materializer
-from consumer_api.precompute_requests import PrecomputeAsker
-from consumer_api.service import Service
+from consumer_api.materialize.materializer import Materializer
+from consumer_api.speculation.precompute_requests import PrecomputeAsker
+from consumer_api.read.service import Service
 from consumer_api.settings import ApiOptions
 from precast.kafka import Producer
 from precast.serving import MemoryStore

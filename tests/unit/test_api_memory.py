@@ -10,15 +10,15 @@ import asyncio
 
 import pytest
 
-import consumer_api.board_feed
-import consumer_api.lineage
-import consumer_api.materializer
+import consumer_api.board.feed
+import consumer_api.board.lineage
+import consumer_api.materialize.materializer
 import workers.precompute.loop
-from consumer_api.budget import LocalBudget
-from consumer_api.fleet import FleetIndex
-from consumer_api.hub import Hub
-from consumer_api.precompute_requests import PrecomputeAsker
-from consumer_api.read_hints import ReadHints
+from consumer_api.speculation.precompute_budget import LocalBudget
+from consumer_api.board.fleet_index import FleetIndex
+from consumer_api.read.hub import Hub
+from consumer_api.speculation.precompute_requests import PrecomputeAsker
+from consumer_api.speculation.read_hints import ReadHints
 from precast.kafka import Producer
 from precast.settings import KafkaSettings
 from schemas.topics import catalog
@@ -36,20 +36,20 @@ class _Built(Exception):
     ("module", "build"),
     [
         (
-            consumer_api.materializer,
-            lambda: consumer_api.materializer.Materializer(NOWHERE, "p", 3, view=None),
+            consumer_api.materialize.materializer,
+            lambda: consumer_api.materialize.materializer.Materializer(NOWHERE, "p", 3, view=None),
         ),
         (
-            consumer_api.board_feed,
-            lambda: consumer_api.board_feed.BoardFeed(
+            consumer_api.board.feed,
+            lambda: consumer_api.board.feed.BoardFeed(
                 NOWHERE,
                 catalog("x.", 3),
                 FleetIndex(default_strategy="monitor_only", serve_stale=False, grace_ms=0),
             ),
         ),
         (
-            consumer_api.lineage,
-            lambda: consumer_api.lineage.LineageReader(NOWHERE, {"x.heartbeats"}, "g").read(
+            consumer_api.board.lineage,
+            lambda: consumer_api.board.lineage.LineageReader(NOWHERE, {"x.heartbeats"}, "g").read(
                 [{"topic": "x.heartbeats", "partition": 0, "offset": 0}]
             ),
         ),
