@@ -17,7 +17,6 @@ from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 from precast.telemetry.progress import table
 from schemas.access import COMPONENTS, Grant, grants, principal_for
-from schemas.topics import catalog
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +45,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
 
 def wanted(args: argparse.Namespace, settings: StackCliSettings) -> list[Grant]:
     overrides = _overrides(args)
-    t = settings.topics
-    cat = catalog(t.prefix, t.partitions, t.replication_factor)
+    cat = settings.topics.catalog()
     out: list[Grant] = []
     for name in args.component or sorted(COMPONENTS):
         out += grants(

@@ -40,7 +40,6 @@ from precast.audit.store import LogStore, StoreError
 from precast.audit.verify import Report, TopicRecord, verify_store
 from precast.errors import ConfigError, PrecastError, Unreachable
 from precast.telemetry.progress import bar, table
-from schemas.topics import catalog
 
 
 class AuditFailed(PrecastError):
@@ -131,7 +130,7 @@ def _print(doc: dict[str, Any]) -> None:
 # -- checkpoint ---------------------------------------------------------------------------------
 def _latest_from_topic(settings: StackCliSettings) -> dict[str, Any]:
     t = settings.topics
-    topic = catalog(t.prefix, t.partitions, t.replication_factor).audit_checkpoints.name
+    topic = t.catalog().audit_checkpoints.name
     c = range_consumer(settings.kafka, "audit-checkpoint")
     newest: dict[str, Any] | None = None
     try:

@@ -29,7 +29,7 @@ from opsctl.toolkit.reader import resolve
 from precast.errors import ConfigError
 from precast.kafka import Admin
 from precast.telemetry.progress import table
-from schemas.topics import EVENT_ROLES, catalog
+from schemas.topics import EVENT_ROLES
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,8 +74,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     unknown = [r for r in roles if r not in EVENT_ROLES]
     if unknown:
         raise ConfigError(f"unknown event role {unknown[0]!r}: known are {', '.join(EVENT_ROLES)}")
-    t = settings.topics
-    cat = catalog(t.prefix, t.partitions, t.replication_factor)
+    cat = settings.topics.catalog()
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     ranges: dict[str, list[list[int]]] = {}

@@ -29,7 +29,6 @@ from precast.fleet.outcomes import FIXED_COLUMNS, Window
 from precast.kafka import Admin
 from precast.telemetry.progress import bar, table
 from schemas.spec import SpecError
-from schemas.topics import catalog
 
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +151,7 @@ def run_build(args: argparse.Namespace, settings: StackCliSettings) -> int:
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     if cp is None:
-        topics = catalog(t.prefix, t.partitions, t.replication_factor)
+        topics = t.catalog()
         plan = make_plan(settings.kafka, admin, fleet, topics, window)
         cp = {"fingerprint": fp, "job": job, "plan": plan.to_json(), "done": {}, "resumes": 0}
         parts.save_checkpoint(args.out, cp)

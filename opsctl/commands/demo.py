@@ -24,7 +24,6 @@ from opsctl.settings import StackCliSettings
 from precast.errors import PrecastError, StackError
 from precast.kafka import Admin
 from precast.redis_client import wait_reachable
-from schemas.topics import catalog
 
 SAMPLE_DEVICE = "dev-000001"
 
@@ -127,8 +126,8 @@ def run_demo(
     admin.wait_reachable()
     if redis_settings.url:
         wait_reachable(redis_settings)
-    t = settings.topics
-    reports = admin.ensure_topics(list(catalog(t.prefix, t.partitions, replicas)))
+    topics = settings.topics.model_copy(update={"replication_factor": replicas})
+    reports = admin.ensure_topics(list(topics.catalog()))
     print(
         f"topics: {sum(r.action == 'created' for r in reports)} created, contract checked",
         flush=True,

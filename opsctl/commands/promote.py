@@ -26,7 +26,7 @@ from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
 from opsctl.toolkit.ranges import format_time
 from precast.errors import ConfigError
-from precast.models import layout as R
+from precast.models import layout
 from precast.telemetry.progress import table
 
 
@@ -104,17 +104,17 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     reg = _registry(args, settings)
     if args.history:
         return _history(reg)
-    current = R.wanted_version(reg)
+    current = layout.wanted_version(reg)
     if args.rollback:
         return _rollback(reg, current, args.reason)
     version = str(args.version)
-    have = R.versions(reg)
+    have = layout.versions(reg)
     if version not in have:
         raise ConfigError(
             f"no version {version} in model registry {reg} (have: {', '.join(have) or 'none'})"
         )
     if version == current:
-        since = R.serving_since(reg, version)
+        since = layout.serving_since(reg, version)
         when = f" since {format_time(since['at_ms'])}" if since else ""
         print(f"{version} already serves{when}; nothing to do")
         return 0
@@ -162,7 +162,7 @@ def _gated(
         dry_run=False,
         no_progress=args.no_progress,
     )
-    if current is None or current not in R.versions(reg):
+    if current is None or current not in layout.versions(reg):
         rc, verdict = shadow.GATE_FAILED, "skipped"  # nothing serves to compare with (--force)
         print(f"gate: skipped, no live version in {reg} to compare {version} with")
     else:
@@ -185,11 +185,11 @@ def _gated(
         "reason": args.reason,
     }
     if not passed and not args.force:
-        R.record(reg, {"action": "refused", **entry})
+        layout.record(reg, {"action": "refused", **entry})
         print(f"not promoted: {version} failed the gate; {current} still serves (report above)")
         return shadow.GATE_FAILED
-    R.write_active(reg, version)
-    R.record(reg, {"action": "promote", "forced": not passed, **entry})
+    layout.write_active(reg, version)
+    layout.record(reg, {"action": "promote", "forced": not passed, **entry})
     how = "promoted" if passed else f"promoted despite the failed gate (--force: {args.reason})"
     print(
         f"{how}: {version} (was {current}); ACTIVE written in {reg}; workers swap at their next "
@@ -208,18 +208,18 @@ def _checks(report_dir: Path) -> list[dict[str, Any]]:
 
 
 def _rollback(reg: Path, current: str | None, reason: str | None) -> int:
-    promoted = [d for d in R.history(reg) if d.get("action") == "promote"]
+    promoted = [d for d in layout.history(reg) if d.get("action") == "promote"]
     last = next((d for d in reversed(promoted) if d.get("version") == current), None)
     if last is None or not last.get("previous"):
         raise ConfigError(
-            f"no promotion of {current} in {reg / R.PROMOTIONS_FILE} says what served before; "
+            f"no promotion of {current} in {reg / layout.PROMOTIONS_FILE} says what served before; "
             "promote a version explicitly (precast promote VERSION --force --reason ...)"
         )
     target = str(last["previous"])
-    if target not in R.versions(reg):
+    if target not in layout.versions(reg):
         raise ConfigError(f"cannot roll back to {target}: no such version in {reg} any more")
-    R.write_active(reg, target)
-    R.record(
+    layout.write_active(reg, target)
+    layout.record(
         reg,
         {
             "action": "rollback",
@@ -244,10 +244,10 @@ def _history(reg: Path) -> int:
             d.get("by", "?"),
             d.get("reason") or "",
         ]
-        for d in R.history(reg)
+        for d in layout.history(reg)
     ]
-    current = R.wanted_version(reg)
-    since = R.serving_since(reg, current) if current else None
+    current = layout.wanted_version(reg)
+    since = layout.serving_since(reg, current) if current else None
     print(table(["at", "action", "version", "previous", "gate", "by", "reason"], rows))
     when = f" since {format_time(since['at_ms'])}" if since else ""
     print(f"serving: {current or 'nothing'}{when}")

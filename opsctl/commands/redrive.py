@@ -30,7 +30,6 @@ from precast.kafka import Admin, KafkaMessage
 from precast.settings import TopicSettings
 from precast.telemetry.progress import table
 from schemas.partitioning import partition_for
-from schemas.topics import catalog
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
@@ -59,9 +58,9 @@ def target_of(info: dict[str, str], topics: TopicSettings) -> tuple[str | None, 
     source = info.get("source.topic")
     if not source:
         return None, "no source topic recorded"
-    if source == catalog(topics.prefix).dead_letters.name:
+    if source == topics.catalog().dead_letters.name:
         return None, "source is the dead-letter topic itself"
-    if catalog(topics.prefix).by_name(source) is None:
+    if topics.catalog().by_name(source) is None:
         return None, f"source {source[:80]} is outside this deployment's catalog"
     if input_role(topics, source) is None:
         return None, f"nothing consumes {source[:80]}"
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     flt = DeadLetterFilter.from_args(args)
     tr, spec = range_inputs(args, default_all=True)
     pacer = ReplaySchedule(rate=args.rate)
-    own = catalog(settings.topics.prefix).dead_letters.name
+    own = settings.topics.catalog().dead_letters.name
     if args.topic and args.topic != own:
         raise ConfigError(
             f"redrive reads only this deployment's dead-letter topic {own!r}, not "

@@ -35,7 +35,7 @@ from precast.fleet import Fleet, load_fleet
 from precast.kafka import Admin
 from precast.telemetry.progress import table
 from schemas.spec import SpecError
-from schemas.topics import EVENT_ROLES, catalog
+from schemas.topics import EVENT_ROLES
 
 GATE_FAILED = 1  # distinct from 2 (bad input) so a deploy script can tell them apart
 
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     if unknown:
         raise ConfigError(f"unknown event role {unknown[0]!r}: known are {', '.join(EVENT_ROLES)}")
     t = settings.topics
-    cat = catalog(t.prefix, t.partitions, t.replication_factor)
+    cat = t.catalog()
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     ranges, rows = _event_ranges(settings, admin, [getattr(cat, r).name for r in roles], tr, spec)

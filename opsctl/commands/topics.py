@@ -14,10 +14,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     from precast.kafka import Admin
-    from schemas.topics import catalog
 
-    t = settings.topics
-    topics = catalog(t.prefix, t.partitions, t.replication_factor)
+    topics = settings.topics.catalog()
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     if args.action == "list":

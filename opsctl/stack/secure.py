@@ -31,7 +31,6 @@ from opsctl.stack.kafka_node import KafkaNode
 from precast.files import write_private
 from precast.settings import KafkaSettings, TopicSettings
 from schemas.access import COMPONENTS, grants, principal_for
-from schemas.topics import catalog
 
 MECHANISM = "SCRAM-SHA-512"
 SUPER_USERS = ("broker", "admin")
@@ -189,7 +188,7 @@ class SecureStack:
 
         admin = Admin(self.settings_for("admin"))
         admin.wait_reachable()
-        cat = catalog(topics.prefix, topics.partitions, topics.replication_factor)
+        cat = topics.catalog()
         wanted = []
         for name, access in COMPONENTS.items():
             upsert_scram_user(admin, name, self.security.password(name), mechanism=MECHANISM)

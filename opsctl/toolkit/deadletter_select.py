@@ -17,7 +17,6 @@ from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage
 from precast.telemetry.progress import bar
 from schemas import deadletters as dl
-from schemas.topics import catalog
 
 
 @dataclass(frozen=True)
@@ -64,8 +63,7 @@ class DeadLetterFilter:
 
 
 def dead_letter_topic(args: argparse.Namespace, settings: StackCliSettings) -> tuple[str, int]:
-    t = settings.topics
-    topic = args.topic or catalog(t.prefix, t.partitions, t.replication_factor).dead_letters.name
+    topic = args.topic or settings.topics.catalog().dead_letters.name
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     return topic, partitions_of(admin, topic, settings.kafka.bootstrap_servers)

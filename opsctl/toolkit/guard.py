@@ -11,7 +11,6 @@ from precast.errors import ConfigError
 from precast.kafka import Admin
 from precast.presence import Reader, live
 from precast.settings import TopicSettings
-from schemas.topics import catalog
 
 
 class LiveTargetRefused(ConfigError):
@@ -31,7 +30,7 @@ def partitions_of(admin: Admin, topic: str, where: str, hint: str = "") -> int:
 def input_role(topics: TopicSettings, topic: str) -> str | None:
     """The catalog role of `topic` when a precast component consumes it (dead letters are
     read only by these tools, shadow predictions only by people: neither is an input)."""
-    spec = catalog(topics.prefix, topics.partitions, topics.replication_factor).by_name(topic)
+    spec = topics.catalog().by_name(topic)
     return None if spec is None or spec.role in _NOT_INPUTS else spec.role
 
 
@@ -62,7 +61,7 @@ def present_readers(admin: Admin, topics: TopicSettings) -> list[Reader]:
     from opsctl.toolkit.ranges import OffsetRange
     from opsctl.toolkit.reader import RangeReader, range_consumer
 
-    name = catalog(topics.prefix, topics.partitions, topics.replication_factor).presence.name
+    name = topics.catalog().presence.name
     parts = admin.topic_partitions().get(name)
     if not parts:
         return []

@@ -24,7 +24,6 @@ from precast.serving import (
 )
 from precast.telemetry.progress import bar
 from schemas.leases import is_lease_key
-from schemas.topics import catalog
 
 log = logging.getLogger("precast.ops.store")
 # rebuild and the operator tools' topic view: unusable records counted and logged (bounded)
@@ -49,8 +48,7 @@ def shared_store(settings: StackCliSettings, what: str) -> RedisStore:
 
 
 def predictions_topic(settings: StackCliSettings) -> tuple[str, int]:
-    t = settings.topics
-    name = catalog(t.prefix, t.partitions, t.replication_factor).predictions.name
+    name = settings.topics.catalog().predictions.name
     admin = Admin(settings.kafka)
     admin.wait_reachable()
     return name, partitions_of(

@@ -215,12 +215,8 @@ def connect_as(settings: Any, component: str) -> Admin:
     """What every entry point does first: the cluster answers, takes these credentials, and this
     principal holds the topic ACLs `component` needs (schemas.access); one line otherwise."""
     from schemas.access import COMPONENTS
-    from schemas.topics import catalog
 
     admin = Admin(settings.kafka)
     admin.wait_reachable()
-    t = settings.topics
-    require_access(
-        admin, COMPONENTS[component], catalog(t.prefix, t.partitions, t.replication_factor)
-    )
+    require_access(admin, COMPONENTS[component], settings.topics.catalog())
     return admin
