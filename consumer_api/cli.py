@@ -63,8 +63,11 @@ def build(settings: ApiSettings) -> Built:
             f"{fleet.name!r} ({', '.join(fleet.spec.labels)})"
         )
     opts = opts.model_copy(update={"default_strategy": default_strategy})
-    grace_ms = int(opts.grace_s * 1000)
-    view = MemoryStore(grace_ms) if opts.local_view else None
+    # each room its own section of the options (consumer_api.settings)
+    mat_opts, board_opts = opts.materialize_options(), opts.board_options()
+    spec_opts = opts.speculation_options()
+    grace_ms = mat_opts.grace_ms
+    view = MemoryStore(grace_ms) if mat_opts.local_view else None
     shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
     hub = Hub(opts.sse_max_streams)
     index = (
@@ -73,11 +76,11 @@ def build(settings: ApiSettings) -> Built:
             serve_stale=opts.expired == "stale",
             grace_ms=grace_ms,
             layout=BoardLayout(fleet),
-            history_depth=opts.board_history_depth,
-            history_devices=opts.board_history_devices,
+            history_depth=board_opts.history_depth,
+            history_devices=board_opts.history_devices,
             leases=view.leases if view is not None else None,
         )
-        if opts.board
+        if board_opts.enabled
         else None
     )
 
@@ -98,14 +101,14 @@ def build(settings: ApiSettings) -> Built:
         topics.predictions.partitions,
         view=view,
         shared=shared,
-        group_prefix=opts.group_id,
+        group_prefix=mat_opts.group_id,
         producer=Producer(settings.kafka),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         on_leased=on_leased,
-        batch=opts.consume_batch,
-        wait_s=opts.consume_wait_ms / 1000,
-        ready_max_lag=opts.ready_max_lag,
+        batch=mat_opts.batch,
+        wait_s=mat_opts.wait_s,
+        ready_max_lag=mat_opts.ready_max_lag,
     )
 
     def readiness() -> tuple[bool, dict]:
@@ -123,20 +126,20 @@ def build(settings: ApiSettings) -> Built:
         RedisBudget(
             connect_async(settings.redis),
             settings.redis.key_prefix,
-            opts.precompute_budget_per_s,
-            opts.precompute_burst,
+            spec_opts.budget_per_s,
+            spec_opts.burst,
         )
         if settings.redis.url
-        else LocalBudget(opts.precompute_budget_per_s, opts.precompute_burst)
+        else LocalBudget(spec_opts.budget_per_s, spec_opts.burst)
     )
     producer = Producer(settings.kafka)  # precompute requests and read hints share one client
     asker = PrecomputeAsker(
         producer,
         topics.precompute_requests.name,
-        int(opts.request_window_s * 1000),
+        spec_opts.request_window_ms,
         budget=budget,
     )
-    hints = ReadHints(producer, topics.read_hints.name, int(opts.hot_for_s * 1000))
+    hints = ReadHints(producer, topics.read_hints.name, spec_opts.hot_for_ms)
     svc = Service(
         opts,
         view,
@@ -148,7 +151,7 @@ def build(settings: ApiSettings) -> Built:
         hints=hints,
     )
     feed = (
-        BoardFeed(settings.kafka, topics, index, group_prefix=opts.group_id)
+        BoardFeed(settings.kafka, topics, index, group_prefix=board_opts.group_id)
         if index is not None
         else None
     )
@@ -159,10 +162,10 @@ def build(settings: ApiSettings) -> Built:
         Board(
             index,
             feed,
-            LineageReader(settings.kafka, set(event_roles), opts.group_id),
-            max_rows=opts.board_max_rows,
-            queue_max=opts.board_queue_max,
-            frame_s=opts.board_frame_ms / 1000,
+            LineageReader(settings.kafka, set(event_roles), board_opts.group_id),
+            max_rows=board_opts.max_rows,
+            queue_max=board_opts.queue_max,
+            frame_s=board_opts.frame_s,
             event_roles=event_roles,
         )
         if index is not None

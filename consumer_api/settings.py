@@ -1,9 +1,16 @@
-"""Settings of a read-API process (built once, in `consumer_api.cli`)."""
+"""Settings of a read-API process (built once, in `consumer_api.cli`).
+
+`ApiOptions` is the one place every option and its default is declared: the environment reads
+it flat (`PRECAST_API__BOARD_MAX_ROWS`, ...), and the read path and the edge take it whole.
+The other rooms get their own section, cut from it by `materialize_options()`,
+`board_options()` and `speculation_options()`: no defaults there, only the values a room uses,
+in the units it uses them."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -205,6 +212,35 @@ class ApiOptions(HttpLimits):
         description="beacon values above this are clipped to it (implausible for one view)",
     )
 
+    def materialize_options(self) -> MaterializeOptions:
+        return MaterializeOptions(
+            group_id=self.group_id,
+            local_view=self.local_view,
+            grace_ms=int(self.grace_s * 1000),
+            batch=self.consume_batch,
+            wait_s=self.consume_wait_ms / 1000,
+            ready_max_lag=self.ready_max_lag,
+        )
+
+    def board_options(self) -> BoardOptions:
+        return BoardOptions(
+            enabled=self.board,
+            group_id=self.group_id,
+            history_depth=self.board_history_depth,
+            history_devices=self.board_history_devices,
+            max_rows=self.board_max_rows,
+            queue_max=self.board_queue_max,
+            frame_s=self.board_frame_ms / 1000,
+        )
+
+    def speculation_options(self) -> SpeculationOptions:
+        return SpeculationOptions(
+            request_window_ms=int(self.request_window_s * 1000),
+            hot_for_ms=int(self.hot_for_s * 1000),
+            budget_per_s=self.precompute_budget_per_s,
+            burst=self.precompute_burst,
+        )
+
     @field_validator("auth_token")
     @classmethod
     def _real_token(cls, v: SecretStr | None) -> SecretStr | None:
@@ -255,6 +291,41 @@ class ApiOptions(HttpLimits):
                 "PRECAST_API__TOKENS_FILE (or PRECAST_API__AUTH_TOKEN); docs/security.md"
             )
         return self
+
+
+@dataclass(frozen=True)
+class MaterializeOptions:
+    """What the materializer (consumer_api.materialize) uses of the options."""
+
+    group_id: str  # prefix of this replica's own consumer group
+    local_view: bool  # feed an in-process view (the read path's store)
+    grace_ms: int  # entries stay this long past valid_until
+    batch: int  # records per poll
+    wait_s: float  # longest wait of a poll
+    ready_max_lag: int
+
+
+@dataclass(frozen=True)
+class BoardOptions:
+    """What the board (consumer_api.board) uses of the options."""
+
+    enabled: bool
+    group_id: str  # prefix of the board feed's and the lineage reads' consumer groups
+    history_depth: int
+    history_devices: int
+    max_rows: int  # most rows in one fleet page
+    queue_max: int  # changed devices a board stream may have pending
+    frame_s: float  # least time between two frames of a board stream
+
+
+@dataclass(frozen=True)
+class SpeculationOptions:
+    """What speculation (consumer_api.speculation) uses of the options."""
+
+    request_window_ms: int  # one precompute request per device per window
+    hot_for_ms: int  # how long a read hint keeps a device hot
+    budget_per_s: float  # precompute requests a second, all replicas together
+    burst: int
 
 
 def is_loopback(host: str) -> bool:
