@@ -171,7 +171,8 @@ def _worker_rate(ctx: Context, admin, fleet_name: str, devices: int, rounds: int
     from schemas.topics import catalog
     from workers.model.inference import ModelSession
     from workers.model.registry import ModelRegistry
-    from workers.precompute.loop import LoopConfig, Worker, tune_gc
+    from workers.precompute.assembly import assemble
+    from workers.precompute.loop import LoopConfig, tune_gc
     from workers.precompute.pipeline import PipelineConfig
     from workers.settings import DEFAULT_MODEL_DIR
 
@@ -197,7 +198,7 @@ def _worker_rate(ctx: Context, admin, fleet_name: str, devices: int, rounds: int
         registry = ModelRegistry(
             lambda path: ModelSession(path, fleet=fleet, provider="cpu"), path=model
         )
-        w = Worker(
+        w = assemble(
             ctx.kafka_settings(),
             topics,
             registry,

@@ -53,13 +53,14 @@ def _worker(
     from precast.kafka import TopicPartitionOffset
     from workers.model.inference import ModelSession
     from workers.model.registry import ModelRegistry
-    from workers.precompute.loop import LoopConfig, Worker
+    from workers.precompute.assembly import assemble
+    from workers.precompute.loop import LoopConfig
     from workers.precompute.pipeline import PipelineConfig
     from workers.settings import DEFAULT_MODEL_DIR
 
     hb = topics.heartbeats.name
     registry = ModelRegistry(lambda p: ModelSession(p, provider="cpu"), path=DEFAULT_MODEL_DIR)
-    w = Worker(
+    w = assemble(
         ctx.kafka_settings(),
         topics,
         registry,

@@ -13,7 +13,7 @@ from schemas.hints import ReadHint
 from tests.integration.api_helpers import api_settings, prediction_value, publish, wait_for
 from tests.integration.test_api_pipeline import read_all
 from tests.worker_events import heartbeat, record
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 
 
 def test_reads_and_prefetches_become_hints_and_hints_make_devices_hot(
@@ -56,7 +56,7 @@ def test_reads_and_prefetches_become_hints_and_hints_make_devices_hot(
     assert all(h.hot_until_ms == h.hinted_at_ms + 30_000 for h in hints)
 
     # A worker's pipeline consuming the same records marks those devices hot, and only those.
-    p = Pipeline(topics, PipelineConfig(), lambda m, r, d: None)
+    p = build_pipeline(topics, PipelineConfig(), lambda m, r, d: None)
     p.ingest(
         [
             record(topics.heartbeats.name, heartbeat(d, now), i)

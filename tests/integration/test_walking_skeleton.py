@@ -7,16 +7,17 @@ from starlette.testclient import TestClient
 
 from consumer_api.app import create_app
 from consumer_api.materialize.materializer import Materializer
-from consumer_api.speculation.precompute_requests import PrecomputeAsker
 from consumer_api.read.service import Service
 from consumer_api.settings import ApiOptions
+from consumer_api.speculation.precompute_requests import PrecomputeAsker
 from precast.kafka import Producer
 from precast.serving import MemoryStore
 from producers.publisher import EventPublisher
 from producers.simulator import Fleet
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
-from workers.precompute.loop import LoopConfig, Worker
+from workers.precompute.assembly import assemble
+from workers.precompute.loop import LoopConfig
 from workers.precompute.pipeline import PipelineConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
@@ -31,7 +32,7 @@ def test_heartbeats_become_served_predictions(kafka_settings, topics, unique):
 
     model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
     registry = ModelRegistry(lambda _p: model, path=DEFAULT_MODEL_DIR)
-    worker = Worker(
+    worker = assemble(
         kafka_settings,
         topics,
         registry,

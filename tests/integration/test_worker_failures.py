@@ -12,7 +12,8 @@ from schemas.leases import is_lease_key
 from tests.worker_events import heartbeat, work_order
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
-from workers.precompute.loop import LoopConfig, Worker
+from workers.precompute.assembly import assemble
+from workers.precompute.loop import LoopConfig
 from workers.precompute.pipeline import PipelineConfig
 from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
@@ -55,7 +56,7 @@ def test_bad_records_and_model_failures_are_dead_lettered_and_the_worker_goes_on
     kafka_settings, topics, unique
 ):
     model = Flaky()
-    worker = Worker(
+    worker = assemble(
         kafka_settings,
         topics,
         ModelRegistry(lambda _p: model, path=DEFAULT_MODEL_DIR),
@@ -110,7 +111,7 @@ def test_context_restored_from_the_compacted_topic_and_from_work_orders(
     )
     p.produce(topics.device_context.name, b"d1", snapshot.to_json(model, ctx, 0))
     p.flush()
-    worker = Worker(
+    worker = assemble(
         kafka_settings,
         topics,
         ModelRegistry(lambda path: ModelSession(path, provider="cpu"), path=DEFAULT_MODEL_DIR),

@@ -11,7 +11,8 @@ import orjson
 from tests.integration.worker_support import Load, read_predictions
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
-from workers.precompute.loop import LoopConfig, Worker
+from workers.precompute.assembly import assemble
+from workers.precompute.loop import LoopConfig
 from workers.precompute.pipeline import PipelineConfig
 from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
@@ -26,7 +27,7 @@ def test_versions_switch_once_per_partition_and_never_inside_a_batch(
     registry = ModelRegistry(
         lambda p: ModelSession(p, provider="cpu"), registry=tmp_path, poll_s=0.05
     )
-    worker = Worker(
+    worker = assemble(
         kafka_settings,
         topics,
         registry,

@@ -13,10 +13,10 @@ import pytest
 import consumer_api.board.feed
 import consumer_api.board.lineage
 import consumer_api.materialize.materializer
-import workers.precompute.loop
-from consumer_api.speculation.precompute_budget import LocalBudget
+import workers.precompute.assembly
 from consumer_api.board.fleet_index import FleetIndex
 from consumer_api.read.hub import Hub
+from consumer_api.speculation.precompute_budget import LocalBudget
 from consumer_api.speculation.precompute_requests import PrecomputeAsker
 from consumer_api.speculation.read_hints import ReadHints
 from precast.kafka import Producer
@@ -54,8 +54,8 @@ class _Built(Exception):
             ),
         ),
         (
-            workers.precompute.loop,
-            lambda: workers.precompute.loop.Worker(NOWHERE, catalog("x.", 3), None),  # type: ignore[arg-type]
+            workers.precompute.assembly,
+            lambda: workers.precompute.assembly.assemble(NOWHERE, catalog("x.", 3), None),  # type: ignore[arg-type]
         ),
     ],
     ids=["materializer", "board-feed", "lineage", "worker"],

@@ -14,7 +14,7 @@ from precast.kafka import Record
 from schemas.deadletters import Reason
 from tests.outcome_support import T0, TOPICS, Simulated, build, features, simulate, window
 from tests.worker_events import alarm, heartbeat, work_order
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 from workers.precompute.policy import PolicyConfig
 
 FLEETS = {"devices": None, "trailers": "schemas/fleets/trailers.toml"}
@@ -39,7 +39,7 @@ def worker_features(s: Simulated) -> dict[tuple[str, str], np.ndarray]:
     fleet = s.fleet
     o = fleet.spec.outcomes
     rejected: list = []
-    p = Pipeline(
+    p = build_pipeline(
         TOPICS,
         PipelineConfig(policy=PolicyConfig(throttle_ms=0)),
         lambda m, r, d: rejected.append((m, r, d)),

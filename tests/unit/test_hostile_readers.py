@@ -25,7 +25,7 @@ from tests.worker_events import T0, alarm, flush, heartbeat, record, work_order
 from workers.context.aggregator import decode as context_decode
 from workers.model.inference import ModelSession
 from workers.precompute import changelog
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 from workers.precompute.restore import StateRestorer
 from workers.settings import DEFAULT_MODEL_DIR
 
@@ -75,7 +75,7 @@ def forged_state(draw: st.DrawFn) -> bytes:
     )
 )
 def test_restore_of_any_state_records_never_raises_and_the_device_still_predicts(model, recs):
-    p = Pipeline(TOPICS, PipelineConfig(), lambda m, r, d: None)
+    p = build_pipeline(TOPICS, PipelineConfig(), lambda m, r, d: None)
     p.prime(model)
     msgs = [Record("r.worker-state", 0, i, k, v) for i, (k, v) in enumerate(recs)]
     _restorer()._apply(msgs, p.table)
@@ -87,7 +87,7 @@ def test_restore_of_any_state_records_never_raises_and_the_device_still_predicts
 
 
 def test_a_forged_state_record_with_class_indexes_past_the_labels_is_not_trusted(model):
-    p = Pipeline(TOPICS, PipelineConfig(), lambda m, r, d: None)
+    p = build_pipeline(TOPICS, PipelineConfig(), lambda m, r, d: None)
     p.prime(model)
     rec = np.zeros(1, dtype=LAYOUT.dtype)
     rec["version"], rec["spec"] = changelog.VERSION, np.void(LAYOUT.tag)

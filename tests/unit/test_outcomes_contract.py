@@ -48,11 +48,13 @@ def test_a_resolution_is_optional_and_must_be_a_serving_label():
 def test_the_worker_dead_letters_an_unknown_resolution_with_its_reason():
     from precast.kafka import Record
     from schemas.topics import catalog
-    from workers.precompute.pipeline import Pipeline, PipelineConfig
+    from workers.precompute.pipeline import PipelineConfig, build_pipeline
 
     topics = catalog("u.", 1)
     rejected = []
-    p = Pipeline(topics, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), r, d)))
+    p = build_pipeline(
+        topics, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), r, d))
+    )
     good, bad = _close("replace_part"), _close("reboot_harder")
     wo = topics.work_orders.name
     p.ingest([Record(wo, 0, 0, b"d1", good), Record(wo, 0, 1, b"d1", bad)], T0 + 1, 0.0)

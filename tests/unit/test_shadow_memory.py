@@ -16,7 +16,7 @@ from schemas.validation import validate_event
 from tests.worker_events import T0, flush, heartbeat, record, work_order
 from workers.model.inference import ModelSession
 from workers.precompute.items import Reason
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 from workers.shadow.compare import Comparison
@@ -118,7 +118,7 @@ def _site(value: bytes | None) -> dict[str, str]:
 def _run(model: ModelSession, slimmed: bool) -> tuple[list[PredictionSet], list[Any], dict]:
     """d1 predicted, then a work order and three changed heartbeats inside its throttle
     window: they wait as one deferred item, then one prediction answers all four."""
-    p = Pipeline(TOPICS, PipelineConfig(policy=PolicyConfig(throttle_ms=1_000)), _no_reject)
+    p = build_pipeline(TOPICS, PipelineConfig(policy=PolicyConfig(throttle_ms=1_000)), _no_reject)
     sites: dict[str, dict[str, str]] = {}
     if slimmed:
         p.on_defer = lambda item: slim(item, {}, sites, HB, _site)
@@ -128,7 +128,7 @@ def _run(model: ModelSession, slimmed: bool) -> tuple[list[PredictionSet], list[
     out += flush(p, model, T0)
     for i, rec in enumerate(later):
         p.ingest([rec], T0 + 5 + i, 0.0)
-    held = [m for m, _ in p.deferred["d1"].refs]
+    held = [m for m, _ in p.queue.deferred["d1"].refs]
     # the waiting inputs still hold back the commit offsets, slimmed or not
     assert {(o.topic, o.partition): o.offset for o in p.commit_offsets()} == {
         (HB, 0): 1,

@@ -6,7 +6,7 @@ broker kill (issue 36). Nothing is committed before its outputs are acknowledged
 from __future__ import annotations
 
 from precast.kafka import TopicPartitionOffset
-from workers.precompute import loop
+from workers.precompute import outputs
 from workers.precompute.config import LoopConfig
 from workers.precompute.delivery import AtLeastOnce
 
@@ -45,37 +45,46 @@ class _Pipeline:
         return [TopicPartitionOffset("heartbeats", 0, 42)]
 
 
-def _worker(sink: _StuckSink) -> loop.Worker:
-    w = object.__new__(loop.Worker)  # the commit logic alone: no consumer, model or registry
-    w.cfg, w.sink, w.pipeline, w.consumer = LoopConfig(), sink, _Pipeline(), None
-    w._held, w._state, w._due_since, w._defer_until = None, {}, 0.0, 0.0
-    w._next_commit = 1000.0  # falls due at the clock's start
+def _worker(sink: _StuckSink) -> outputs.PredictionOutput:
+    # the commit logic alone: no consumer, model or registry
+    w = outputs.PredictionOutput(
+        _Pipeline(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        sink,
+        None,  # type: ignore[arg-type]
+        "predictions",
+        "state",
+        LoopConfig(),
+        lambda: 0,
+        rewind=lambda: None,
+    )
+    w.next_commit = 1000.0  # falls due at the clock's start
     return w
 
 
-def _due(w: loop.Worker, clock: _Clock, after: float) -> None:
+def _due(w: outputs.PredictionOutput, clock: _Clock, after: float) -> None:
     clock.now += after
     w.commit()
 
 
 def test_a_stuck_commit_blocks_once_for_settle_s_then_lets_the_loop_run(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(loop.time, "monotonic", clock)
+    monkeypatch.setattr(outputs.time, "monotonic", clock)
     sink = _StuckSink()
     w = _worker(sink)
     interval = w.cfg.commit_interval_s
     _due(w, clock, 0.0)  # falls due: waits without blocking first
     assert sink.settles == []
     _due(w, clock, interval)  # a whole interval unacknowledged: blocks, bounded
-    assert sink.settles == [(False, loop.SETTLE_S)]
+    assert sink.settles == [(False, outputs.SETTLE_S)]
     assert sink.commits == []  # nothing committed before its outputs are acknowledged
     # For DEFER_S the loop does not block again, however many commits fall due meanwhile.
-    steps = int(loop.DEFER_S / interval) - 2
+    steps = int(outputs.DEFER_S / interval) - 2
     for _ in range(steps):
         _due(w, clock, interval)
     assert len(sink.settles) == 1
     _due(w, clock, 3 * interval)  # past DEFER_S: one bounded wait again
-    assert sink.settles[1:] == [(False, loop.SETTLE_S)]
+    assert sink.settles[1:] == [(False, outputs.SETTLE_S)]
     sink.ack = True  # the new leader took them: the next due commit goes through at once
     _due(w, clock, interval)
     assert sink.commits == [[TopicPartitionOffset("heartbeats", 0, 42)]]
@@ -83,7 +92,7 @@ def test_a_stuck_commit_blocks_once_for_settle_s_then_lets_the_loop_run(monkeypa
 
 def test_a_final_commit_still_waits_with_the_sinks_own_bound(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(loop.time, "monotonic", clock)
+    monkeypatch.setattr(outputs.time, "monotonic", clock)
     sink = _StuckSink()
     sink.ack = True
     w = _worker(sink)

@@ -16,7 +16,7 @@ from schemas.topics import catalog
 from tests.hostile_records import deep_object, nested, records
 from tests.worker_events import T0, alarm, flush, heartbeat, record, request, work_order
 from workers.model.inference import ModelSession
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 from workers.settings import DEFAULT_MODEL_DIR
 
 TOPICS = catalog("h.", 3)
@@ -31,7 +31,9 @@ def model():
 
 def make():
     rejected: list[tuple[int, Reason, str]] = []
-    p = Pipeline(TOPICS, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), r, d)))
+    p = build_pipeline(
+        TOPICS, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), r, d))
+    )
     return p, rejected
 
 

@@ -17,7 +17,7 @@ from workers.model.inference import ModelSession
 from workers.precompute.config import LeaseConfig
 from workers.precompute.items import Reason
 from workers.precompute.leases import slack_ms
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
@@ -41,7 +41,7 @@ class Run:
             horizon_ms=HORIZON,
             lease=LeaseConfig(enabled, INTERVAL, max_extension_ms),
         )
-        self.p = Pipeline(TOPICS, cfg, lambda m, r, d: None)
+        self.p = build_pipeline(TOPICS, cfg, lambda m, r, d: None)
         self.decisions: list[Reason] = []
         self.p.decisions = lambda reason, n: self.decisions.extend([reason] * n)
         self.model = model
@@ -77,7 +77,7 @@ class Run:
             items = None
 
     def tick(self, t: int) -> None:
-        """What `Worker.publish_leases` does: lapsed answers first, then the leases."""
+        """What `LeasePublisher.publish` does: lapsed answers first, then the leases."""
         tick = self.p.lease_tick(t)
         if tick.lapsed:
             self.flush(t, tick.lapsed)
@@ -280,7 +280,9 @@ def test_a_new_owner_restores_leased_answers_and_keeps_them_valid_without_republ
         old.tick(T0 + s * 1_000)
     gen1 = old.p.leases[0].generation
     new = Run(model, partitions=())
-    devices, rec, bad, foreign = new.p.layout.decode(list(old.state), list(old.state.values()))
+    devices, rec, bad, foreign = new.p.scorer.layout.decode(
+        list(old.state), list(old.state.values())
+    )
     assert (len(devices), bad, foreign) == (2, 0, 0)
     new.p.table.restore(devices, [0] * len(devices), rec)
     new.p.assign_leases([0], T0 + 6_000)

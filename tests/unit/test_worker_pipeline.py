@@ -12,7 +12,7 @@ from tests.worker_events import T0, flush, heartbeat, record, request, work_orde
 from workers.model.inference import ModelSession
 from workers.model.topk import top_k
 from workers.precompute.items import Reason
-from workers.precompute.pipeline import Pipeline, PipelineConfig
+from workers.precompute.pipeline import PipelineConfig, build_pipeline
 from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
@@ -27,7 +27,7 @@ def model():
 
 def make(throttle_ms=0, **kw):
     rejected, decisions = [], []
-    p = Pipeline(
+    p = build_pipeline(
         TOPICS,
         PipelineConfig(policy=PolicyConfig(throttle_ms=throttle_ms), **kw),
         lambda m, r, d: rejected.append((m.offset(), str(r))),
@@ -127,7 +127,7 @@ def test_small_moves_add_up_against_the_last_inference_not_the_last_heartbeat(mo
     p.ingest([record(HB, heartbeat("d1", T0), 0)], T0, 0.0)
     flush(p, model)
     margin = float(p.table.margin_top1[p.table.slot["d1"]])
-    sens = p.sensitivity
+    sens = p.state.sensitivity
     assert sens is not None and margin > 0
     # Walk the error rate up in steps each too small to matter alone.
     t, rate, seen = T0, 0.01, []
@@ -143,7 +143,7 @@ def test_small_moves_add_up_against_the_last_inference_not_the_last_heartbeat(mo
 
 def test_every_event_mode_predicts_on_each_fresh_heartbeat(model):
     rejected, decisions = [], []
-    p = Pipeline(
+    p = build_pipeline(
         TOPICS,
         PipelineConfig(policy=PolicyConfig(throttle_ms=0, every_event=True)),
         lambda m, r, d: rejected.append(m),
@@ -273,7 +273,7 @@ def test_an_answer_from_restored_state_names_the_heartbeat_it_was_computed_from(
     items, _ = first.next_batch(0.0, force=True)
     r = first.compute(items, model, T0)
     first.mark_predicted(r, T0)
-    devices, rec, bad, foreign = first.layout.decode(r.out.keys, first.state_records(r))
+    devices, rec, bad, foreign = first.scorer.layout.decode(r.out.keys, first.state_records(r))
     assert bad == foreign == 0 and rec["hb_offset"].tolist() == [41]
 
     second, _, _ = make()

@@ -121,11 +121,13 @@ def test_an_unknown_answer_predicts_and_a_large_move_ignores_the_estimate():
 def test_read_hints_mark_known_devices_hot_and_bad_ones_are_dead_lettered():
     from schemas.topics import catalog
     from tests.worker_events import T0, heartbeat, record
-    from workers.precompute.pipeline import Pipeline, PipelineConfig
+    from workers.precompute.pipeline import PipelineConfig, build_pipeline
 
     topics = catalog("u.", 3)
     rejected = []
-    p = Pipeline(topics, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), str(r))))
+    p = build_pipeline(
+        topics, PipelineConfig(), lambda m, r, d: rejected.append((m.offset(), str(r)))
+    )
     p.ingest([record(topics.heartbeats.name, heartbeat("d1", T0), 0)], T0, 0.0)
 
     def hint(offset, device, until, key=None, **extra):
@@ -160,21 +162,21 @@ def test_a_restored_device_keeps_the_policys_view_of_its_last_inference():
     from schemas.topics import catalog
     from tests.worker_events import T0, heartbeat, record
     from workers.model.inference import ModelSession
-    from workers.precompute.pipeline import Pipeline, PipelineConfig
+    from workers.precompute.pipeline import PipelineConfig, build_pipeline
     from workers.settings import DEFAULT_MODEL_DIR
 
     topics = catalog("u.", 3)
     model = ModelSession(DEFAULT_MODEL_DIR, provider="cpu")
-    first = Pipeline(topics, PipelineConfig(), lambda m, r, d: None)
+    first = build_pipeline(topics, PipelineConfig(), lambda m, r, d: None)
     first.ingest([record(topics.heartbeats.name, heartbeat("d1", T0), 0)], T0, 0.0)
     items, _ = first.next_batch(0.0, force=True)
     r = first.compute(items, model, T0)
     first.mark_predicted(r, T0)
     state = first.state_records(r)
-    devices, rec, bad, foreign = first.layout.decode([b"d1"], state)
+    devices, rec, bad, foreign = first.scorer.layout.decode([b"d1"], state)
     assert bad == 0 and foreign == 0
 
-    second = Pipeline(topics, PipelineConfig(), lambda m, r, d: None)
+    second = build_pipeline(topics, PipelineConfig(), lambda m, r, d: None)
     decisions = []
     second.decisions = lambda reason, n: decisions.extend([reason] * n)
     second.table.restore(devices, [0], rec)

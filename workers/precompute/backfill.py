@@ -29,6 +29,7 @@ from precast.telemetry.progress import bar
 from workers.precompute.cli import build
 from workers.precompute.encode import backfill_outranks_live
 from workers.precompute.loop import Worker
+from workers.precompute.outputs import PredictionOutput
 from workers.settings import WorkerSettings
 
 
@@ -62,7 +63,8 @@ def prepare(
     )
     worker.assignment, worker.stop_at = assignment, stop_at
     # A backfill recomputes a past range: its state must not overwrite the live workers'.
-    worker.write_state = False
+    assert isinstance(worker.output, PredictionOutput)
+    worker.output.write_state = False
 
 
 def run(

@@ -14,35 +14,42 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from precast.fleet import load_fleet
+from precast.kafka import Consumer
 from precast.kafka.access import connect_as
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.endpoints import start_probe
 from precast.telemetry.heap import register_heap_metrics
-from schemas.topics import catalog
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
-from workers.precompute.config import LeaseConfig
+from workers.precompute.assembly import LoopParts, assemble, prediction_output
+from workers.precompute.config import loop_config, pipeline_config
 from workers.precompute.leases import slack_ms
-from workers.precompute.loop import LoopConfig, Worker, tune_gc
-from workers.precompute.pipeline import PipelineConfig
-from workers.precompute.policy import PolicyConfig
+from workers.precompute.loop import Worker, tune_gc, wall_ms
+from workers.precompute.outputs import Clock, Output
 from workers.settings import WorkerSettings
 
 log = logging.getLogger("precast.workers")
 
 
-def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker:
+def build(
+    settings: WorkerSettings,
+    *,
+    clock: Clock = wall_ms,
+    make_output: Callable[[LoopParts], Output] = prediction_output,
+    wrap_consumer: Callable[[Consumer], Any] | None = None,
+    reader: str = "worker",
+) -> Worker:
     """The worker a settings object describes (also used by tests, benchmarks, and the shadow
-    run, which passes its own `Worker` subclass)."""
-    m, w, pol = settings.model, settings.worker, settings.policy
+    run, which passes its own output, clock and consumer wrapper)."""
+    m, w = settings.model, settings.worker
     fleet = load_fleet(settings.fleet.spec)
-    serving = fleet.spec.serving
     load_model = partial(
         _load_model,
         fleet=fleet,
@@ -53,51 +60,28 @@ def build(settings: WorkerSettings, worker_cls: type[Worker] = Worker) -> Worker
         warmup_rows=m.warmup_rows,
     )
     registry = ModelRegistry(load_model, path=m.path, registry=m.registry, poll_s=m.registry_poll_s)
-    topics = catalog(
-        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
-    )
+    topics = settings.topics.catalog()
     instance = w.instance_id or f"{socket.gethostname()}-{os.getpid()}"
-    pipe = PipelineConfig(
-        policy=PolicyConfig(
-            min_change=pol.min_change,
-            refresh_lead_ms=pol.refresh_lead_ms,
-            throttle_ms=pol.throttle_ms,
-            safety=pol.safety,
-            hot_safety=pol.hot_safety,
-            max_change=pol.max_change,
-            every_event=pol.every_event,
-        ),
-        max_batch=w.batch_max,
-        max_queue_delay_s=w.max_queue_delay_ms / 1000.0,
-        preferred_batch_sizes=w.preferred_batch_sizes,
-        horizon_ms=int((w.horizon_s or serving.horizon_s) * 1000),
-        top_k=m.top_k or serving.top_k,
-        max_ahead_ms=round(fleet.spec.time.max_ahead_s * 1000),
-        request_wait_s=w.request_wait_s,
-        request_wait_max=w.request_wait_max,
-        lease=LeaseConfig(
-            enabled=w.renewal == "lease",
-            interval_ms=w.lease_interval_ms,
-            max_extension_ms=round(w.lease_max_extension_s * 1000),
-        ),
-    )
+    pipe = pipeline_config(settings, fleet)
     if pipe.lease.enabled and slack_ms(pipe) <= 0:
         log.warning(
             "validity leases need horizon (%d ms) > lease interval + refresh lead: answers are "
             "renewed whole",
             pipe.horizon_ms,
         )
-    loop = LoopConfig(
-        group_id=w.group_id,
-        consume_max=w.consume_max,
-        poll_timeout_s=w.poll_timeout_s,
-        commit_interval_s=w.commit_interval_ms / 1000.0,
-        exactly_once=w.exactly_once,
-        transactional_id=f"{settings.topics.prefix}{w.group_id}.{instance}",
-        transaction_timeout_ms=w.transaction_timeout_ms,
-        linger_ms=w.linger_ms,
+    loop = loop_config(settings, instance)
+    return assemble(
+        settings.kafka,
+        topics,
+        registry,
+        pipe,
+        loop,
+        fleet=fleet,
+        clock=clock,
+        make_output=make_output,
+        wrap_consumer=wrap_consumer,
+        reader=reader,
     )
-    return worker_cls(settings.kafka, topics, registry, pipe, loop, fleet=fleet)
 
 
 def _load_model(path: Path, **kw: Any) -> ModelSession:

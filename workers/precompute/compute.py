@@ -1,5 +1,5 @@
 """A batch of waiting devices -> features, one inference call, top-K, encoded PredictionSets,
-and what the device table remembers of them (`Scoring`, mixed into `Pipeline`). Kafka-free, like
+and what the device table remembers of them (`Scorer`, a part of `Pipeline`). Kafka-free, like
 the rest of the pipeline: the loop produces `BatchResult.out` and then calls `mark_predicted`."""
 
 from __future__ import annotations
@@ -12,17 +12,15 @@ from operator import attrgetter
 
 import numpy as np
 
-from precast.fleet import Fleet
-from precast.fleet.features import Standardization
 from precast.kafka.types import RecordRef
 from workers.model.predictor import Predictor
 from workers.model.sensitivity import Sensitivity, ranking
 from workers.model.topk import top_k
 from workers.precompute import changelog, metrics
-from workers.precompute.config import PipelineConfig
 from workers.precompute.encode import Encoded, encode
 from workers.precompute.items import Pending, Reason
-from workers.precompute.state import DeviceTable
+from workers.precompute.leases import LeaseBook
+from workers.precompute.shared_state import PipelineState
 
 log = logging.getLogger("precast.workers.precompute.compute")
 
@@ -43,31 +41,21 @@ class BatchResult:
     leased: np.ndarray | None = None  # per item: published with lease terms (schemas.leases)
 
 
-class Scoring:
-    """The batch half of `Pipeline`: needs its `cfg` and device `table`, and `lease_terms`
-    (workers.precompute.leases)."""
+class Scorer:
+    """A batch of waiting devices -> one BatchResult, and the device table updated once it is
+    published. Given the shared state, the lease book (the lease terms of each answer) and the
+    heartbeats topic (what a state-derived answer's lineage names)."""
 
-    cfg: PipelineConfig
-    fleet: Fleet
-    heartbeat_topic: str
-    layout: changelog.Layout
-    table: DeviceTable
-    # the serving model's fitted statistics of standardized features (from its manifest)
-    stats: Standardization | None = None
-    # The current model's score sensitivities (workers.model.sensitivity), estimated once
-    # per version on first use; None until a model has been used (the policy then falls back to
-    # the material-change rule).
-    sensitivity: Sensitivity | None = None
-    _sensitivity_of: str | None = None
-
-    def lease_terms(self, slots: np.ndarray, computed: np.ndarray) -> list[bytes]:
-        raise NotImplementedError
+    def __init__(self, state: PipelineState, leases: LeaseBook, heartbeat_topic: str) -> None:
+        self.state, self.leases, self.heartbeat_topic = state, leases, heartbeat_topic
+        self.layout = changelog.Layout(state.fleet.features)  # the worker-state record layout
 
     def compute(self, items: list[Pending], model: Predictor, produced_at_ms: int) -> BatchResult:
         """Features, one inference call, top-K and the encoded records. Raises what the model
         raises; state changes only in `mark_predicted`, so a failed batch can be retried."""
         t0 = time.perf_counter()
-        tab = self.table
+        state = self.state
+        tab, cfg = state.table, state.cfg
         devices = list(map(_DEVICE, items))
         slots = np.fromiter(map(tab.slot.__getitem__, devices), dtype=np.int64, count=len(devices))
         data = np.fromiter(map(tab.has_data, devices), dtype=bool, count=len(devices))
@@ -78,13 +66,13 @@ class Scoring:
             devices, slots = [devices[j] for j in keep.tolist()], slots[keep]
         self._name_the_state(items, slots)
         x, computed = self.features_of(devices, slots)
-        k = self.cfg.top_k
+        k = cfg.top_k
         # Renewals republish the stored answer (no inference); everything else is scored.
         renew = np.fromiter(map(_is_renewal, items), dtype=bool, count=len(items))
         renew &= tab.valid_until[slots] >= 0
         infer = ~renew
         # Lease terms: none for a lapse (its device stopped sending: see leases.py)
-        terms = self.lease_terms(slots, computed)
+        terms = self.leases.lease_terms(slots, computed)
         for j in (j for j, it in enumerate(items) if it.reason == Reason.LAPSED):
             terms[j] = b""
             metrics.LAPSES.inc()
@@ -161,7 +149,7 @@ class Scoring:
         newest heartbeat too (restored from the changelog after a restart, or from an earlier
         batch): its lineage names that record as well. Idempotent, so a retried batch adds it
         once."""
-        tab, hb = self.table, self.heartbeat_topic
+        tab, hb = self.state.table, self.heartbeat_topic
         for j, it in enumerate(items):
             if it.reason < _FIRST_EVENT and it.reason != Reason.LAPSED:
                 continue  # a heartbeat's own trigger: its records are in the lineage already
@@ -175,11 +163,12 @@ class Scoring:
     def prime(self, model: Predictor) -> None:
         """Measure the model's sensitivities now (once per version) rather than at the first
         batch: the first heartbeats after a restore then already get the answer-aware check."""
-        if model.version != self._sensitivity_of:
-            self.sensitivity = _sensitivity_of(model, self.cfg.top_k)
-            self._sensitivity_of = model.version
-            self.stats = getattr(model, "standardization", None)
-            self.table.n_labels = len(model.labels)
+        state = self.state
+        if model.version != state.model_version:
+            state.sensitivity = _sensitivity_of(model, state.cfg.top_k)
+            state.model_version = model.version
+            state.stats = getattr(model, "standardization", None)
+            state.table.n_labels = len(model.labels)
 
     def features_of(
         self, devices: Sequence[str], slots: np.ndarray, no_data_ms: int = -1
@@ -188,7 +177,7 @@ class Scoring:
         input an inference made now would see (also what the speculation benchmark's fresh
         on-demand reference uses). `no_data_ms` is the as-of time of a device with neither
         (compute never sees one: it drops them first)."""
-        tab = self.table
+        tab = self.state.table
         hb = tab.heartbeat_cols(slots)
         computed = tab.hb_time[slots].copy()
         ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
@@ -197,8 +186,8 @@ class Scoring:
                 if c is not None and c.as_of_ms > computed[j]:
                     computed[j] = c.as_of_ms
         computed[computed < 0] = no_data_ms
-        fleet = self.fleet
-        return fleet.features.build(hb, fleet.context.columns(ctxs, computed), self.stats), computed
+        fleet, stats = self.state.fleet, self.state.stats
+        return fleet.features.build(hb, fleet.context.columns(ctxs, computed), stats), computed
 
     def _encode(
         self,
@@ -218,22 +207,20 @@ class Scoring:
             model.labels,
             model.version,
             computed,
-            self.cfg.horizon_ms,
+            self.state.cfg.horizon_ms,
             produced_at_ms,
-            self.cfg.backfill,
+            self.state.cfg.backfill,
             inference_ms,
             leases,
         )
 
     def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
-        tab, slots = self.table, r.slots
+        tab, cfg, slots = self.state.table, self.state.cfg, r.slots
         # A leased answer stays valid (through leases) until its terms end: the policy's
         # refresh rule counts from there, so it is renewed once per max extension, not horizon.
-        tab.valid_until[slots] = r.computed_at + self.cfg.horizon_ms
+        tab.valid_until[slots] = r.computed_at + cfg.horizon_ms
         if r.leased is not None and r.leased.any():
-            tab.valid_until[slots[r.leased]] = (
-                r.computed_at[r.leased] + self.cfg.lease.max_extension_ms
-            )
+            tab.valid_until[slots[r.leased]] = r.computed_at[r.leased] + cfg.lease.max_extension_ms
         tab.computed_at[slots] = r.computed_at
         inferred = r.inferred if r.inferred is not None else np.ones(len(slots), dtype=bool)
         s = slots[inferred]
@@ -257,7 +244,7 @@ class Scoring:
 
     def state_records(self, r: BatchResult) -> list[bytes]:
         """Worker-state changelog values for a batch marked predicted (keys: `r.out.keys`)."""
-        tab, s = self.table, r.slots
+        tab, s = self.state.table, r.slots
         return self.layout.encode(
             tab.hb_time[s],
             tab.computed_at[s],

@@ -31,6 +31,7 @@ from precast.kafka import (
 from precast.settings import KafkaSettings
 from schemas.deadletters import Reason
 from workers.precompute import metrics
+from workers.settings import WorkerOptions
 
 log = logging.getLogger("precast.workers.sink")
 
@@ -51,8 +52,9 @@ class Rewind(Exception):
 # Predictions leave as soon as a batch is encoded: a batch is already one produce burst (the
 # broker thread wakes at the first record and finds the rest of the burst queued), so a linger
 # only adds itself to every answer's age: 1 ms of a 5 ms budget at the median (bench freshness,
-# hop "worker batch -> prediction in Kafka"). The worker's `linger_ms` setting chooses.
-LINGER_MS = 0.0
+# hop "worker batch -> prediction in Kafka"). The worker's `linger_ms` setting chooses; its
+# default (the settings model's) is the sinks' default.
+LINGER_MS: float = WorkerOptions.model_fields["linger_ms"].default
 # At-least-once: how long a periodic commit may stop the loop to wait for its outputs (a busy
 # 2-core machine settles in under 1 s). A broker killed with kill -9 leaves the records for the
 # partitions it led in flight until the controller has fenced it and the producer has found

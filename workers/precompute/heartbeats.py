@@ -1,4 +1,4 @@
-"""Heartbeats into the pipeline (`HeartbeatIngest`, mixed into `Pipeline`): decode a batch, drop
+"""Heartbeats into the pipeline (`HeartbeatIngest`, a part of `Pipeline`): decode a batch, drop
 clocks running ahead, one vectorized policy decision per device's newest heartbeat, and route
 the predicting ones into the micro-batcher (or the throttle queue) in bulk."""
 
@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import methodcaller
 from typing import Any
 
 import numpy as np
 
-from precast.fleet import Fleet
-from precast.fleet.features import Standardization
 from precast.guard import Guard
 from precast.kafka import KafkaMessage
-from workers.model.sensitivity import Sensitivity
+from schemas import deadletters
 from workers.precompute import metrics, policy
-from workers.precompute.batching import MicroBatcher
-from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Heartbeats, Reject
 from workers.precompute.items import Pending, Reason
-from workers.precompute.state import DeviceTable
+from workers.precompute.routing import WorkQueue
+from workers.precompute.shared_state import PipelineState
 
 _OFFSET = methodcaller("offset")
 _REASON = {int(r): r for r in Reason}  # int code -> member, without Enum.__call__ per device
@@ -31,30 +28,30 @@ _RENEWED = int(Reason.RENEWED)
 
 
 class HeartbeatIngest:
-    """The heartbeat half of `Pipeline`'s ingest."""
+    """Heartbeats into the pipeline: the part of ingest that decides in bulk. Given the shared
+    state (config, fleet, device table, the model's sensitivities), the queue it routes into,
+    the decoder, and where bad records go."""
 
-    cfg: PipelineConfig
-    fleet: Fleet
-    decoder: Decoder
-    stats: Standardization | None
-    table: DeviceTable
-    batcher: MicroBatcher[Pending]
-    deferred: dict[str, Pending]
-    reject: Reject
-    decisions: Callable[[Reason, int], None]
-    sensitivity: Sensitivity | None
-    guard: Guard
+    def __init__(
+        self,
+        state: PipelineState,
+        queue: WorkQueue,
+        decoder: Decoder,
+        guard: Guard,
+        reject: Reject,
+    ) -> None:
+        self.state, self.queue, self.decoder, self.guard, self.reject = (
+            state,
+            queue,
+            decoder,
+            guard,
+            reject,
+        )
 
-    def _route(self, item: Pending, decision: Reason, predicted_at: int, mono: float) -> None:
-        raise NotImplementedError
-
-    def _future(self, m: KafkaMessage, event_time_ms: int, now_ms: int) -> None:
-        raise NotImplementedError
-
-    def _ingest_heartbeats(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
+    def ingest(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
         t0 = time.perf_counter()
         hb = self._decode_heartbeats(msgs)
-        limit = now_ms + self.cfg.max_ahead_ms
+        limit = now_ms + self.state.cfg.max_ahead_ms
         if len(hb) and int(hb.event_time_ms.max()) > limit:
             hb = self._drop_future(hb, limit, now_ms)
         t1 = time.perf_counter()
@@ -71,7 +68,13 @@ class HeartbeatIngest:
         until the wall clock caught up, so it is dead-lettered instead."""
         ahead = hb.event_time_ms > limit
         for i in np.flatnonzero(ahead).tolist():
-            self._future(hb.msgs[i], int(hb.event_time_ms[i]), now_ms)
+            reject_future(
+                self.reject,
+                hb.msgs[i],
+                int(hb.event_time_ms[i]),
+                now_ms,
+                self.state.cfg.max_ahead_ms,
+            )
         keep = np.flatnonzero(~ahead)
         idx = keep.tolist()
         return Heartbeats(
@@ -95,21 +98,22 @@ class HeartbeatIngest:
             ui = np.fromiter(newest.values(), dtype=np.int64, count=len(newest))
             parts = [hb.partitions[i] for i in ui.tolist()]
             new_t, hb_cols = t[ui], hb.cols[ui]
-        tab = self.table
+        state = self.state
+        tab, cfg = state.table, state.cfg
         slots = tab.slots(devices, parts)
         ctxs = list(map(tab.contexts.get, devices)) if tab.contexts else [None] * len(devices)
-        fleet = self.fleet
-        new_x = fleet.features.build(hb_cols, fleet.context.columns(ctxs, new_t), self.stats)
+        fleet = state.fleet
+        new_x = fleet.features.build(hb_cols, fleet.context.columns(ctxs, new_t), state.stats)
         decisions = policy.decide_heartbeats(
-            self.cfg.policy,
+            cfg.policy,
             has_prediction=tab.valid_until[slots] >= 0,
             last_x=tab.last_x[slots],
             new_x=new_x,
             event_time_ms=new_t,
             newest_seen_ms=tab.hb_time[slots],
             valid_until_ms=tab.valid_until[slots],
-            horizon_ms=self.cfg.horizon_ms,
-            sensitivity=self.sensitivity,
+            horizon_ms=cfg.horizon_ms,
+            sensitivity=state.sensitivity,
             change_scale=fleet.features.change_scale,
             rank=tab.rank_idx[slots],
             margin_top1=tab.margin_top1[slots],
@@ -118,7 +122,7 @@ class HeartbeatIngest:
         )
         wanted = decisions  # the trigger's own reason, kept on a deferred item for its release
         predicted_at = tab.predicted_at[slots]
-        decisions = policy.throttle(self.cfg.policy, decisions, predicted_at, now_ms)
+        decisions = policy.throttle(cfg.policy, decisions, predicted_at, now_ms)
         fresh = decisions != Reason.STALE
         # the record the state now comes from: a later answer's lineage names it (a request
         # answered from this state, after a restart too, names the heartbeat it was computed from)
@@ -140,7 +144,7 @@ class HeartbeatIngest:
             tab.hb_offset[slots[fresh]] = offsets[fresh]
         for code, k in enumerate(np.bincount(decisions.astype(np.int64)).tolist()):
             if k:
-                self.decisions(_REASON[code], k)
+                state.decisions(_REASON[code], k)
         groups: dict[str, list[int]] = defaultdict(list)
         if order is not None:
             metrics.COALESCED.inc(n - len(devices))
@@ -162,7 +166,8 @@ class HeartbeatIngest:
         groups: dict[str, list[int]],
         mono: float,
     ) -> None:
-        msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, self.batcher
+        queue = self.queue
+        msgs, eids, reason, batcher = hb.msgs, hb.event_ids, _REASON, queue.batcher
 
         def refs(j: int, i: int) -> list[tuple[KafkaMessage, str | None]]:
             return (
@@ -170,7 +175,7 @@ class HeartbeatIngest:
             )
 
         go = (decisions >= _FIRST_PREDICTING) | (decisions == _RENEWED)
-        if not self.deferred and batcher.isdisjoint(devices):
+        if not queue.deferred and batcher.isdisjoint(devices):
             # hot path: nobody waits for these devices; the predicting ones get fresh entries
             sel = np.flatnonzero(go).tolist()
             want = wanted.tolist()
@@ -188,17 +193,29 @@ class HeartbeatIngest:
             rest += [
                 j
                 for j in np.flatnonzero(decisions <= _LAST_SKIP).tolist()
-                if devices[j] in batcher or devices[j] in self.deferred
+                if devices[j] in batcher or devices[j] in queue.deferred
             ]
             rest.sort()  # in device order, as the batch came
         for j in rest:
             i = int(ui[j])
-            self._route(
+            queue.route(
                 Pending(devices[j], parts[j], reason[int(wanted[j])], refs(j, i)),
                 reason[int(decisions[j])],
                 int(predicted_at[j]),
                 mono,
             )
+
+
+def reject_future(
+    reject: Reject, m: KafkaMessage, event_time_ms: int, now_ms: int, max_ahead_ms: int
+) -> None:
+    """A record whose event time runs ahead of the worker's clock past the tolerance."""
+    reject(
+        m,
+        deadletters.Reason.FUTURE_EVENT_TIME,
+        f"event time {event_time_ms} is {event_time_ms - now_ms} ms ahead of the worker's "
+        f"clock (tolerance {max_ahead_ms} ms)",
+    )
 
 
 def guarded_heartbeats(

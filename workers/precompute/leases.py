@@ -1,4 +1,4 @@
-"""Validity leases on the worker side (`Leasing`, mixed into `Pipeline`; contract in
+"""Validity leases on the worker side (`LeaseBook`, a part of `Pipeline`; contract in
 schemas.leases, design in docs/workers.md "Validity leases"). Pure: the loop produces what
 `lease_tick` returns.
 
@@ -42,7 +42,7 @@ from schemas.leases import lease_key
 from workers.precompute import metrics
 from workers.precompute.config import PipelineConfig
 from workers.precompute.items import Pending, Reason
-from workers.precompute.state import DeviceTable
+from workers.precompute.shared_state import PipelineState
 
 
 @dataclass
@@ -68,30 +68,27 @@ def slack_ms(cfg: PipelineConfig) -> int:
     return cfg.horizon_ms - cfg.lease.interval_ms - cfg.policy.refresh_lead_ms
 
 
-class Leasing:
-    """The lease half of `Pipeline`: needs its `cfg` and device `table`."""
+class LeaseBook:
+    """The lease generation and state of each assigned partition, over the shared device table
+    (`state.table`) under the shared config (`state.cfg`)."""
 
-    cfg: PipelineConfig
-    table: DeviceTable
-    leases: dict[int, PartitionLease]
-    _last_generation: int
-
-    def _init_leases(self) -> None:
-        self.leases = {}
+    def __init__(self, state: PipelineState) -> None:
+        self.state = state
+        self.leases: dict[int, PartitionLease] = {}
         self._last_generation = 0
 
     @property
     def leasing(self) -> bool:
-        c = self.cfg
+        c = self.state.cfg
         return c.lease.enabled and not c.backfill and not c.policy.always and slack_ms(c) > 0
 
     def assign_leases(self, partitions: list[int], now_ms: int) -> None:
         """A new generation for each gained partition (after its state was restored)."""
-        tab = self.table
+        tab = self.state.table
         if not self.leasing:
             # a state written under leases (terms until a long max extension) must not keep a
             # worker that renews whole answers from renewing them
-            cap = tab.computed_at + self.cfg.horizon_ms
+            cap = tab.computed_at + self.state.cfg.horizon_ms
             mine = np.isin(tab.partition, partitions) & (tab.valid_until > cap)
             tab.valid_until[mine] = cap[mine]
             return
@@ -111,7 +108,7 @@ class Leasing:
     def rewarm_leases(self) -> None:
         """After the state was reset and restored again (an aborted transaction): warm up on
         the input read again, as a new owner would (the generation stays: same owner)."""
-        tab = self.table
+        tab = self.state.table
         for p, st in self.leases.items():
             mine = tab.partition == p
             st.start_wm_ms = -1
@@ -122,7 +119,7 @@ class Leasing:
         not extend), and which items got one (`leased_of`)."""
         if not self.leases or not self.leasing:
             return [b""] * len(slots)
-        tab, cfg = self.table, self.cfg
+        tab, cfg = self.state.table, self.state.cfg
         max_gap = slack_ms(cfg) // 2
         gap, hb = tab.hb_gap[slots], tab.hb_time[slots]
         part = tab.partition[slots].tolist()
@@ -146,7 +143,7 @@ class Leasing:
         due = [p for p, st in self.leases.items() if now_ms >= st.next_at_ms]
         if not due or not self.leasing:
             return out
-        cfg, tab = self.cfg, self.table
+        cfg, tab = self.state.cfg, self.state.table
         interval, slack, horizon = cfg.lease.interval_ms, slack_ms(cfg), cfg.horizon_ms
         n = len(tab.partition)
         part, hb = tab.partition[:n], tab.hb_time[:n]
@@ -184,7 +181,7 @@ class Leasing:
 
     def _devices_of(self, slots: np.ndarray) -> list[str]:
         wanted = set(slots.tolist())
-        return [d for d, s in self.table.slot.items() if s in wanted]
+        return [d for d, s in self.state.table.slot.items() if s in wanted]
 
 
 def _lease_value(p: int, st: PartitionLease, horizon_ms: int, now_ms: int, n: int) -> bytes:

@@ -1,318 +1,221 @@
 """The worker's pure core: records in -> decisions -> micro-batches -> PredictionSet records out.
 No Kafka client here (records are anything satisfying `KafkaMessage`), so it is unit-testable
-and reusable by a backfill that feeds it a bounded offset range (docs/workers.md)."""
+and reusable by a backfill that feeds it a bounded offset range (docs/workers.md).
+
+`Pipeline` holds its parts, each built alone and handed in by `build_pipeline`: the ingest
+(`Ingest`, with `HeartbeatIngest`), the work queue (`WorkQueue`), the scorer (`Scorer`) and
+the lease book (`LeaseBook`), over one `PipelineState` they share."""
 
 from __future__ import annotations
 
-import heapq
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from operator import methodcaller
+
+import numpy as np
 
 from precast.deadletter import RejectLetters
-from precast.fleet import Fleet, load_fleet, snapshot
-from precast.fleet.features import Standardization
+from precast.fleet import Fleet, load_fleet
 from precast.guard import Guard
 from precast.kafka import KafkaMessage, TopicPartitionOffset
-from schemas import deadletters as dl
 from schemas.topics import Topics
-from workers.model.sensitivity import Sensitivity
-from workers.precompute import changelog, metrics, policy
+from workers.model.predictor import Predictor
+from workers.precompute import metrics
 from workers.precompute.awaiting import AwaitingData
 from workers.precompute.batching import MicroBatcher
-from workers.precompute.compute import BatchResult, Scoring, StateRef
+from workers.precompute.compute import BatchResult, Scorer, StateRef
 from workers.precompute.config import PipelineConfig
 from workers.precompute.decode import Decoder, Reject
 from workers.precompute.heartbeats import HeartbeatIngest
-from workers.precompute.items import REQUEST_REASON, Pending, Reason, merge
-from workers.precompute.leases import Leasing
-from workers.precompute.lowrate import decode_hints, decode_requests
+from workers.precompute.ingest import Ingest, input_topics
+from workers.precompute.items import Pending, Reason
+from workers.precompute.leases import LeaseBook, LeaseTick, PartitionLease
+from workers.precompute.routing import WorkQueue
+from workers.precompute.shared_state import PipelineState
 from workers.precompute.state import DeviceTable
 
 log = logging.getLogger("precast.workers.precompute.pipeline")
 
-__all__ = ["BatchResult", "Pipeline", "PipelineConfig"]
+__all__ = ["BatchResult", "Pipeline", "PipelineConfig", "build_pipeline"]
 
 
-class Pipeline(HeartbeatIngest, Leasing, Scoring):
+def build_pipeline(
+    topics: Topics,
+    cfg: PipelineConfig,
+    reject: Reject,
+    fleet: Fleet | None = None,
+    reader: str = "worker",
+) -> Pipeline:
+    """Every part of a pipeline, built here and handed in. `reject` dead-letters a bad record
+    (the shadow run counts it instead); `reader` names the guard's counter."""
+    # The fleet spec, compiled: decoders, context reducer, features (the built-in fleet
+    # unless the worker's settings name another).
+    fleet = fleet or load_fleet()
+    state = PipelineState(cfg, fleet, DeviceTable(top_k=cfg.top_k, fleet=fleet))
+    # The boundary for what no decoder expects (precast.guard): the record is counted,
+    # logged (bounded) and dead-lettered through `reject`, and the loop goes on.
+    guard = Guard(reader, log, RejectLetters(reject))
+    decoder = Decoder(fleet, _count_unknown)
+    queue = WorkQueue(state)
+    heartbeats = HeartbeatIngest(state, queue, decoder, guard, reject)
+    ingest = Ingest(state, queue, heartbeats, decoder, guard, reject, input_topics(topics))
+    leases = LeaseBook(state)  # validity leases per assigned partition (workers.precompute.leases)
+    scorer = Scorer(state, leases, topics.heartbeats.name)
+    return Pipeline(state, queue, ingest, scorer, leases, topics.device_context.name)
+
+
+class Pipeline:
     def __init__(
         self,
-        topics: Topics,
-        cfg: PipelineConfig,
-        reject: Reject,
-        fleet: Fleet | None = None,
-        reader: str = "worker",
+        state: PipelineState,
+        queue: WorkQueue,
+        ingest: Ingest,
+        scorer: Scorer,
+        leases: LeaseBook,
+        context_topic: str,
     ) -> None:
-        self.cfg, self.reject = cfg, reject
-        # The boundary for what no decoder expects (precast.guard): the record is counted,
-        # logged (bounded) and dead-lettered through `reject`, and the loop goes on.
-        self.guard = Guard(reader, log, RejectLetters(reject))
-        # The fleet spec, compiled: decoders, context reducer, features (the built-in fleet
-        # unless the worker's settings name another).
-        self.fleet = fleet or load_fleet()
-        self.decoder = Decoder(self.fleet, _count_unknown)
-        self.layout = changelog.Layout(self.fleet.features)
-        self.stats: Standardization | None = None
-        spec = self.fleet.spec
-        # what an event of each context stream asks for: "any", "counted" or "none"
-        self.trigger_rule: dict[str, str] = {s.topic: s.trigger for s in spec.streams.values()}
-        self.stream_of: dict[str, str] = {s.topic: name for name, s in spec.streams.items()}
-        self.lateness_ms = round(spec.time.max_lateness_s * 1000)
-        self.roles = {
-            topics.heartbeats.name: "heartbeats",
-            topics.work_orders.name: "work_orders",
-            topics.alarms.name: "alarms",
-            topics.precompute_requests.name: "requests",
-            topics.device_context.name: "context",
-            topics.read_hints.name: "hints",
-        }
-        self.context_topic = topics.device_context.name
-        self.heartbeat_topic = topics.heartbeats.name
-        self.table = DeviceTable(top_k=cfg.top_k, fleet=self.fleet)
-        # The current model's score sensitivities (workers.model.sensitivity), estimated once per
-        # version on first use; None until a model has been used (the policy then falls back to
-        # the material-change rule).
-        self.sensitivity: Sensitivity | None = None
-        self._sensitivity_of: str | None = None
-        self.batcher: MicroBatcher[Pending] = MicroBatcher(
-            cfg.max_batch, cfg.max_queue_delay_s, cfg.preferred_batch_sizes
+        self.state, self.queue, self.intake, self.scorer, self.lease_book = (
+            state,
+            queue,
+            ingest,
+            scorer,
+            leases,
         )
-        self.deferred: dict[str, Pending] = {}
-        # requests for devices without data yet, until their data comes (workers.precompute.awaiting)
-        self.awaiting = AwaitingData(cfg.request_wait_s, cfg.request_wait_max)
-        self._due: list[tuple[int, int, str]] = []  # heap of (release ms, seq, device)
-        self._seq = 0
-        self.positions: dict[tuple[str, int], int] = {}  # next offset consumed, per partition
-        self.decisions: Callable[[Reason, int], None] = _count_decision
-        # Called with each item as it is deferred (throttled) or grows while deferred: such an
-        # item outlives many batches, holding its input records. A shadow run slims them
-        # (workers.shadow.run); the worker keeps whole records (it dead-letters them on failure).
-        self.on_defer: Callable[[Pending], None] | None = None
-        self._init_leases()  # validity leases per assigned partition (workers.precompute.leases)
+        self.context_topic = context_topic  # state, not input: never committed
 
-    # -- ingest -------------------------------------------------------------------------------------
-    def ingest(self, msgs: Sequence[KafkaMessage], now_ms: int, mono: float) -> None:
-        topics = list(map(_TOPIC, msgs))
-        one_topic = len(set(topics)) == 1  # the common case: no per-record grouping
-        # Offsets only grow within a partition of one consume() call: the last one is the max.
-        parts, offsets = map(_PARTITION, msgs), map(_OFFSET, msgs)
-        last = (
-            dict(zip(zip(topics, parts, strict=True), offsets, strict=True))
-            if not one_topic
-            else {(topics[0], p): o for p, o in dict(zip(parts, offsets, strict=True)).items()}
-        )
-        pos = self.positions
-        for tp, o in last.items():
-            if o + 1 > pos.get(tp, -1):
-                pos[tp] = o + 1
-        by_role: dict[str, list[KafkaMessage]] = defaultdict(list)
-        if one_topic:
-            by_role[self.roles.get(topics[0], "unknown")] = list(msgs)
-        else:
-            for t, m in zip(topics, msgs, strict=True):
-                by_role[self.roles.get(t, "unknown")].append(m)
-        for batch in by_role.values():
-            metrics.EVENTS_IN.labels(batch[0].topic()).inc(len(batch))
-        # Context first, so triggers of the same poll already see it.
-        if "context" in by_role:
-            self._ingest_context(by_role["context"], now_ms)
-        for role in ("work_orders", "alarms"):
-            if role in by_role:
-                self._ingest_context_events(role, by_role[role], now_ms, mono)
-        if "heartbeats" in by_role:
-            self._ingest_heartbeats(by_role["heartbeats"], now_ms, mono)
-        self._ingest_rest(by_role, now_ms, mono)
-        if self.awaiting:
-            for item in self.awaiting.ready(self.table.has_data):
-                self.table.slots([item.device], [item.partition])
-                self._trigger(item, now_ms, mono)
-            metrics.AWAITING.set(len(self.awaiting))
+    # -- what the loop, the rebalancer and their tests read ----------------------------------------
+    @property
+    def cfg(self) -> PipelineConfig:
+        return self.state.cfg
 
-    def _ingest_rest(
-        self, by_role: dict[str, list[KafkaMessage]], now_ms: int, mono: float
-    ) -> None:
-        if "requests" in by_role:
-            self._ingest_requests(by_role["requests"], now_ms, mono)
-        if "hints" in by_role:
-            self._ingest_hints(by_role["hints"])
-        for m in by_role.get("unknown", ()):
-            self.reject(m, dl.Reason.UNKNOWN, f"worker does not read topic {m.topic()!r}")
+    @cfg.setter
+    def cfg(self, cfg: PipelineConfig) -> None:  # a bounded run's own policy, for every part
+        self.state.cfg = cfg
 
-    def _ingest_context(self, msgs: list[KafkaMessage], now_ms: int) -> None:
-        for m in msgs:
-            try:
-                self._context_one(m, now_ms)
-            except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
-                self.guard.reject(exc, m)
+    @property
+    def table(self) -> DeviceTable:
+        return self.state.table
 
-    def _context_one(self, m: KafkaMessage, now_ms: int) -> None:
-        model = self.fleet.context
-        key, value = m.key(), m.value()
-        if not key:
-            self.reject(m, dl.Reason.MISSING_KEY, "device-context record without a key")
-            return
-        device = key.decode(errors="replace")
-        if value is None:  # tombstone: the device's context was purged
-            self.table.contexts.pop(device, None)
-            return
-        try:
-            snap = snapshot.from_json(model, value)
-        except snapshot.ForeignSnapshot:
-            # written under another spec: the aggregator of this one rebuilds it
-            metrics.CONTEXT_FOREIGN.inc()
-            return
-        if snap.as_of_ms > now_ms + self.cfg.max_ahead_ms:
-            self._future(m, snap.as_of_ms, now_ms)
-            return
-        self.table.slots([device], [m.partition()])
-        model.merge_snapshot(self.table.context(device), snap)
+    @table.setter
+    def table(self, table: DeviceTable) -> None:
+        self.state.table = table
 
-    def _ingest_context_events(
-        self, role: str, msgs: list[KafkaMessage], now_ms: int, mono: float
-    ) -> None:
-        model, stream, rule = self.fleet.context, self.stream_of[role], self.trigger_rule[role]
-        event_reason = Reason.WORK_ORDER if role == "work_orders" else Reason.ALARM
-        for m, e in self.decoder.events(role, msgs, self.reject):
-            try:
-                t = e["event_time_ms"]
-                if t > now_ms + self.cfg.max_ahead_ms:
-                    self._future(m, t, now_ms)
-                    continue
-                device = e["device_id"]
-                self.table.slots([device], [m.partition()])
-                ctx = self.table.context(device)
-                if ctx.as_of_ms - t > self.lateness_ms:
-                    metrics.LATE.labels(stream).inc()  # folded in all the same; windows ignore it
-                model.apply(ctx, stream, e)
-                # A redelivered event (already folded in) still triggers: its prediction may
-                # never have been made by the worker that saw it first.
-                fires = rule == "any" or (rule == "counted" and model.counts(stream, e))
-                reason = event_reason if fires else Reason.CONTEXT_ONLY
-                item = Pending(device, m.partition(), reason, [(m, e["event_id"])])
-            except Exception as exc:  # noqa: BLE001 - the boundary (precast.guard)
-                self.guard.reject(exc, m)
-                continue
-            self._trigger(item, now_ms, mono)
+    @property
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset consumed, per (topic, partition)."""
+        return self.state.positions
 
-    def _ingest_requests(self, msgs: list[KafkaMessage], now_ms: int, mono: float) -> None:
-        for m, r in decode_requests(msgs, self.reject, self.guard):
-            item = Pending(
-                r.device_id,
-                m.partition(),
-                REQUEST_REASON[r.reason],
-                [(m, r.request_id)],
-                requested_at_ms=r.requested_at_ms,
-            )
-            if not self.table.has_data(r.device_id):
-                # Nothing from the device itself: a prediction now would be the default
-                # features' answer stamped with no real time. It waits for the device's data
-                # (a failover's backlog, another topic's lag), within bounds.
-                metrics.NO_DATA.inc(self.awaiting.hold(item, mono))
-                continue
-            self.table.slots([r.device_id], [m.partition()])
-            self._trigger(item, now_ms, mono)
+    @property
+    def fleet(self) -> Fleet:
+        return self.state.fleet
 
-    def _ingest_hints(self, msgs: list[KafkaMessage]) -> None:
-        """Read hints (schemas.hints): advice, never a trigger; a bad one is dead-lettered."""
-        for _, device, until in decode_hints(msgs, self.reject, self.guard):
-            self.mark_hot([device], until)
+    @property
+    def decoder(self) -> Decoder:
+        return self.intake.decoder
 
-    def _trigger(self, item: Pending, now_ms: int, mono: float) -> None:
-        """One decision for a low-rate trigger (work order, alarm, request)."""
-        s = self.table.slot[item.device]
-        reason = item.reason
-        if reason.predicts:
-            reason = policy.throttle_one(
-                self.cfg.policy, reason, int(self.table.predicted_at[s]), now_ms
-            )
-        self.decisions(reason, 1)
-        self._route(item, reason, int(self.table.predicted_at[s]), mono)
+    @property
+    def guard(self) -> Guard:
+        return self.intake.guard
 
-    def _route(self, item: Pending, decision: Reason, predicted_at: int, mono: float) -> None:
-        d = item.device
-        if d in self.batcher:
-            self.batcher.add(d, item, mono, merge)
-            metrics.COALESCED.inc()
-        elif d in self.deferred:
-            merge(self.deferred[d], item)
-            metrics.COALESCED.inc()
-            if self.on_defer is not None:
-                self.on_defer(self.deferred[d])
-        elif decision == Reason.THROTTLED:
-            self.deferred[d] = item
-            if self.on_defer is not None:
-                self.on_defer(item)
-            self._seq += 1
-            heapq.heappush(
-                self._due, (policy.release_at(self.cfg.policy, predicted_at), self._seq, d)
-            )
-        elif decision.emits:
-            self.batcher.add(d, item, mono, merge)
+    @property
+    def stream_of(self) -> dict[str, str]:
+        return self.intake.stream_of
 
-    def _future(self, m: KafkaMessage, event_time_ms: int, now_ms: int) -> None:
-        self.reject(
-            m,
-            dl.Reason.FUTURE_EVENT_TIME,
-            f"event time {event_time_ms} is {event_time_ms - now_ms} ms ahead of the worker's "
-            f"clock (tolerance {self.cfg.max_ahead_ms} ms)",
-        )
+    @property
+    def decisions(self) -> Callable[[Reason, int], None]:
+        return self.state.decisions
 
-    def mark_hot(self, devices: Sequence[str], until_ms: int) -> int:
-        """Devices somebody reads or watches, until `until_ms` (read hints from the API); only
-        those this worker holds state for. Returns how many were marked."""
-        tab, n = self.table, 0
-        for d in devices:
-            s = tab.slot.get(d)
-            if s is not None:
-                if until_ms > tab.hot_until[s]:
-                    tab.hot_until[s] = until_ms
-                n += 1
-        return n
+    @decisions.setter
+    def decisions(self, count: Callable[[Reason, int], None]) -> None:
+        self.state.decisions = count
 
-    # -- batches ------------------------------------------------------------------------------------
-    def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
-        """Move throttled devices whose window ended (or all of them) into the batcher."""
-        n = 0
-        if self.awaiting:
-            metrics.NO_DATA.inc(self.awaiting.expire(mono))
-            metrics.AWAITING.set(len(self.awaiting))
-        while self._due and (everything or self._due[0][0] <= now_ms):
-            _, _, d = heapq.heappop(self._due)
-            item = self.deferred.pop(d, None)
-            if item is not None:
-                self.batcher.add(d, item, mono, merge)
-                n += 1
-        return n
+    @property
+    def on_defer(self) -> Callable[[Pending], None] | None:
+        return self.queue.on_defer
 
-    def next_release_ms(self) -> int | None:
-        """When the earliest throttled device's window ends (None when nothing is throttled)."""
-        return self._due[0][0] if self._due else None
+    @on_defer.setter
+    def on_defer(self, hook: Callable[[Pending], None] | None) -> None:
+        self.queue.on_defer = hook
 
-    def next_batch(self, mono: float, force: bool = False) -> tuple[list[Pending], float]:
-        return self.batcher.take(mono, force)
+    @property
+    def batcher(self) -> MicroBatcher[Pending]:
+        return self.queue.batcher
+
+    @property
+    def awaiting(self) -> AwaitingData:
+        return self.queue.awaiting
+
+    @property
+    def leases(self) -> dict[int, PartitionLease]:
+        return self.lease_book.leases
 
     @property
     def pending(self) -> int:
-        return len(self.batcher) + len(self.deferred)
+        return self.queue.pending
+
+    # -- ingest ---------------------------------------------------------------------------------------
+    def ingest(self, msgs: Sequence[KafkaMessage], now_ms: int, mono: float) -> None:
+        self.intake.ingest(msgs, now_ms, mono)
+
+    def mark_hot(self, devices: Sequence[str], until_ms: int) -> int:
+        return self.intake.mark_hot(devices, until_ms)
+
+    # -- batches --------------------------------------------------------------------------------------
+    def release_deferred(self, now_ms: int, mono: float, everything: bool = False) -> int:
+        return self.queue.release_deferred(now_ms, mono, everything)
+
+    def next_release_ms(self) -> int | None:
+        return self.queue.next_release_ms()
+
+    def next_batch(self, mono: float, force: bool = False) -> tuple[list[Pending], float]:
+        return self.queue.next_batch(mono, force)
 
     def with_data(self, items: list[Pending]) -> list[Pending]:
         """The items whose device has data of its own (a request may have waited in a batch while
         its partition was revoked and restored; anything else is counted and dropped)."""
-        has = self.table.has_data
+        has = self.state.table.has_data
         keep = [it for it in items if has(it.device)]
         if len(keep) != len(items):
             metrics.NO_DATA.inc(len(items) - len(keep))
         return keep
+
+    def prime(self, model: Predictor) -> None:
+        self.scorer.prime(model)
+
+    def compute(self, items: list[Pending], model: Predictor, produced_at_ms: int) -> BatchResult:
+        return self.scorer.compute(items, model, produced_at_ms)
+
+    def features_of(
+        self, devices: Sequence[str], slots: np.ndarray, no_data_ms: int = -1
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.scorer.features_of(devices, slots, no_data_ms)
+
+    def mark_predicted(self, r: BatchResult, now_ms: int) -> None:
+        self.scorer.mark_predicted(r, now_ms)
+
+    def state_records(self, r: BatchResult) -> list[bytes]:
+        return self.scorer.state_records(r)
+
+    # -- leases ---------------------------------------------------------------------------------------
+    def lease_tick(self, now_ms: int) -> LeaseTick:
+        return self.lease_book.lease_tick(now_ms)
+
+    def assign_leases(self, partitions: list[int], now_ms: int) -> None:
+        self.lease_book.assign_leases(partitions, now_ms)
+
+    def forget_leases(self, partitions: list[int] | set[int]) -> None:
+        self.lease_book.forget_leases(partitions)
+
+    def rewarm_leases(self) -> None:
+        self.lease_book.rewarm_leases()
 
     # -- offsets and partitions -----------------------------------------------------------------------
     def commit_offsets(self, include_pending: bool = False) -> list[TopicPartitionOffset]:
         """Next offsets safe to commit: everything consumed, except that a partition stops at
         the oldest record still waiting for its prediction (queued, throttled, or a request
         waiting for its device's data)."""
-        safe = {tp: o for tp, o in self.positions.items() if tp[0] != self.context_topic}
+        safe = {tp: o for tp, o in self.state.positions.items() if tp[0] != self.context_topic}
         if not include_pending:
-            for it in (*self.batcher, *self.deferred.values(), *self.awaiting):
+            for it in self.queue:
                 for m, _ in it.refs:
                     if type(m) is StateRef:  # a record consumed long ago, not one that waits
                         continue
@@ -327,43 +230,19 @@ class Pipeline(HeartbeatIngest, Leasing, Scoring):
         partitions they are (exactly-once: their offsets are committed, so nobody reads them
         again; a worker given the partition back still answers them)."""
         parts = set(partitions)
-        self.table.forget_partitions(parts)
-        self.forget_leases(parts)
-        if not keep_awaiting:
-            self.awaiting.forget(parts)
-        self.positions = {tp: o for tp, o in self.positions.items() if tp[1] not in parts}
-        for d in [d for d, it in self.deferred.items() if it.partition in parts]:
-            del self.deferred[d]
-        keep = [it for it in self.batcher if it.partition not in parts]
-        if len(keep) != len(self.batcher):
-            self.batcher = MicroBatcher(
-                self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes
-            )
-            for it in keep:
-                self.batcher.add(it.device, it, 0.0)
+        self.state.table.forget_partitions(parts)
+        self.lease_book.forget_leases(parts)
+        positions = self.state.positions
+        for tp in [tp for tp in positions if tp[1] in parts]:
+            del positions[tp]
+        self.queue.forget(parts, keep_awaiting)
 
     def reset(self) -> None:
         """Forget everything (after an aborted transaction the consumer rewinds to committed)."""
-        self.table.clear()
-        self.deferred.clear()
-        self.awaiting.clear()
-        self._due.clear()
-        self.positions.clear()
-        self.batcher = MicroBatcher(
-            self.cfg.max_batch, self.cfg.max_queue_delay_s, self.cfg.preferred_batch_sizes
-        )
-
-
-_TOPIC, _PARTITION, _OFFSET = (
-    methodcaller("topic"),
-    methodcaller("partition"),
-    methodcaller("offset"),
-)
+        self.state.table.clear()
+        self.state.positions.clear()
+        self.queue.reset()
 
 
 def _count_unknown(field: str, n: int) -> None:
     metrics.UNKNOWN_CATEGORY.labels(field).inc(n)
-
-
-def _count_decision(reason: Reason, n: int) -> None:
-    metrics.DECISIONS.labels(reason.label).inc(n)

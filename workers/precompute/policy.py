@@ -36,26 +36,45 @@ import numpy as np
 
 from workers.model.sensitivity import Sensitivity
 from workers.precompute.items import Reason
+from workers.settings import PolicyOptions
+
+# Every default is the settings model's (workers.settings.PolicyOptions): it lives there once.
+_DEFAULT = PolicyOptions()
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    min_change: float = 0.05  # material change, when the model's sensitivities are unknown
-    refresh_lead_ms: int = 1_000
-    throttle_ms: int = 250
+    """The policy's frozen view of its settings (`from_options`), plus what only bounded runs
+    set (`always`) and what no setting exposes (`hot_top_k`)."""
+
+    min_change: float = _DEFAULT.min_change  # material change, when sensitivities are unknown
+    refresh_lead_ms: int = _DEFAULT.refresh_lead_ms
+    throttle_ms: int = _DEFAULT.throttle_ms
     # Answer-aware skip (workers.model.sensitivity): a device predicts when the estimated new top-1
     # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
     # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
     # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
-    safety: float = 0.5
-    hot_safety: float = 2.0
+    safety: float = _DEFAULT.safety
+    hot_safety: float = _DEFAULT.hot_safety
     hot_top_k: bool = False
     # A move this large (in change-scale units) predicts whatever the bound says.
-    max_change: float = 1.0
+    max_change: float = _DEFAULT.max_change
     # Backfill/replay: every device with input gets a prediction (no skip, no throttle).
     always: bool = False
     # Baseline: every fresh heartbeat predicts (no skip, no renewal).
-    every_event: bool = False
+    every_event: bool = _DEFAULT.every_event
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions) -> PolicyConfig:
+        return cls(
+            min_change=options.min_change,
+            refresh_lead_ms=options.refresh_lead_ms,
+            throttle_ms=options.throttle_ms,
+            safety=options.safety,
+            hot_safety=options.hot_safety,
+            max_change=options.max_change,
+            every_event=options.every_event,
+        )
 
 
 def material_change(last_x: np.ndarray, new_x: np.ndarray, scale: np.ndarray) -> np.ndarray:

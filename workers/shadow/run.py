@@ -34,13 +34,14 @@ from precast.settings import load
 from precast.telemetry.progress import bar
 from workers.model.inference import ModelSession
 from workers.model.registry import wanted_version
+from workers.precompute.assembly import LoopParts
 from workers.precompute.backfill import parse_ranges
 from workers.precompute.cli import build
 from workers.precompute.loop import tune_gc
 from workers.settings import DEFAULT_MODEL_DIR, WorkerSettings
 from workers.shadow.compare import Comparison
 from workers.shadow.replay import Checkpointer, ClockedConsumer, ReplayClock
-from workers.shadow.worker import ShadowWorker, warm_context
+from workers.shadow.worker import ShadowOutput, replayed, warm_context
 
 
 def live_folder(
@@ -148,9 +149,26 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
     total = sum(stop_at[(x.topic, x.partition)] - x.offset for x in starts)
     already = sum(x.offset for x in assignment) - sum(x.offset for x in starts)
 
+    truth = (
+        _truth(fleet, a.truth, live.labels)
+        if a.truth_file is None
+        else _outcomes(a.truth_file, live.labels)
+    )
+    clock = ReplayClock()
+
+    def shadow_output(parts: LoopParts) -> ShadowOutput:
+        return ShadowOutput(parts, live, candidate, comparison, truth, cp, assignment)
+
     model = settings.model.model_copy(update={"path": a.live, "registry": None})
-    worker = build(settings.model_copy(update={"model": model}), ShadowWorker)
-    assert isinstance(worker, ShadowWorker)
+    worker = build(
+        settings.model_copy(update={"model": model}),
+        clock=clock,  # the policy decides on the records' own clock, as it did at the time
+        make_output=shadow_output,
+        wrap_consumer=lambda consumer: ClockedConsumer(consumer, clock),
+        reader="shadow",  # its rejections counted apart from the worker's
+    )
+    output = worker.output
+    assert isinstance(output, ShadowOutput)
     worker.registry.current = live
     worker.assignment, worker.stop_at = assignment, stop_at
     worker._first_end = min(stop_at.values(), default=0)
@@ -158,15 +176,6 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
     worker.pipeline.cfg = dataclasses.replace(
         cfg, policy=dataclasses.replace(cfg.policy, always=a.all_triggers)
     )
-    clock = ReplayClock()
-    worker.clock = clock
-    worker.consumer = ClockedConsumer(worker.consumer, clock)  # type: ignore[assignment]
-    truth = (
-        _truth(fleet, a.truth, live.labels)
-        if a.truth_file is None
-        else _outcomes(a.truth_file, live.labels)
-    )
-    worker.setup(candidate, comparison, truth, cp)
     warm = dict(a.warmup)
     if resumes:  # the device table was not saved: fold in what the range held before `next`
         warm.update(
@@ -175,7 +184,7 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
                 for x, n in zip(starts, assignment, strict=True)
             }
         )
-    folded = warm_context(worker, warm)
+    folded = warm_context(worker, settings.topics.catalog(), warm)
     if folded:
         print(
             f"shadow: context from {folded:,} work orders and alarms before the range",
@@ -197,7 +206,7 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
         worker.start()
         while worker.running and not worker.finished():
             worker.step()
-            now_done = worker.done()
+            now_done = replayed(worker)
             pb.update(now_done - done)
             done = now_done
         worker.drain()
@@ -210,7 +219,7 @@ def run(settings: WorkerSettings, a: ShadowArgs) -> int:
     summary = {
         "live": _describe(live, a.live),
         "candidate": _describe(candidate, a.candidate),
-        "shadow_topic": worker.shadow_topic,
+        "shadow_topic": output.shadow_topic,
         "policy": "every trigger" if a.all_triggers else "live policy on record time",
         "ranges": [
             [x.topic, x.partition, x.offset, stop_at[(x.topic, x.partition)]] for x in starts

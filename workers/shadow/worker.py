@@ -1,5 +1,6 @@
-"""The shadow worker: a bounded `Worker` run whose every batch goes through the live model and a
-candidate (`ShadowWorker`), and the context warm-up before a range is replayed."""
+"""The shadow run's output: a bounded `Worker` run whose every batch goes through the live model
+and a candidate (`ShadowOutput`, plugged into the loop's `Output` seam), and the context warm-up
+before a range is replayed."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import numpy as np
 from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas.spec.fields import Categorical
+from schemas.topics import Topics
 from workers.model.inference import ModelSession
+from workers.model.predictor import Predictor
+from workers.precompute.assembly import LoopParts
 from workers.precompute.items import TRIGGER, Pending
 from workers.precompute.loop import Worker
+from workers.precompute.outputs import drain
 from workers.shadow.compare import Comparison
 from workers.shadow.replay import Checkpointer, slim
 
@@ -33,34 +38,42 @@ class Recording:
         return self.last
 
 
-class ShadowWorker(Worker):
-    """A bounded worker run whose batches go through two models; see the module doc."""
+class ShadowOutput:
+    """The shadow run's output (the loop's `Output` seam): every batch goes through the live
+    model and the candidate, the candidate's answers go to the shadow topic and the difference
+    into `comparison`; rejected records are only counted (the live worker dead-lettered them);
+    a commit is a checkpoint. Given the loop's parts, the live model, the candidate, the
+    comparison, the truth (None: none known), the checkpointer, and the ranges it replays."""
 
-    def setup(
+    def __init__(
         self,
+        parts: LoopParts,
+        live: Predictor,
         candidate: ModelSession,
         comparison: Comparison,
         truth: dict[str, list[tuple[int, int, int]]] | None,
         checkpoint: Checkpointer | None,
+        assignment: list[TopicPartitionOffset],
     ) -> None:
-        live = self.registry.current
         if set(candidate.labels) != set(live.labels):
             raise ConfigError(
                 f"candidate {candidate.version} names strategies {list(candidate.labels)}, "
                 f"live {live.version} names {list(live.labels)}: nothing to compare"
             )
+        self.pipeline, self.registry, self.sink = parts.pipeline, parts.registry, parts.sink
+        self.cfg, self.clock, self.assignment = parts.cfg, parts.clock, assignment
         self.candidate = Recording(candidate)
         # candidate column -> live column, so both score rows speak the live model's order
         self.to_live = np.array([live.labels.index(lab) for lab in candidate.labels])
         self.comparison, self.truth, self.checkpointer = comparison, truth, checkpoint
         self._facets()
         self.attrs: dict[str, dict[str, str]] = {}
-        self.shadow_topic = self.topics.shadow_predictions.name
-        self.failed: str | None = None
+        self.shadow_topic = parts.topics.shadow_predictions.name
+        self.heartbeat_topic = hb = parts.topics.heartbeats.name
+        self.batches = 0
+        self.next_commit = time.monotonic() + self.cfg.commit_interval_s
         names: dict[str, str] = {}
-        hb = self.topics.heartbeats.name
         self.pipeline.on_defer = lambda item: slim(item, names, self.attrs, hb, self._read)
-        self.pipeline.guard.reader = "shadow"  # its rejections counted apart from the worker's
 
     def _facets(self) -> None:
         """What the comparison groups by besides the trigger (the spec's board filters): a
@@ -86,7 +99,7 @@ class ShadowWorker(Worker):
         return {g: str(e.get(g) or "unknown") for g in self.payload}
 
     # -- one batch through both models ----------------------------------------------------------
-    def _run_batch(self, items: list, delay: float, latency: bool = True) -> bool:
+    def run_batch(self, items: list[Pending], delay: float, latency: bool = True) -> bool:
         live = self.registry.current
         event_ms = self.clock()
         try:
@@ -140,38 +153,41 @@ class ShadowWorker(Worker):
     def _attrs(self, item: Pending) -> dict[str, str]:
         got = self.attrs.get(item.device)
         if got is None:
-            hb = self.topics.heartbeats.name
+            hb = self.heartbeat_topic
             for m, _ in item.refs:  # a slimmed (HeldRecord) reference has no payload left
                 if m.topic() == hb and (value := m.value()) is not None:
                     got = self.attrs[item.device] = self._read(value)
                     break
         return got or dict.fromkeys(self.payload, "unknown")
 
-    def _reject(self, msg: KafkaMessage, reason: str, detail: str) -> None:
+    def reject(self, msg: KafkaMessage, reason: str, detail: str) -> None:
         # The live worker dead-lettered these already; a shadow run only counts them.
         self.comparison.reject(reason)
 
+    def discard(self) -> None:
+        """Nothing waits to be committed: a shadow run reads fixed ranges, never loses them."""
+
     # -- checkpoints instead of group commits --------------------------------------------------
     def commit(self, sync: bool = False, rewind: bool = True) -> None:
-        self._next_commit = time.monotonic() + self.cfg.commit_interval_s
+        self.next_commit = time.monotonic() + self.cfg.commit_interval_s
         cp = self.checkpointer
         if not sync and (cp is None or not cp.due()):
             return
-        self.drain()  # nothing may wait past a checkpoint: its records would be read twice
+        # nothing may wait past a checkpoint: its records would be read twice
+        drain(self.pipeline, self.registry, self.clock, self.run_batch)
         self.sink.producer.flush()  # raises unless every shadow output so far is acknowledged
         if cp is not None:
-            cp.save(
-                self.pipeline.positions, self.assignment or (), self.comparison.to_dict(), False
-            )
+            cp.save(self.pipeline.positions, self.assignment, self.comparison.to_dict(), False)
 
-    def done(self) -> int:
-        """Records of the ranges behind the current positions."""
-        pos = self.pipeline.positions
-        return sum(
-            min(pos.get((a.topic, a.partition), a.offset), self.stop_at[(a.topic, a.partition)])
-            - a.offset
-            for a in self.assignment or ()
-        )
+
+def replayed(worker: Worker) -> int:
+    """Records of the worker's ranges behind its current positions."""
+    pos = worker.pipeline.positions
+    return sum(
+        min(pos.get((a.topic, a.partition), a.offset), worker.stop_at[(a.topic, a.partition)])
+        - a.offset
+        for a in worker.assignment or ()
+    )
 
 
 def _categories(onehot: np.ndarray, values: tuple[str, ...]) -> list[str]:
@@ -179,11 +195,16 @@ def _categories(onehot: np.ndarray, values: tuple[str, ...]) -> list[str]:
     return [values[i] if i >= 0 else "unknown" for i in idx]
 
 
-def warm_context(worker: ShadowWorker, ranges: dict[tuple[str, int], tuple[int, int]]) -> int:
+def warm_context(
+    worker: Worker, topics: Topics, ranges: dict[tuple[str, int], tuple[int, int]]
+) -> int:
     """Fold the work orders and alarms of `ranges` ({(topic, partition): (start, end)}, before
     the shadow range) into the device table's context, predicting nothing: the live workers had
     that context when the range's events arrived. Returns the records folded in."""
-    roles = {worker.topics.work_orders.name: "work_orders", worker.topics.alarms.name: "alarms"}
+    roles = {
+        topics.work_orders.name: topics.work_orders.role,
+        topics.alarms.name: topics.alarms.role,
+    }
     todo = {tp: se for tp, se in ranges.items() if tp[0] in roles and se[1] > se[0]}
     if not todo:
         return 0

@@ -22,7 +22,7 @@ from schemas.topics import catalog
 from workers.model.inference import ModelSession
 from workers.precompute.config import LeaseConfig
 from workers.precompute.items import Pending
-from workers.precompute.pipeline import BatchResult, Pipeline, PipelineConfig
+from workers.precompute.pipeline import BatchResult, PipelineConfig, build_pipeline
 from workers.precompute.policy import PolicyConfig
 
 TOPICS = catalog("bench.", 1)
@@ -96,7 +96,7 @@ class Arm:
         audit_dir: Path | None = None,
     ) -> None:
         cfg = PipelineConfig(policy=policy, lease=lease or LeaseConfig())
-        self.pipe = Pipeline(TOPICS, cfg, lambda m, r, d: None)
+        self.pipe = build_pipeline(TOPICS, cfg, lambda m, r, d: None)
         self.pipe.decisions = lambda reason, n: None
         self.pipe.assign_leases([0], T0)  # the one partition, as a group assignment would
         self.model = model

@@ -1,5 +1,5 @@
-"""Publishing validity leases from the worker loop (`LeasePublishing`, mixed into `Worker`):
-at each tick, the answers of devices that stopped sending go out first (through the usual batch
+"""Publishing validity leases from the worker loop (`LeasePublisher`, a part of the loop): at
+each tick, the answers of devices that stopped sending go out first (through the usual batch
 path, no inference), then one lease record per covered partition, produced to that partition
 so every store applies it after those answers (workers.precompute.leases, schemas.leases)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
-from schemas.topics import Topics
 from workers.precompute import metrics
 from workers.precompute.delivery import AtLeastOnce, ExactlyOnce
 from workers.precompute.items import Pending
@@ -16,29 +16,28 @@ from workers.precompute.pipeline import Pipeline
 
 log = logging.getLogger("precast.workers")
 
+# Publishes a batch of lapsed answers (no inference, kept out of the latency histogram);
+# False when they did not go out.
+Answer = Callable[[list[Pending]], bool]
 
-class LeasePublishing:
-    """The lease half of `Worker`'s loop."""
 
-    topics: Topics
-    pipeline: Pipeline
-    sink: AtLeastOnce | ExactlyOnce
+class LeasePublisher:
+    """Given the pipeline (its lease book), the delivery sink and the predictions topic."""
 
-    def _run_batch(self, items: list[Pending], delay: float, latency: bool = True) -> bool:
-        raise NotImplementedError
+    def __init__(self, pipeline: Pipeline, sink: AtLeastOnce | ExactlyOnce, topic: str) -> None:
+        self.pipeline, self.sink, self.topic = pipeline, sink, topic
 
-    def publish_leases(self, now_ms: int) -> int:
+    def publish(self, now_ms: int, answer: Answer) -> int:
         """Leases due now; returns how many were produced."""
         t0 = time.perf_counter()
         tick = self.pipeline.lease_tick(now_ms)
-        if tick.lapsed and not self._run_batch(tick.lapsed, 0.0, latency=False):
+        if tick.lapsed and not answer(tick.lapsed):
             # the lapsed answers did not go out: no lease may go out after them (the next tick
             # finds the same devices again)
             log.warning("validity leases held back: %d lapsed answers failed", len(tick.lapsed))
             return 0
-        topic = self.topics.predictions.name
         for partition, key, value in tick.records:
-            self.sink.produce_to(topic, partition, key, value)
+            self.sink.produce_to(self.topic, partition, key, value)
         if tick.records:
             metrics.LEASES.inc(len(tick.records))
         metrics.STAGE["produce"].inc(time.perf_counter() - t0)
