@@ -32,7 +32,7 @@ from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.endpoints import start_probe
 from schemas.deadletters import Reason
-from schemas.topics import TopicSpec, catalog
+from schemas.topics import TopicSpec
 from schemas.validation import Rejected, Validator
 from workers.context.faust_config import connection_options, preflight
 from workers.settings import ContextSettings
@@ -53,7 +53,7 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
     from faust.tables.manager import TableManager
 
     t = settings.topics
-    topics = catalog(t.prefix, t.partitions, t.replication_factor)
+    topics = t.catalog()
     c = settings.context
     fleet = load_fleet(settings.fleet.spec)
     model = fleet.context

@@ -16,7 +16,6 @@ from precast.kafka import Admin, Consumer
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.endpoints import start_probe
-from schemas.topics import catalog
 from workers.drift.monitor import DriftMonitor
 from workers.drift.reference import load_reference
 from workers.settings import DriftSettings
@@ -41,9 +40,7 @@ def run(settings: DriftSettings) -> int:
     d = settings.drift
     monitor = build(settings)  # a missing reference is a config error before any connection
     Admin(settings.kafka).wait_reachable()
-    topics = catalog(
-        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
-    )
+    topics = settings.topics.catalog()
     # Drift is about now: start from the newest heartbeats, never replay history (the monitor
     # commits nothing, so every start begins at the end).
     newest: dict[str, Any] = {"auto.offset.reset": "latest"}

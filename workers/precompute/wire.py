@@ -21,7 +21,6 @@ that hold:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -281,8 +280,6 @@ def _has(doc: Any, path: WirePath) -> bool:
 # -- identifiers (checked column-wise) --------------------------------------------------------------
 # EventId is [A-Za-z0-9._:-]{1,64}: drop the punctuation, the rest must be ASCII alphanumerics.
 _ID_PUNCT = str.maketrans("", "", "._:-")
-# fullmatch: `$` in the contract's pattern would let Python's re accept a trailing newline.
-_DEVICE_ID = re.compile(ev.DEVICE_ID_PATTERN)
 _VALID_IDS: set[str] = set()  # device IDs that matched the pattern (bounded, see below)
 _CACHE_MAX = 1_000_000
 
@@ -301,7 +298,7 @@ def device_ids_bad(ids: Sequence[str]) -> list[int]:
     bad = []
     for i, d in enumerate(ids):
         if d not in _VALID_IDS:
-            if _DEVICE_ID.fullmatch(d):
+            if ev.is_device_id(d):
                 _VALID_IDS.add(d)
             else:
                 bad.append(i)
