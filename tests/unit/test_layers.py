@@ -146,12 +146,6 @@ def test_cycle_finder_finds_a_cycle():
 # module may hold one public class (with its helpers), not several.
 LINE_LIMIT = 600
 ONE_CLASS_ABOVE = 400
-# Mixin halves the worker's refactor (issue 37, deliverable 1) is taking apart. Tolerated while
-# they exist (a fixed one is simply no longer found); any other offender fails.
-KNOWN_OFFENDERS = {
-    "workers/precompute/loop.py::Worker",
-    "workers/precompute/pipeline.py::Pipeline",
-}
 
 
 def _base_name(base: ast.expr) -> str | None:
@@ -210,9 +204,8 @@ def _checked_sources() -> dict[str, str]:
 
 
 def test_every_module_holds_one_concern():
-    """All offenders at once, each with its reason; only the known ones are let through."""
-    found = concern_offenders(_checked_sources())
-    assert {k: v for k, v in found.items() if k not in KNOWN_OFFENDERS} == {}
+    """All offenders at once, each with its reason."""
+    assert concern_offenders(_checked_sources()) == {}
 
 
 def _lines(n: int) -> str:
