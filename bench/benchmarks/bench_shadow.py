@@ -36,17 +36,17 @@ WARM_SHARE = 0.1  # RSS "after warm-up": the sample at this share of the run's w
 
 
 def _worker_run(ctx: Context, topics, ends: dict[int, int]) -> tuple[float, int]:
-    from workers.precompute import metrics as M
+    from workers.precompute import metrics as worker_metrics
     from workers.precompute.loop import tune_gc
 
     w = _worker(ctx, topics, end=ends)
     tune_gc()
-    preds0 = _predictions(M.PREDICTIONS)
+    preds0 = _predictions(worker_metrics.PREDICTIONS)
     t0 = time.perf_counter()
     w.run()
     el = time.perf_counter() - t0
     w.close()
-    return sum(ends.values()) / el, int(_predictions(M.PREDICTIONS) - preds0)
+    return sum(ends.values()) / el, int(_predictions(worker_metrics.PREDICTIONS) - preds0)
 
 
 def _predictions(counter: Any) -> float:

@@ -84,25 +84,28 @@ def _count(c: Any) -> float:
 
 
 def _stage_seconds() -> dict[str, float]:
-    from workers.precompute import metrics as M
+    from workers.precompute import metrics as worker_metrics
 
-    return {name: _count(c) for name, c in M.STAGE.items()}
+    return {name: _count(c) for name, c in worker_metrics.STAGE.items()}
 
 
 def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
     """(events/s, predictions, seconds per stage) for one bounded run over the backlog."""
-    from workers.precompute import metrics as M
+    from workers.precompute import metrics as worker_metrics
     from workers.precompute.loop import tune_gc
 
     w = _worker(ctx, topics, end=ends, **kw)
     tune_gc()  # as precast-worker does at start
-    before, preds0 = _stage_seconds(), sum(map(_count, M.PREDICTIONS._metrics.values()))
+    before, preds0 = (
+        _stage_seconds(),
+        sum(map(_count, worker_metrics.PREDICTIONS._metrics.values())),
+    )
     t0, cpu0 = time.perf_counter(), time.process_time()
     w.run()
     el, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     w.close()
     after = _stage_seconds()
-    preds = sum(map(_count, M.PREDICTIONS._metrics.values())) - preds0
+    preds = sum(map(_count, worker_metrics.PREDICTIONS._metrics.values())) - preds0
     return (
         sum(ends.values()) / el,
         int(preds),
