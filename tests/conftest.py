@@ -205,6 +205,7 @@ def secure_stack(tmp_path_factory):
     from opsctl.settings import StackSettings
     from opsctl.stack.process import free_port_block
     from opsctl.stack.secure import SecureStack
+    from precast.settings import TopicSettings
 
     base = free_port_block(2)
     s = SecureStack(
@@ -216,7 +217,7 @@ def secure_stack(tmp_path_factory):
         )
     )
     try:
-        s.up(progress=lambda m: print(m))
+        s.up(progress=lambda m: print(m), topics=TopicSettings())
         yield s
     finally:
         s.down()

@@ -2,7 +2,7 @@
 the one line `precast --help` lists, the arguments it declares, and the function that runs it.
 A command with actions (`precast audit prove`) declares one `Action` each instead of a run.
 
-The registry (`opsctl.commands.COMMANDS`) lists them; `opsctl.cli` builds the parser from it."""
+The registry (`opsctl.commands.registry()`) lists them; `opsctl.cli` builds the parser from it."""
 
 from __future__ import annotations
 

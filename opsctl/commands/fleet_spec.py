@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from opsctl.commands.base import Action, Command
+from opsctl.settings import StackCliSettings
 from precast.errors import ConfigError
 
 EXIT_PROBLEMS = 2
@@ -29,7 +29,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check(args: argparse.Namespace, settings: Any) -> int:
+def _check(args: argparse.Namespace, settings: StackCliSettings) -> int:
     from schemas.spec import check, context_hash, feature_hash
 
     spec, problems = check(args.file)
@@ -47,7 +47,7 @@ def _check(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
-def _schema(args: argparse.Namespace, settings: Any) -> int:
+def _schema(args: argparse.Namespace, settings: StackCliSettings) -> int:
     from schemas.spec import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
@@ -62,7 +62,7 @@ def _schema(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
-def _show(args: argparse.Namespace, settings: Any) -> int:
+def _show(args: argparse.Namespace, settings: StackCliSettings) -> int:
     from precast.fleet import load_fleet
 
     fleet = load_fleet(args.file or settings.fleet.spec)

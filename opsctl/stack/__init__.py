@@ -38,12 +38,11 @@ class ComponentStatus:
 
 
 class LocalStack:
-    def __init__(self, settings: StackSettings | None = None) -> None:
-        s = settings or StackSettings()
-        self.settings = s.model_copy(
+    def __init__(self, settings: StackSettings) -> None:
+        self.settings = settings.model_copy(
             update={
-                "home": Path(s.home).expanduser().resolve(),
-                "jar_cache": Path(s.jar_cache).expanduser().resolve(),
+                "home": Path(settings.home).expanduser().resolve(),
+                "jar_cache": Path(settings.jar_cache).expanduser().resolve(),
             }
         )
         self.brokers = [KafkaNode(self.settings, i) for i in range(self.settings.brokers)]

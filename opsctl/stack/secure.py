@@ -161,7 +161,7 @@ class SecureStack:
         return self.security.env(user, self.bootstrap_servers)
 
     def up(
-        self, progress: Callable[[str], None] = print, topics: TopicSettings | None = None
+        self, progress: Callable[[str], None] = print, *, topics: TopicSettings
     ) -> list[ComponentStatus]:
         started = time.monotonic()
         self.security.prepare()
@@ -171,7 +171,7 @@ class SecureStack:
                 self.kafka.start()
             self.security.forget_format_args()
             self.kafka.wait_ready(self.settings.start_timeout_s)
-        granted = self.provision(topics or TopicSettings())
+        granted = self.provision(topics)
         progress(
             f"secured Kafka ready in {time.monotonic() - started:.1f}s: SASL_SSL "
             f"{self.bootstrap_servers} (SCRAM-SHA-512, TLS CA {self.security.tls.ca}), "

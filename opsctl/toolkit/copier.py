@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opsctl.settings import OpsSettings
 from opsctl.toolkit.checkpoint import Checkpoint, parse_target_key, target_key
 from opsctl.toolkit.pacing import ReplaySchedule
 from opsctl.toolkit.ranges import OffsetRange
@@ -36,8 +37,7 @@ class CopyJob:
     route: Route  # a record -> what to write, or None to leave it out
     keep_timestamps: bool
     pacer: ReplaySchedule
-    chunk_records: int
-    chunk_seconds: float
+    ops: OpsSettings  # chunk_records and chunk_seconds: how often a checkpoint is written
     checkpoint_path: Path
     # Set when `route` copies every record unchanged into the same partition of this topic:
     # the copier then writes whole batches through the adapter's fast path.
@@ -88,7 +88,7 @@ def _recover(job: CopyJob, cp: Checkpoint, ends: dict[str, int]) -> tuple[int, i
             c.close()
     already = decode_skips(cp.skip)
     matcher = Matcher(tails, already)
-    bound = cp.read_bound or (job.chunk_records + BATCH)
+    bound = cp.read_bound or (job.ops.chunk_records + BATCH)
     ranges = [
         OffsetRange(p, cp.next[p], min(e, cp.next[p] + bound)) for p, (_s, e) in cp.ranges.items()
     ]
@@ -142,7 +142,7 @@ class _Run:
         # Everything this job wrote before these offsets is accounted for (before the
         # checkpoint, or in cp.skip); a later crash only has to look past them.
         cp.scan_from = ends
-        cp.read_bound = job.chunk_records + BATCH
+        cp.read_bound = job.ops.chunk_records + BATCH
         cp.save(job.checkpoint_path)
 
         self.producer = Producer(job.target)
@@ -176,8 +176,8 @@ class _Run:
             progress.update(len(msgs))
             self.producer.poll(0)
             if (
-                chunk_read >= job.chunk_records
-                or time.monotonic() - chunk_started >= job.chunk_seconds
+                chunk_read >= job.ops.chunk_records
+                or time.monotonic() - chunk_started >= job.ops.chunk_seconds
             ):
                 self._checkpoint()
                 chunk_started, chunk_read = time.monotonic(), 0

@@ -13,6 +13,7 @@ import pytest
 from opsctl.settings import StackSettings
 from opsctl.stack import kafka_node
 from opsctl.stack.secure import SecureStack
+from precast.settings import TopicSettings
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_the_argument_file_is_removed_once_the_broker_started(stack, monkeypatch
     monkeypatch.setattr(s, "provision", lambda _t: 0)
     monkeypatch.setattr(s, "status", lambda: [])
     monkeypatch.setattr(s.kafka, "running", lambda: False)
-    s.up(progress=lambda _m: None)
+    s.up(progress=lambda _m: None, topics=TopicSettings())
     assert not s.security.format_args_path.exists()
     assert s.security.credentials_path.exists()
     assert oct(s.security.credentials_path.stat().st_mode & 0o777) == "0o600"
