@@ -6,25 +6,20 @@ import sys
 from dataclasses import dataclass
 
 from consumer_api.app import create_app
-from consumer_api.board.board_layout import BoardLayout
+from consumer_api.board import Board, FleetIndex, build_board, build_fleet_index
 from consumer_api.board.feed import BoardFeed
-from consumer_api.board.fleet_index import FleetIndex
-from consumer_api.board.lineage import LineageReader
-from consumer_api.board.routes import Board
-from consumer_api.materialize.materializer import Materializer
+from consumer_api.materialize import build_materializer, build_stores, probes
+from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
+from consumer_api.read import build_service
 from consumer_api.read.hub import Hub
 from consumer_api.read.service import Service
 from consumer_api.serve import ServerLimits, check_bind, serve
-from consumer_api.settings import ApiSettings
-from consumer_api.speculation.precompute_budget import Budget, LocalBudget, RedisBudget
-from consumer_api.speculation.precompute_requests import PrecomputeAsker
-from consumer_api.speculation.read_hints import ReadHints
+from consumer_api.settings import ApiOptions, ApiSettings
+from consumer_api.speculation import build_speculation
 from precast.errors import ConfigError
-from precast.fleet import load_fleet
-from precast.kafka import Producer
+from precast.fleet import Fleet, load_fleet
 from precast.kafka.access import connect_as
 from precast.presence import Presence
-from precast.redis_client import connect_async
 from precast.runtime import (
     OneLineParser,
     limit_malloc_arenas,
@@ -32,10 +27,9 @@ from precast.runtime import (
     setup_logging,
     trim_malloc_every,
 )
-from precast.serving import AsyncRedisReader, MemoryStore, RedisStore
+from precast.serving import MemoryStore
 from precast.settings import load
 from precast.telemetry.heap import register_heap_metrics
-from schemas.topics import catalog
 
 
 @dataclass
@@ -48,13 +42,37 @@ class Built:
 
 
 def build(settings: ApiSettings) -> Built:
-    """Stores, materializer, precompute-request producer and the ASGI app, wired from one settings object."""
+    """The process from one settings object, room by room; each room's factory gets its own
+    section of the options (consumer_api.settings) and the parts built before it."""
+    opts, fleet = checked_options(settings)
+    topics = settings.topics.catalog()
+    stores = build_stores(opts.materialize_options(), settings.redis)
+    hub = Hub(opts.sse_max_streams)
+    leases = stores.view.leases if stores.view is not None else None
+    index = build_fleet_index(opts.board_options(), fleet, leases)
+    on_stored, on_leased = fan_out(hub, stores.view, index)
+    mat = build_materializer(
+        opts.materialize_options(), settings.kafka, topics, stores, on_stored, on_leased
+    )
+    speculation = build_speculation(
+        opts.speculation_options(), settings.kafka, settings.redis, topics
+    )
+    svc = build_service(opts, stores.view, settings.redis, speculation, hub, probes(mat))
+    board = (
+        build_board(opts.board_options(), settings.kafka, topics, index, svc)
+        if index is not None
+        else None
+    )
+    feed = board.feed if board is not None else None
+    return Built(svc, mat, create_app(svc, board), feed, board)
+
+
+def checked_options(settings: ApiSettings) -> tuple[ApiOptions, Fleet]:
+    """The API's options with the fallback's strategy named (the fleet spec's default label
+    when unset), refused when they cannot work together; and the fleet it serves."""
     opts = settings.api
     if not opts.local_view and not settings.redis.url:
         raise ConfigError("PRECAST_API__LOCAL_VIEW=false needs Redis (PRECAST_REDIS__URL is empty)")
-    topics = catalog(
-        settings.topics.prefix, settings.topics.partitions, settings.topics.replication_factor
-    )
     fleet = load_fleet(settings.fleet.spec)
     default_strategy = opts.default_strategy or fleet.spec.serving.default_label
     if default_strategy not in fleet.spec.labels:
@@ -62,27 +80,13 @@ def build(settings: ApiSettings) -> Built:
             f"PRECAST_API__DEFAULT_STRATEGY={default_strategy!r} is not a label of fleet spec "
             f"{fleet.name!r} ({', '.join(fleet.spec.labels)})"
         )
-    opts = opts.model_copy(update={"default_strategy": default_strategy})
-    # each room its own section of the options (consumer_api.settings)
-    mat_opts, board_opts = opts.materialize_options(), opts.board_options()
-    spec_opts = opts.speculation_options()
-    grace_ms = mat_opts.grace_ms
-    view = MemoryStore(grace_ms) if mat_opts.local_view else None
-    shared = RedisStore.from_settings(settings.redis, grace_ms) if settings.redis.url else None
-    hub = Hub(opts.sse_max_streams)
-    index = (
-        FleetIndex(
-            default_strategy=default_strategy,
-            serve_stale=opts.expired == "stale",
-            grace_ms=grace_ms,
-            layout=BoardLayout(fleet),
-            history_depth=board_opts.history_depth,
-            history_devices=board_opts.history_devices,
-            leases=view.leases if view is not None else None,
-        )
-        if board_opts.enabled
-        else None
-    )
+    return opts.model_copy(update={"default_strategy": default_strategy}), fleet
+
+
+def fan_out(
+    hub: Hub, view: MemoryStore | None, index: FleetIndex | None
+) -> tuple[OnStored, OnLeased]:
+    """What the materializer stored, handed to the event streams and the board."""
 
     def on_stored(items: list) -> None:
         hub.publish_threadsafe(items)
@@ -95,83 +99,7 @@ def build(settings: ApiSettings) -> Built:
         if index is not None:
             index.leased(leases)
 
-    mat = Materializer(
-        settings.kafka,
-        topics.predictions.name,
-        topics.predictions.partitions,
-        view=view,
-        shared=shared,
-        group_prefix=mat_opts.group_id,
-        producer=Producer(settings.kafka),
-        dead_letter_topic=topics.dead_letters.name,
-        on_stored=on_stored,
-        on_leased=on_leased,
-        batch=mat_opts.batch,
-        wait_s=mat_opts.wait_s,
-        ready_max_lag=mat_opts.ready_max_lag,
-    )
-
-    def readiness() -> tuple[bool, dict]:
-        return mat.ready, {
-            "lag": mat.lag,
-            "devices": len(view) if view is not None else None,
-            "redis": None if shared is None else ("up" if mat.redis_up else "down"),
-        }
-
-    def health() -> tuple[bool, dict]:
-        # What is down, never why: the reason is logged (it may quote a broker or a record).
-        return mat.error is None, {} if mat.error is None else {"down": ["materializer"]}
-
-    budget: Budget = (
-        RedisBudget(
-            connect_async(settings.redis),
-            settings.redis.key_prefix,
-            spec_opts.budget_per_s,
-            spec_opts.burst,
-        )
-        if settings.redis.url
-        else LocalBudget(spec_opts.budget_per_s, spec_opts.burst)
-    )
-    producer = Producer(settings.kafka)  # precompute requests and read hints share one client
-    asker = PrecomputeAsker(
-        producer,
-        topics.precompute_requests.name,
-        spec_opts.request_window_ms,
-        budget=budget,
-    )
-    hints = ReadHints(producer, topics.read_hints.name, spec_opts.hot_for_ms)
-    svc = Service(
-        opts,
-        view,
-        None if opts.local_view else AsyncRedisReader(settings.redis),
-        asker,
-        readiness=readiness,
-        health=health,
-        hub=hub,
-        hints=hints,
-    )
-    feed = (
-        BoardFeed(settings.kafka, topics, index, group_prefix=board_opts.group_id)
-        if index is not None
-        else None
-    )
-    if feed is not None:  # /readyz turns false once the board feed gives up
-        svc.parts.append(feed.supervised)
-    event_roles = {t.name: t.role for t in topics.events()}  # lineage names only these
-    board = (
-        Board(
-            index,
-            feed,
-            LineageReader(settings.kafka, set(event_roles), board_opts.group_id),
-            max_rows=board_opts.max_rows,
-            queue_max=board_opts.queue_max,
-            frame_s=board_opts.frame_s,
-            event_roles=event_roles,
-        )
-        if index is not None
-        else None
-    )
-    return Built(svc, mat, create_app(svc, board), feed, board)
+    return on_stored, on_leased
 
 
 def run(settings: ApiSettings) -> int:
@@ -186,7 +114,7 @@ def run(settings: ApiSettings) -> int:
         built.board_feed.start()
     # The materializer, board feed and lineage reads assign partitions: no consumer group
     # shows them, so they say themselves what they read (the operator tools' guard).
-    topics = catalog(settings.topics.prefix)
+    topics = settings.topics.catalog()
     reads = [topics.predictions.name]
     if settings.api.board:
         reads += [topics.device_context.name, *(t.name for t in topics.events())]

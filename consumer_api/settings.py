@@ -226,6 +226,9 @@ class ApiOptions(HttpLimits):
         return BoardOptions(
             enabled=self.board,
             group_id=self.group_id,
+            default_strategy=self.default_strategy,
+            serve_stale=self.expired == "stale",
+            grace_ms=int(self.grace_s * 1000),
             history_depth=self.board_history_depth,
             history_devices=self.board_history_devices,
             max_rows=self.board_max_rows,
@@ -311,6 +314,10 @@ class BoardOptions:
 
     enabled: bool
     group_id: str  # prefix of the board feed's and the lineage reads' consumer groups
+    # a row's answer as the read path serves it
+    default_strategy: str | None
+    serve_stale: bool
+    grace_ms: int
     history_depth: int
     history_devices: int
     max_rows: int  # most rows in one fleet page

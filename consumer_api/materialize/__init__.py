@@ -1,2 +1,74 @@
 """Materializing: the predictions topic read into the serving stores (the in-process view and
 the shared Redis store), handing what it stored to the read path and the board."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
+from consumer_api.settings import MaterializeOptions
+from precast.kafka import Producer
+from precast.serving import MemoryStore, RedisStore
+from precast.settings import KafkaSettings, RedisSettings
+from schemas.topics import Topics
+
+Probe = Callable[[], tuple[bool, dict]]
+
+
+@dataclass
+class Stores:
+    """Where answers are kept: the in-process view (unless reads go to Redis) and the shared
+    Redis store (when Redis is configured)."""
+
+    view: MemoryStore | None
+    shared: RedisStore | None
+
+
+def build_stores(opts: MaterializeOptions, redis: RedisSettings) -> Stores:
+    return Stores(
+        MemoryStore(opts.grace_ms) if opts.local_view else None,
+        RedisStore.from_settings(redis, opts.grace_ms) if redis.url else None,
+    )
+
+
+def build_materializer(
+    opts: MaterializeOptions,
+    kafka: KafkaSettings,
+    topics: Topics,
+    stores: Stores,
+    on_stored: OnStored,
+    on_leased: OnLeased,
+) -> Materializer:
+    return Materializer(
+        kafka,
+        topics.predictions.name,
+        topics.predictions.partitions,
+        view=stores.view,
+        shared=stores.shared,
+        group_prefix=opts.group_id,
+        producer=Producer(kafka),
+        dead_letter_topic=topics.dead_letters.name,
+        on_stored=on_stored,
+        on_leased=on_leased,
+        batch=opts.batch,
+        wait_s=opts.wait_s,
+        ready_max_lag=opts.ready_max_lag,
+    )
+
+
+def probes(mat: Materializer) -> tuple[Probe, Probe]:
+    """The process's readiness and health as the materializer decides them."""
+
+    def readiness() -> tuple[bool, dict]:
+        return mat.ready, {
+            "lag": mat.lag,
+            "devices": len(mat.view) if mat.view is not None else None,
+            "redis": None if mat.shared is None else ("up" if mat.redis_up else "down"),
+        }
+
+    def health() -> tuple[bool, dict]:
+        # What is down, never why: the reason is logged (it may quote a broker or a record).
+        return mat.error is None, {} if mat.error is None else {"down": ["materializer"]}
+
+    return readiness, health
