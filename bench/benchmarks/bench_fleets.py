@@ -40,7 +40,7 @@ def _records(fleet, n: int, seed: int = 3) -> list:
 
 
 def _spec_path(fleet, batches: list) -> float:
-    from workers.precompute.decode import Decoder
+    from workers.precompute.ingest.decode import Decoder
 
     dec = Decoder(fleet)
     fm, ctx = fleet.features, fleet.context
@@ -80,7 +80,7 @@ def _decode_ratio(ctx: Context) -> tuple[list[list], list[Figure]]:
     batches = [recs[i : i + 2_000] for i in range(0, n, 2_000)]
     # same features both ways (the reference is main's code)
     from bench.support.parts import reference_fleet as ref
-    from workers.precompute.decode import Decoder
+    from workers.precompute.ingest.decode import Decoder
 
     a = Decoder(fleet).heartbeats(batches[0], _no_reject)
     b = ref.decode_heartbeats(batches[0], _no_reject)
@@ -164,7 +164,11 @@ def _context_fold(ctx: Context) -> tuple[list[list], list[Figure]]:
     return rows, figs
 
 
-def _worker_rate(ctx: Context, admin, fleet_name: str, devices: int, rounds: int) -> float:
+def _worker_rate(
+    ctx: Context, admin, fleet_name: str, devices: int, rounds: int, model=None
+) -> float:
+    """Worker events/s over a backlog of the fleet's heartbeats, with its shipped model or the
+    model folder `model` (bench slim: a teacher against its student)."""
     from precast.fleet import load_fleet
     from precast.kafka import Consumer, Producer, TopicPartitionOffset
     from schemas.spec import FLEETS
@@ -194,7 +198,7 @@ def _worker_rate(ctx: Context, admin, fleet_name: str, devices: int, rounds: int
         c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
         ends = {q: c.watermarks(hb, q)[1] for q in range(PARTITIONS)}
         c.close()
-        model = DEFAULT_MODEL_DIR.parent.parent / ROOT_MODELS[fleet_name]
+        model = model or DEFAULT_MODEL_DIR.parent.parent / ROOT_MODELS[fleet_name]
         registry = ModelRegistry(
             lambda path: ModelSession(path, fleet=fleet, provider="cpu"), path=model
         )

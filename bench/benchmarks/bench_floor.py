@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
-from bench.benchmarks.bench_freshness import _capacity, _quiet
 from bench.support.harness import Context, Figure, Report, listener_pid, on_one_core, progress
 from bench.support.loads.fleet_load import LoadProcess
 from bench.support.parts.freshness_run import LOAD_STEP_S, log_append_catalog, pct
-from bench.support.procstat import cpu_s
+from bench.support.parts.worker_run import worker_capacity
+from bench.support.procstat import cpu_s, wait_until_quiet
 
 NAME = "floor"
 DESCRIPTION = "freshness of Kafka alone (load, relay, reader) at the freshness sweep's rates"
@@ -49,7 +49,7 @@ def _relay_child(settings, src: str, dst: str, stop, ready) -> None:
     what else is fetched, produce, commit every 200 ms without waiting."""
     from precast.kafka import OFFSET_END, Consumer, Producer, TopicPartitionOffset
 
-    # linger 0, as the worker's predictions producer (workers.precompute.delivery.LINGER_MS)
+    # linger 0, as the worker's predictions producer (workers.precompute.publish.delivery.LINGER_MS)
     linger: dict[str, Any] = {"linger.ms": 0}
     c, p = Consumer(settings, f"relay-{os.getpid()}"), Producer(settings, **linger)
     c.assign([TopicPartitionOffset(src, q, OFFSET_END) for q in range(PARTITIONS)])
@@ -170,11 +170,11 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n: int) -> dict:
     tag = "one core" if one_core else f"{os.cpu_count()} cores"
     with on_one_core(ctx.bootstrap_servers, enabled=one_core):
         progress(f"floor [{tag}]: worker capacity over a backlog (for the quarter point)")
-        capacity = _capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
+        capacity = worker_capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
         quarter = int(capacity / 4 // 500 * 500)
         src, dst = _topics(ctx, admin)
         broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
-        _quiet(broker)
+        wait_until_quiet(broker)
         mp = multiprocessing.get_context("spawn")
         stop, ready = mp.Event(), mp.Event()
         relay = mp.Process(

@@ -29,11 +29,11 @@ import orjson
 
 from bench.support.harness import Context, Figure, Report, progress
 from bench.support.parts.speculation_arm import T0, TICK_MS, TOPICS, WARMUP_MS, Arm, Outcome, Reads
+from precast.fleet import Fleet as CompiledFleet
 from precast.kafka import Record
 from producers.simulator import Fleet
 from workers.model.inference import ModelSession
-from workers.precompute.config import LeaseConfig
-from workers.precompute.policy import PolicyConfig
+from workers.precompute.config import LeaseConfig, PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 NAME = "speculation"
@@ -68,6 +68,9 @@ def _records(events: Sequence[Any], offsets: Iterator[int]) -> list[Record]:
                     orjson.dumps(e),
                 )
             )
+        elif hasattr(TOPICS, getattr(e, "role", "")):  # another fleet's wire event: its role
+            topic = getattr(TOPICS, e.role).name
+            out.append(Record(topic, 0, next(offsets), e.device_id.encode(), orjson.dumps(e)))
     return out
 
 
@@ -103,10 +106,19 @@ def simulate(
     read_rate: float,
     seed: int = 5,
     audit: tuple[str, ...] = (),
+    spec_fleet: CompiledFleet | None = None,
 ) -> dict[str, Outcome]:
     """Run every policy (with leases unless a `LeaseConfig` says otherwise) over one and the
     same event stream and read sequence; the arms named in `audit` also write an audit log."""
-    fleet = Fleet(devices, seed, profile=profile, drift_share=0.05, drift_s=120.0, run_id="bench")
+    fleet = Fleet(
+        devices,
+        seed,
+        fleet=spec_fleet,
+        profile=profile,
+        drift_share=0.05,
+        drift_s=120.0,
+        run_id="bench",
+    )
     reads = Reads(fleet.ids, read_rate, seed)
     tmp = tempfile.TemporaryDirectory(prefix="bench-speculation-")
     arms: dict[str, Arm] = {}
@@ -115,7 +127,7 @@ def simulate(
         log = Path(tmp.name) / f"arm{len(arms)}" if name in audit else None
         if log is not None:
             log.mkdir()
-        arms[name] = Arm(policy, model, lease, log)
+        arms[name] = Arm(policy, model, lease, log, spec_fleet)
     ref = next(iter(arms.values())).pipe  # every arm holds the same newest data
     offsets = itertools.count()
     per_tick = devices * TICK_MS // 1000

@@ -1,7 +1,7 @@
 """Issue 11 figures, in one run:
 
 - `worker_restore_1m_devices_s`: a worker gaining all partitions of a worker-state changelog
-  holding 1M devices reads it back into its device table (`workers.precompute.restore.StateRestorer`,
+  holding 1M devices reads it back into its device table (`workers.precompute.state.restore.StateRestorer`,
   the code the assignment callback runs), cold, from the local broker.
 - `api_unknown_id_flood_rss_mb`: growth of a live `precast-api` process's resident memory over
   1M reads of distinct random device IDs (batch GETs of 500 IDs, single GETs, prefetch hints),
@@ -36,7 +36,7 @@ def _fill_state(settings, topic: str, devices: int) -> None:
 
     from precast.fleet import load_fleet
     from precast.kafka import Producer
-    from workers.precompute import changelog
+    from workers.precompute.state import changelog
 
     features = load_fleet().features
     layout = changelog.Layout(features)
@@ -62,8 +62,8 @@ def _fill_state(settings, topic: str, devices: int) -> None:
 
 def _restore(ctx: Context, admin, devices: int) -> tuple[float, int]:
     from schemas.topics import catalog
-    from workers.precompute.restore import StateRestorer
-    from workers.precompute.state import DeviceTable
+    from workers.precompute.state.device_table import DeviceTable
+    from workers.precompute.state.restore import StateRestorer
 
     settings = ctx.kafka_settings()
     spec = catalog(ctx.unique("trust") + ".", partitions=6).worker_state

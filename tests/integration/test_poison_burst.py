@@ -34,7 +34,7 @@ from tests.integration.worker_support import (
     wait_ready,
 )
 from tests.worker_events import alarm, heartbeat, request, work_order
-from workers.precompute import changelog
+from workers.precompute.state import changelog
 
 DEVICES = [f"burst-{i:02d}" for i in range(12)]
 FORGED = "burst-forged"
@@ -303,7 +303,7 @@ def test_a_poison_burst_on_every_internal_topic_stops_nothing_and_loses_nothing(
         assert b.poll() is None and _ready(port)
 
         # the operator tools' live-target guard reads the presence topic's poison
-        from opsctl.toolkit.guard import present_readers
+        from opsctl.toolkit.write_guard import present_readers
         from precast.kafka import Admin
 
         prefix = topics.heartbeats.name.removesuffix("heartbeats")

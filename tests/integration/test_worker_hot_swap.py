@@ -12,9 +12,9 @@ from tests.integration.worker_support import Load, read_predictions
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
 from workers.precompute.assembly import assemble
+from workers.precompute.config import PolicyConfig
 from workers.precompute.loop import LoopConfig
 from workers.precompute.pipeline import PipelineConfig
-from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 

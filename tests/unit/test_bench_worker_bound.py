@@ -9,7 +9,7 @@ from bench.support.parts.worker_bound import Predecoded
 from precast.fleet import load_fleet
 from precast.kafka import Record
 from producers.simulator import Fleet
-from workers.precompute.decode import Decoder
+from workers.precompute.ingest.decode import Decoder
 
 T0 = 1_760_000_000_000
 

@@ -14,8 +14,8 @@ from precast.kafka import Record
 from schemas.deadletters import Reason
 from tests.outcome_support import T0, TOPICS, Simulated, build, features, simulate, window
 from tests.worker_events import alarm, heartbeat, work_order
+from workers.precompute.config import PolicyConfig
 from workers.precompute.pipeline import PipelineConfig, build_pipeline
-from workers.precompute.policy import PolicyConfig
 
 FLEETS = {"devices": None, "trailers": "schemas/fleets/trailers.toml"}
 HB, WO, AL = TOPICS.heartbeats.name, TOPICS.work_orders.name, TOPICS.alarms.name

@@ -24,9 +24,9 @@ from tests.hostile_records import headers, hostile_values, keys, records
 from tests.worker_events import T0, alarm, flush, heartbeat, record, work_order
 from workers.context.aggregator import decode as context_decode
 from workers.model.inference import ModelSession
-from workers.precompute import changelog
 from workers.precompute.pipeline import PipelineConfig, build_pipeline
-from workers.precompute.restore import StateRestorer
+from workers.precompute.state import changelog
+from workers.precompute.state.restore import StateRestorer
 from workers.settings import DEFAULT_MODEL_DIR
 
 FLEET = load_fleet()

@@ -15,9 +15,9 @@ from schemas.topics import catalog
 from schemas.validation import validate_event
 from tests.worker_events import T0, flush, heartbeat, record, work_order
 from workers.model.inference import ModelSession
+from workers.precompute.config import PolicyConfig
 from workers.precompute.items import Reason
 from workers.precompute.pipeline import PipelineConfig, build_pipeline
-from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 from workers.shadow.compare import Comparison
 from workers.shadow.replay import HeldRecord, slim

@@ -2,7 +2,7 @@
 
 import pytest
 
-from workers.precompute.batching import MicroBatcher
+from workers.precompute.decide.batching import MicroBatcher
 
 
 def filled(n, max_batch=4, delay=0.010, preferred=(), t=0.0):

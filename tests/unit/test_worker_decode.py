@@ -6,7 +6,7 @@ import pytest
 
 from precast.fleet import load_fleet
 from tests.worker_events import T0, heartbeat, record
-from workers.precompute.decode import Decoder, trace_id
+from workers.precompute.ingest.decode import Decoder, trace_id
 
 TOPIC = "t.heartbeats"
 DEC = Decoder(load_fleet())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from precast.kafka import TopicPartitionOffset
 from workers.precompute import outputs
 from workers.precompute.config import LoopConfig
-from workers.precompute.delivery import AtLeastOnce
+from workers.precompute.publish.delivery import AtLeastOnce
 
 
 class _Clock:

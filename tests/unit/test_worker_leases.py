@@ -14,11 +14,10 @@ from schemas.predictions import PredictionSet
 from schemas.topics import catalog
 from tests.worker_events import T0, heartbeat, record
 from workers.model.inference import ModelSession
-from workers.precompute.config import LeaseConfig
+from workers.precompute.config import LeaseConfig, PolicyConfig
 from workers.precompute.items import Reason
-from workers.precompute.leases import slack_ms
 from workers.precompute.pipeline import PipelineConfig, build_pipeline
-from workers.precompute.policy import PolicyConfig
+from workers.precompute.publish.lease_book import slack_ms
 from workers.settings import DEFAULT_MODEL_DIR
 
 TOPICS = catalog("u.", 3)

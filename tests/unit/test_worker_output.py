@@ -1,4 +1,4 @@
-"""PredictionSet records built column-wise (workers.precompute.encode): every field round-trips through the
+"""PredictionSet records built column-wise (workers.precompute.score.encode): every field round-trips through the
 contract (pydantic, via the one validator) and the serving store's decoder, for one input per
 prediction, several (coalesced), backfill runs; scores keep exactly the 6-decimal values."""
 
@@ -10,8 +10,8 @@ from precast.serving.entry import entry_from_prediction
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
 from workers.model.topk import top_k
-from workers.precompute.encode import encode, score_text
 from workers.precompute.items import LINEAGE_MAX, Pending, Reason, merge
+from workers.precompute.score.encode import encode, score_text
 
 LABELS = ("monitor_only", "remote_restart", 'odd "label" %s', "replace_part")
 TRACE = "a" * 32

@@ -1,5 +1,5 @@
 """Each part of the worker built alone, with fakes for the parts around it: the rebalancer (fake
-consumer, sink and restorer), the lease publisher (fake pipeline and sink), the ingest (a fake
+consumer, sink and restorer), the lease publisher (fake lease book and sink), the ingest (a fake
 heartbeat part), the heartbeat ingest and the scorer over a shared state (fake model and lease
 book), the worker's output (a failing model), and the loop with another output plugged into its
 seam (as the shadow run does)."""
@@ -17,21 +17,20 @@ from precast.kafka import TopicPartitionOffset
 from schemas.deadletters import Reason as DeadLetterReason
 from schemas.topics import catalog
 from tests.worker_events import T0, heartbeat, record, work_order
-from workers.precompute.config import LoopConfig, PipelineConfig
-from workers.precompute.decode import Decoder
-from workers.precompute.heartbeats import HeartbeatIngest
-from workers.precompute.ingest import INPUT_ROLES, Ingest, input_topics
+from workers.precompute.config import LoopConfig, PipelineConfig, PolicyConfig
+from workers.precompute.decide.routing import WorkQueue
+from workers.precompute.ingest.decode import Decoder
+from workers.precompute.ingest.heartbeats import HeartbeatIngest
+from workers.precompute.ingest.router import INPUT_ROLES, Ingest, input_topics
 from workers.precompute.items import Pending, Reason
-from workers.precompute.lease_publisher import LeasePublisher
-from workers.precompute.leases import LeaseTick
 from workers.precompute.loop import Worker
 from workers.precompute.outputs import PredictionOutput
 from workers.precompute.pipeline import build_pipeline
-from workers.precompute.policy import PolicyConfig
+from workers.precompute.publish.lease_book import LeaseTick
+from workers.precompute.publish.lease_publisher import LeasePublisher
 from workers.precompute.rebalance import Membership, Rebalancer
-from workers.precompute.routing import WorkQueue
-from workers.precompute.shared_state import PipelineState
-from workers.precompute.state import DeviceTable
+from workers.precompute.state.device_table import DeviceTable
+from workers.precompute.state.shared import PipelineState
 
 TOPICS = catalog("u.", 3)
 HB, CTX, WO = TOPICS.heartbeats.name, TOPICS.device_context.name, TOPICS.work_orders.name
@@ -156,7 +155,7 @@ def test_a_revoke_forgets_the_partitions_even_when_settling_fails():
     assert membership.assigned == []
 
 
-class FakeLeasePipeline:
+class FakeLeaseBook:
     def __init__(self, tick: LeaseTick) -> None:
         self.tick = tick
 
@@ -168,7 +167,7 @@ def test_the_lease_publisher_holds_leases_back_when_the_lapsed_answers_fail():
     lapsed = [Pending("d1", 0, Reason.LAPSED)]
     tick = LeaseTick(lapsed, [(0, b"k0", b"v0"), (2, b"k2", b"v2")])
     sink = FakeSink()
-    publisher = LeasePublisher(FakeLeasePipeline(tick), sink, "preds")  # type: ignore[arg-type]
+    publisher = LeasePublisher(FakeLeaseBook(tick), sink, "preds")  # type: ignore[arg-type]
     answered = []
     assert publisher.publish(T0, lambda items: answered.append(items) or False) == 0
     assert answered == [lapsed] and sink.produced == []
@@ -256,7 +255,7 @@ class NoLeases:
 
 
 def test_the_scorer_scores_a_batch_and_remembers_it_only_when_told():
-    from workers.precompute.compute import Scorer
+    from workers.precompute.score.scorer import Scorer
 
     state = _state()
     scorer = Scorer(state, NoLeases(), HB)  # type: ignore[arg-type]
@@ -347,7 +346,7 @@ def test_the_loop_sends_batches_and_commits_through_the_output_it_was_given():
         sink,  # type: ignore[arg-type]
         out,
         rebalancer,
-        LeasePublisher(pipe, sink, "preds"),  # type: ignore[arg-type]
+        LeasePublisher(pipe.lease_book, sink, "preds"),  # type: ignore[arg-type]
         Membership(),
         LoopConfig(),
         clock=lambda: T0,

@@ -11,9 +11,9 @@ from schemas.topics import catalog
 from tests.worker_events import T0, flush, heartbeat, record, request, work_order
 from workers.model.inference import ModelSession
 from workers.model.topk import top_k
+from workers.precompute.config import PolicyConfig
 from workers.precompute.items import Reason
 from workers.precompute.pipeline import PipelineConfig, build_pipeline
-from workers.precompute.policy import PolicyConfig
 from workers.settings import DEFAULT_MODEL_DIR
 
 TOPICS = catalog("u.", 3)

@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 
 from precast.fleet import load_fleet
-from workers.precompute.items import Reason
-from workers.precompute.policy import (
-    PolicyConfig,
+from workers.precompute.config import PolicyConfig
+from workers.precompute.decide.policy import (
     decide_heartbeats,
     expected_gap,
     release_at,
     throttle,
     throttle_one,
 )
+from workers.precompute.items import Reason
 
 CFG = PolicyConfig(min_change=0.05, refresh_lead_ms=1_000, throttle_ms=250)
 SCALE = load_fleet().features.change_scale

@@ -1,7 +1,7 @@
-"""Device metadata the worker keeps raw (workers.precompute.wire): its strict struct check is a
-shortcut, never a second opinion. Whatever it accepts, the contract's own reading accepts; where
-it refuses, the contract decides. Checked on a spec whose metadata holds every field kind with
-constraints, alternatives and a required field, over random documents."""
+"""Device metadata the worker keeps raw (workers.precompute.ingest.heartbeat_structs): its strict
+struct check is a shortcut, never a second opinion. Whatever it accepts, the contract's own
+reading accepts; where it refuses, the contract decides. Checked on a spec whose metadata holds
+every field kind with constraints, alternatives and a required field, over random documents."""
 
 import json
 import tomllib
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from precast.fleet.runtime import Fleet
 from schemas.normalize import Rejection
 from schemas.spec import load
-from workers.precompute.wire import HeartbeatWire
+from workers.precompute.ingest.heartbeat_structs import HeartbeatWire
 
 SPEC = Path(__file__).parents[2] / "schemas" / "fleets" / "devices.toml"
 

@@ -6,8 +6,9 @@ import pytest
 
 from precast.fleet import load_fleet
 from workers.model.sensitivity import Sensitivity, estimate, ranking
+from workers.precompute.config import PolicyConfig
+from workers.precompute.decide.policy import decide_heartbeats
 from workers.precompute.items import Reason
-from workers.precompute.policy import PolicyConfig, decide_heartbeats
 
 SCALE = load_fleet().features.change_scale
 N_FEATURES = len(SCALE)

@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY
 
 from precast.kafka import DeliveryFailed
 from precast.settings import KafkaSettings
-from workers.precompute.delivery import AtLeastOnce
+from workers.precompute.publish.delivery import AtLeastOnce
 
 
 def _deferred() -> float:

@@ -3,8 +3,8 @@
 import numpy as np
 
 from precast.fleet import load_fleet
-from workers.precompute import changelog
-from workers.precompute.state import DeviceTable
+from workers.precompute.state import changelog
+from workers.precompute.state.device_table import DeviceTable
 
 
 def test_new_devices_get_distinct_fresh_slots_with_their_partition_and_the_table_grows():

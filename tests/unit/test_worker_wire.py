@@ -1,7 +1,8 @@
-"""The typed heartbeat decoder (workers.precompute.wire) against the contract validator: on every wire style
-the simulator sends, on records where msgspec and orjson/pydantic disagree if not held apart, and
-on a few thousand random mutations, the worker's decode gives exactly the validator's verdict
-(accepted with the same values, or rejected with the same reason)."""
+"""The typed heartbeat decoder (workers.precompute.ingest.heartbeat_structs) against the contract
+validator: on every wire style the simulator sends, on records where msgspec and orjson/pydantic
+disagree if not held apart, and on a few thousand random mutations, the worker's decode gives
+exactly the validator's verdict (accepted with the same values, or rejected with the same
+reason)."""
 
 import random
 
@@ -12,8 +13,8 @@ import pytest
 from precast.fleet import load_fleet
 from schemas.validation import validate_event
 from tests.worker_events import T0, heartbeat, record
-from workers.precompute import trace
-from workers.precompute.decode import Decoder
+from workers.precompute.ingest import trace
+from workers.precompute.ingest.decode import Decoder
 
 TOPIC = "t.heartbeats"
 METRICS = ("cpu_pct", "mem_pct", "temperature_c", "error_rate", "signal_quality", "uptime_s")

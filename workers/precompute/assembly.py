@@ -16,14 +16,14 @@ from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers.model.registry import ModelRegistry
 from workers.precompute.config import LoopConfig, PipelineConfig
-from workers.precompute.delivery import AtLeastOnce, ExactlyOnce
-from workers.precompute.ingest import input_topics
-from workers.precompute.lease_publisher import LeasePublisher
+from workers.precompute.ingest.router import input_topics
 from workers.precompute.loop import Worker, wall_ms
 from workers.precompute.outputs import Clock, Output, PredictionOutput
 from workers.precompute.pipeline import Pipeline, build_pipeline
+from workers.precompute.publish.delivery import AtLeastOnce, ExactlyOnce
+from workers.precompute.publish.lease_publisher import LeasePublisher
 from workers.precompute.rebalance import Membership, Rebalancer
-from workers.precompute.restore import StateRestorer
+from workers.precompute.state.restore import StateRestorer
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def assemble(
         restorer if cfg.worker_state else None,
     )
     output = make_output(LoopParts(pipe, registry, sink, consumer, topics, cfg, clock, rebalancer))
-    leases = LeasePublisher(pipe, sink, topics.predictions.name)
+    leases = LeasePublisher(pipe.lease_book, sink, topics.predictions.name)
     return Worker(
         consumer,
         list(input_topics(topics)),

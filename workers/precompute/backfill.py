@@ -27,9 +27,9 @@ from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.progress import bar
 from workers.precompute.cli import build
-from workers.precompute.encode import backfill_outranks_live
 from workers.precompute.loop import Worker
 from workers.precompute.outputs import PredictionOutput
+from workers.precompute.score.encode import backfill_outranks_live
 from workers.settings import WorkerSettings
 
 

@@ -30,9 +30,9 @@ from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
 from workers.precompute.assembly import LoopParts, assemble, prediction_output
 from workers.precompute.config import loop_config, pipeline_config
-from workers.precompute.leases import slack_ms
 from workers.precompute.loop import Worker, tune_gc, wall_ms
 from workers.precompute.outputs import Clock, Output
+from workers.precompute.publish.lease_book import slack_ms
 from workers.settings import WorkerSettings
 
 log = logging.getLogger("precast.workers")

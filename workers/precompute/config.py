@@ -10,15 +10,50 @@ from dataclasses import dataclass
 
 from precast.fleet import Fleet
 from schemas.events import MAX_AHEAD_MS
-from workers.precompute.policy import PolicyConfig
-from workers.settings import WorkerOptions, WorkerSettings
+from workers.settings import PolicyOptions, WorkerOptions, WorkerSettings
 
 _DEFAULT = WorkerOptions()
+_POLICY = PolicyOptions()
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The policy's frozen view of its settings (`from_options`), plus what only bounded runs
+    set (`always`) and what no setting exposes (`hot_top_k`)."""
+
+    min_change: float = _POLICY.min_change  # material change, when sensitivities are unknown
+    refresh_lead_ms: int = _POLICY.refresh_lead_ms
+    throttle_ms: int = _POLICY.throttle_ms
+    # Answer-aware skip (workers.model.sensitivity): a device predicts when the estimated new top-1
+    # gap is within `safety` x its uncertainty (cold devices) or `hot_safety` x (devices read or
+    # watched). `safety` is the main knob: lower skips more and risks more disagreement (the
+    # curve is in BENCHMARKS.md). `hot_top_k` also guards hot devices' top-K set.
+    safety: float = _POLICY.safety
+    hot_safety: float = _POLICY.hot_safety
+    hot_top_k: bool = False
+    # A move this large (in change-scale units) predicts whatever the bound says.
+    max_change: float = _POLICY.max_change
+    # Backfill/replay: every device with input gets a prediction (no skip, no throttle).
+    always: bool = False
+    # Baseline: every fresh heartbeat predicts (no skip, no renewal).
+    every_event: bool = _POLICY.every_event
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions) -> PolicyConfig:
+        return cls(
+            min_change=options.min_change,
+            refresh_lead_ms=options.refresh_lead_ms,
+            throttle_ms=options.throttle_ms,
+            safety=options.safety,
+            hot_safety=options.hot_safety,
+            max_change=options.max_change,
+            every_event=options.every_event,
+        )
 
 
 @dataclass(frozen=True)
 class LeaseConfig:
-    """Validity leases (workers.precompute.leases). `enabled=False` is the older way: every
+    """Validity leases (workers.precompute.publish.lease_book). `enabled=False` is the older way: every
     stable answer near expiry is published again as a whole PredictionSet."""
 
     enabled: bool = _DEFAULT.renewal == "lease"

@@ -24,11 +24,11 @@ from precast.kafka import Consumer, TopicPartitionOffset
 from workers.model.registry import ModelRegistry
 from workers.precompute import metrics, outputs
 from workers.precompute.config import LoopConfig
-from workers.precompute.delivery import AtLeastOnce, ExactlyOnce
 from workers.precompute.items import Pending
-from workers.precompute.lease_publisher import LeasePublisher
 from workers.precompute.outputs import Clock, Output
 from workers.precompute.pipeline import Pipeline
+from workers.precompute.publish.delivery import AtLeastOnce, ExactlyOnce
+from workers.precompute.publish.lease_publisher import LeasePublisher
 from workers.precompute.rebalance import Membership, Rebalancer
 
 log = logging.getLogger("precast.workers")

@@ -16,9 +16,9 @@ from workers.model.registry import ModelRegistry
 from workers.model.serving_metrics import MODEL_FAILURES
 from workers.precompute import metrics
 from workers.precompute.config import LoopConfig
-from workers.precompute.delivery import DEFER_S, SETTLE_S, AtLeastOnce, ExactlyOnce, Rewind
 from workers.precompute.items import Pending
 from workers.precompute.pipeline import BatchResult, Pipeline
+from workers.precompute.publish.delivery import DEFER_S, SETTLE_S, AtLeastOnce, ExactlyOnce, Rewind
 
 log = logging.getLogger("precast.workers")
 

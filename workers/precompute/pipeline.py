@@ -20,18 +20,18 @@ from precast.kafka import KafkaMessage, TopicPartitionOffset
 from schemas.topics import Topics
 from workers.model.predictor import Predictor
 from workers.precompute import metrics
-from workers.precompute.awaiting import AwaitingData
-from workers.precompute.batching import MicroBatcher
-from workers.precompute.compute import BatchResult, Scorer, StateRef
 from workers.precompute.config import PipelineConfig
-from workers.precompute.decode import Decoder, Reject
-from workers.precompute.heartbeats import HeartbeatIngest
-from workers.precompute.ingest import Ingest, input_topics
+from workers.precompute.decide.awaiting import AwaitingData
+from workers.precompute.decide.batching import MicroBatcher
+from workers.precompute.decide.routing import WorkQueue
+from workers.precompute.ingest.decode import Decoder, Reject
+from workers.precompute.ingest.heartbeats import HeartbeatIngest
+from workers.precompute.ingest.router import Ingest, input_topics
 from workers.precompute.items import Pending, Reason
-from workers.precompute.leases import LeaseBook, LeaseTick, PartitionLease
-from workers.precompute.routing import WorkQueue
-from workers.precompute.shared_state import PipelineState
-from workers.precompute.state import DeviceTable
+from workers.precompute.publish.lease_book import LeaseBook, LeaseTick, PartitionLease
+from workers.precompute.score.scorer import BatchResult, Scorer, StateRef
+from workers.precompute.state.device_table import DeviceTable
+from workers.precompute.state.shared import PipelineState
 
 log = logging.getLogger("precast.workers.precompute.pipeline")
 
@@ -58,7 +58,9 @@ def build_pipeline(
     queue = WorkQueue(state)
     heartbeats = HeartbeatIngest(state, queue, decoder, guard, reject)
     ingest = Ingest(state, queue, heartbeats, decoder, guard, reject, input_topics(topics))
-    leases = LeaseBook(state)  # validity leases per assigned partition (workers.precompute.leases)
+    leases = LeaseBook(
+        state
+    )  # validity leases per assigned partition (workers.precompute.publish.lease_book)
     scorer = Scorer(state, leases, topics.heartbeats.name)
     return Pipeline(state, queue, ingest, scorer, leases, topics.device_context.name)
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset, retry_settling
-from workers.precompute.delivery import AtLeastOnce, ExactlyOnce
 from workers.precompute.pipeline import Pipeline
-from workers.precompute.restore import StateRestorer
+from workers.precompute.publish.delivery import AtLeastOnce, ExactlyOnce
+from workers.precompute.state.restore import StateRestorer
 
 log = logging.getLogger("precast.workers")
 

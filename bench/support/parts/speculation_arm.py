@@ -5,6 +5,7 @@ the read profile both arms share."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -14,16 +15,16 @@ import numpy as np
 
 from precast.audit.batch import append_records
 from precast.audit.store import LogStore
+from precast.fleet import Fleet as CompiledFleet
 from precast.kafka import Record
 from precast.serving import STORED, MemoryStore, lease_from_record, prediction_item
 from schemas.predictions import OrderKey
 from schemas.spec import load_spec
 from schemas.topics import catalog
 from workers.model.inference import ModelSession
-from workers.precompute.config import LeaseConfig
+from workers.precompute.config import LeaseConfig, PolicyConfig
 from workers.precompute.items import Pending
 from workers.precompute.pipeline import BatchResult, PipelineConfig, build_pipeline
-from workers.precompute.policy import PolicyConfig
 
 TOPICS = catalog("bench.", 1)
 TICK_MS = 100
@@ -94,9 +95,18 @@ class Arm:
         model: ModelSession,
         lease: LeaseConfig | None = None,
         audit_dir: Path | None = None,
+        fleet: CompiledFleet | None = None,
     ) -> None:
         cfg = PipelineConfig(policy=policy, lease=lease or LeaseConfig())
-        self.pipe = build_pipeline(TOPICS, cfg, lambda m, r, d: None)
+        if fleet is not None:  # another fleet than the built-in one: its own serving settings
+            serving = fleet.spec.serving
+            cfg = dataclasses.replace(
+                cfg, top_k=serving.top_k, horizon_ms=int(serving.horizon_s * 1000)
+            )
+        self.pipe = build_pipeline(TOPICS, cfg, lambda m, r, d: None, fleet)
+        self.fallback = (
+            FALLBACK if fleet is None else fleet.spec.labels.index(fleet.spec.serving.default_label)
+        )
         self.pipe.decisions = lambda reason, n: None
         self.pipe.assign_leases([0], T0)  # the one partition, as a group assignment would
         self.model = model
@@ -171,7 +181,7 @@ class Arm:
                 assert key == e.key
                 self.out.hits += count
             else:
-                top1, top3 = FALLBACK, frozenset((FALLBACK,))
+                top1, top3 = self.fallback, frozenset((self.fallback,))
                 if self.asked.get(d, -1) < t_ms - 1_000:  # once per device per window
                     self.asked[d] = t_ms
                     asks.append((d, "expiry" if self.store.peek(d) is not None else "api_miss"))

@@ -40,7 +40,7 @@ class Predecoded:
         self.cols, self.times = np.vstack(cols), np.concatenate(times)
 
     def heartbeats(self, msgs, reject):
-        from workers.precompute.decode import Heartbeats
+        from workers.precompute.ingest.decode import Heartbeats
 
         parts = list(map(_PARTITION, msgs))
         at = list(map(self.index.__getitem__, zip(parts, map(_OFFSET, msgs), strict=True)))
@@ -79,7 +79,7 @@ def decode_free(
 ) -> tuple[float, dict[str, float]]:
     """(events/s, seconds per stage) of the best of two runs with decoding done beforehand."""
     from precast.fleet import load_fleet
-    from workers.precompute.decode import Decoder
+    from workers.precompute.ingest.decode import Decoder
 
     progress("upper bound: decoding the backlog before the run")
     pre = Predecoded(Decoder(load_fleet()), _read_all(ctx, topics.heartbeats.name, ends))
