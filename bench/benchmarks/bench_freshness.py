@@ -27,7 +27,8 @@ from bench.support.parts.freshness_run import (
     log_append_catalog,
     pct,
 )
-from bench.support.procstat import cpu_s, thread_cpu_s
+from bench.support.parts.worker_run import worker_capacity
+from bench.support.procstat import thread_cpu_s, wait_until_quiet
 
 NAME = "freshness"
 DESCRIPTION = "event -> answer readable and pushed, swept over rates, all cores and one core"
@@ -52,31 +53,13 @@ INTRODUCE_ROUNDS, INTRODUCE_RATE, INTRODUCE_MAX_S = 2, 2_000, 180.0
 JIT_SETTLED, JIT_WINDOW_S = 0.05, 5.0
 
 
-def _capacity(ctx: Context, admin, devices: int) -> float:
-    """Events/s of one worker over a backlog of the fleet's heartbeats, on this process's CPUs."""
-    from bench.benchmarks.bench_worker import _catalog, _run_worker
-    from bench.support.loads.fleet_load import produce_heartbeats
-    from precast.kafka import Consumer
-
-    topics = _catalog(ctx, admin)
-    try:
-        hb = topics.heartbeats.name
-        produce_heartbeats(ctx.kafka_settings(), hb, devices, 2)
-        c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
-        ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
-        c.close()
-        return max(_run_worker(ctx, topics, ends)[0] for _ in range(2))
-    finally:
-        admin.delete_topics([t.name for t in topics])
-
-
 def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) -> dict:
     from schemas.topics import catalog
 
     tag = "1c" if one_core else "all"
     with on_one_core(ctx.bootstrap_servers, enabled=one_core) as pin_broker:
         progress(f"freshness [{tag}]: worker capacity over a backlog")
-        capacity = _capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
+        capacity = worker_capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
         quarter = int(capacity / 4 // 500 * 500)
         asked = os.environ.get(RATES_ENV) if ctx.quick else None
         rates = sorted({*(int(r) for r in asked.split(","))} if asked else {*RATES, quarter})
@@ -85,7 +68,7 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
         # Deleting the capacity run's backlog keeps the broker busy for seconds (a full core
         # at the first point of a sweep, measured): the sweep starts once it is quiet.
-        _quiet(broker)
+        wait_until_quiet(broker)
         pipe = Pipeline(ctx, topics, PARTITIONS, broker)
         points: list[Point] = []
         introduced = 0.0
@@ -151,23 +134,13 @@ def _introduce_fleet(ctx: Context, tag: str, topics, broker: int | None) -> floa
     load.join()
     took = time.monotonic() - t0
     progress(f"freshness [{tag}]: introduced in {took:.0f}s")
-    _quiet(broker)  # the worker and the API have caught up
+    wait_until_quiet(broker)  # the worker and the API have caught up
     return took
 
 
 def _compiling_s(pid: int | None) -> float:
     """CPU seconds of the JVM's JIT compiler threads ("C1/C2 CompilerThread<n>")."""
     return sum(v for name, v in thread_cpu_s(pid).items() if "Compiler" in name)
-
-
-def _quiet(pid: int | None, busy: float = 0.15, limit_s: float = 30.0) -> None:
-    """Wait until `pid` uses less than `busy` of a core over a second (at most `limit_s`)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        c0 = cpu_s(pid)
-        time.sleep(1.0)
-        if cpu_s(pid) - c0 < busy:
-            return
 
 
 def _passes_up_to(points: list[Point]) -> int:

@@ -21,9 +21,9 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bench.benchmarks.bench_worker import PARTITIONS, ROOT, _catalog, _worker
-from bench.support.harness import Context, Figure, Report, progress
+from bench.support.harness import ROOT, Context, Figure, Report, progress
 from bench.support.loads.fleet_load import produce_heartbeats
+from bench.support.parts.worker_run import PARTITIONS, bounded_worker, worker_catalog
 
 NAME = "shadow"
 DESCRIPTION = "shadow run (live + candidate model, comparison) events/s vs the worker's, same range"
@@ -39,7 +39,7 @@ def _worker_run(ctx: Context, topics, ends: dict[int, int]) -> tuple[float, int]
     from workers.precompute import metrics as worker_metrics
     from workers.precompute.loop import tune_gc
 
-    w = _worker(ctx, topics, end=ends)
+    w = bounded_worker(ctx, topics, end=ends)
     tune_gc()
     preds0 = _predictions(worker_metrics.PREDICTIONS)
     t0 = time.perf_counter()
@@ -131,7 +131,7 @@ def long_run(ctx: Context, events: int, devices: int = LONG_DEVICES) -> dict[str
     from precast.kafka import Admin, Consumer
 
     admin = Admin(ctx.kafka_settings())
-    topics = _catalog(ctx, admin)
+    topics = worker_catalog(ctx, admin)
     hb = topics.heartbeats.name
     rounds = max(1, events // devices)
     try:
@@ -214,7 +214,7 @@ def run(ctx: Context) -> Report:
 
     admin = Admin(ctx.kafka_settings())
     devices, rounds = (10_000, 3) if ctx.quick else (40_000, 5)
-    topics = _catalog(ctx, admin)
+    topics = worker_catalog(ctx, admin)
     hb = topics.heartbeats.name
     try:
         progress(f"producing {devices * rounds:,} heartbeats ({devices:,} devices x {rounds})")

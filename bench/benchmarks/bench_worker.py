@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -16,6 +14,7 @@ from bench.support.loads.fleet_load import produce_heartbeats
 from bench.support.parts.worker_bound import decode_free
 from bench.support.parts.worker_freshness import WARMUP_S, freshness
 from bench.support.parts.worker_one_core import gap_rows, one_core
+from bench.support.parts.worker_run import PARTITIONS, run_worker, worker_catalog
 
 NAME = "worker"
 DESCRIPTION = (
@@ -28,91 +27,6 @@ SPARE_CPU = (
     "core to themselves (PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). CPU per "
     "event rows hardly move with other work; events/s and ratios of wall time do."
 )
-ROOT = Path(__file__).resolve().parents[2]
-PARTITIONS = 6
-
-
-def _catalog(ctx: Context, admin):
-    from schemas.topics import catalog
-
-    topics = catalog(ctx.unique("w") + ".", PARTITIONS)
-    admin.ensure_topics(list(topics))
-    return topics
-
-
-def _worker(
-    ctx: Context,
-    topics,
-    *,
-    exactly_once=False,
-    max_batch=2_000,
-    end=None,
-    group=None,
-    predecoded=None,
-):
-    from precast.kafka import TopicPartitionOffset
-    from workers.model.inference import ModelSession
-    from workers.model.registry import ModelRegistry
-    from workers.precompute.assembly import assemble
-    from workers.precompute.loop import LoopConfig
-    from workers.precompute.pipeline import PipelineConfig
-    from workers.settings import DEFAULT_MODEL_DIR
-
-    hb = topics.heartbeats.name
-    registry = ModelRegistry(lambda p: ModelSession(p, provider="cpu"), path=DEFAULT_MODEL_DIR)
-    w = assemble(
-        ctx.kafka_settings(),
-        topics,
-        registry,
-        PipelineConfig(max_batch=max_batch),
-        LoopConfig(
-            group_id=group or ctx.unique("g"),
-            exactly_once=exactly_once,
-            transactional_id=ctx.unique("tx"),
-        ),
-        assignment=[TopicPartitionOffset(hb, p, 0) for p in range(PARTITIONS)],
-        stop_at={(hb, p): end[p] for p in range(PARTITIONS)},
-    )
-    if predecoded is not None:  # bench.support.parts.worker_bound: decoding done before the run
-        w.pipeline.decoder.heartbeats = predecoded.heartbeats  # type: ignore[method-assign]
-    return w
-
-
-def _count(c: Any) -> float:
-    """A prometheus_client counter's value, read in process (no scrape in the timing)."""
-    return float(c._value.get())
-
-
-def _stage_seconds() -> dict[str, float]:
-    from workers.precompute import metrics as worker_metrics
-
-    return {name: _count(c) for name, c in worker_metrics.STAGE.items()}
-
-
-def _run_worker(ctx, topics, ends, **kw) -> tuple[float, int, dict[str, float]]:
-    """(events/s, predictions, seconds per stage) for one bounded run over the backlog."""
-    from workers.precompute import metrics as worker_metrics
-    from workers.precompute.loop import tune_gc
-
-    w = _worker(ctx, topics, end=ends, **kw)
-    tune_gc()  # as precast-worker does at start
-    before, preds0 = (
-        _stage_seconds(),
-        sum(map(_count, worker_metrics.PREDICTIONS._metrics.values())),
-    )
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    w.run()
-    el, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    w.close()
-    after = _stage_seconds()
-    preds = sum(map(_count, worker_metrics.PREDICTIONS._metrics.values())) - preds0
-    return (
-        sum(ends.values()) / el,
-        int(preds),
-        {k: after[k] - before[k] for k in after} | {"total": el, "cpu": cpu},
-    )
-
-
 def _passthrough(ctx, topics, ends) -> tuple[float, float]:
     """The bare loop: consume a batch, produce every record unchanged, commit every 200 ms;
     same clients, settings and commit protocol as the worker (a commit waits, without
@@ -172,7 +86,7 @@ def run(ctx: Context) -> Report:
     admin = Admin(ctx.kafka_settings())
     devices, rounds = (20_000, 3) if ctx.quick else (100_000, 3)
     fresh_s = 4.0 if ctx.quick else 10.0
-    topics = _catalog(ctx, admin)
+    topics = worker_catalog(ctx, admin)
     hb = topics.heartbeats.name
     try:
         progress(f"producing {devices * rounds:,} heartbeats ({devices:,} devices x {rounds})")
@@ -187,24 +101,24 @@ def run(ctx: Context) -> Report:
         alo, eos, alo_preds, stages = 0.0, 0.0, 0, {}
         for rnd in (1, 2):  # alternate twice and keep the better of each (noisy shared machine)
             progress(f"round {rnd}: worker, at-least-once")
-            rate, preds, st = _run_worker(ctx, topics, ends)
+            rate, preds, st = run_worker(ctx, topics, ends)
             if rate > alo:
                 alo, alo_preds, stages = rate, preds, st
             progress(f"round {rnd}: worker, exactly-once")
-            eos = max(eos, _run_worker(ctx, topics, ends, exactly_once=True)[0])
+            eos = max(eos, run_worker(ctx, topics, ends, exactly_once=True)[0])
         progress(f"worker, batch size 1 ({sum(small.values()):,} events)")
-        b1, _, _ = _run_worker(ctx, topics, small, max_batch=1)
+        b1, _, _ = run_worker(ctx, topics, small, max_batch=1)
         progress(f"worker, batched, same {sum(small.values()):,} events")
-        bn, _, _ = _run_worker(ctx, topics, small)
-        bound, bound_stages = decode_free(ctx, topics, ends, _run_worker)
+        bn, _, _ = run_worker(ctx, topics, small)
+        bound, bound_stages = decode_free(ctx, topics, ends, run_worker)
         infer = _inference_rows_per_s([1, 64, 512, 2000])
-        one = one_core(ctx, topics, ends, _passthrough, _run_worker)
+        one = one_core(ctx, topics, ends, _passthrough, run_worker)
     finally:
         admin.delete_topics([t.name for t in topics])
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, at-least-once")
-    f_alo, _ = freshness(ctx, admin, _catalog(ctx, admin), False, fresh_s)
+    f_alo, _ = freshness(ctx, admin, worker_catalog(ctx, admin), False, fresh_s)
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, exactly-once")
-    f_eos, _ = freshness(ctx, admin, _catalog(ctx, admin), True, fresh_s)
+    f_eos, _ = freshness(ctx, admin, worker_catalog(ctx, admin), True, fresh_s)
 
     where = "pinned with the broker" if one["broker_pinned"] else "pinned (broker not pinned)"
     rows = [

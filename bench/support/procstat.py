@@ -4,6 +4,7 @@ report as CPU per event (it hardly moves with other work on the machine, unlike 
 from __future__ import annotations
 
 import os
+import time
 
 
 def cpu_s(pid: int | None) -> float:
@@ -31,3 +32,13 @@ def thread_cpu_s(pid: int | None) -> dict[str, float]:
     except (OSError, TypeError, IndexError):
         pass
     return out
+
+
+def wait_until_quiet(pid: int | None, busy: float = 0.15, limit_s: float = 30.0) -> None:
+    """Wait until `pid` uses less than `busy` of a core over a second (at most `limit_s`)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        c0 = cpu_s(pid)
+        time.sleep(1.0)
+        if cpu_s(pid) - c0 < busy:
+            return
