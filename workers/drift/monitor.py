@@ -18,8 +18,8 @@ from schemas.deadletters import Reason
 from workers.drift.reference import Reference
 from workers.drift.stats import DriftResult, test_window
 from workers.drift.window import SlidingWindow
-from workers.precompute.decode import Decoder
-from workers.precompute.heartbeats import guarded_heartbeats
+from workers.precompute.ingest.decode import Decoder
+from workers.precompute.ingest.heartbeats import guarded_heartbeats
 
 STATISTIC = Gauge(
     "precast_drift_ks_statistic", "KS distance D of the last tested window, by feature", ["feature"]

@@ -13,8 +13,8 @@ from typing import Any
 
 from precast.errors import ConfigError
 from precast.kafka import KafkaMessage, RecordRef, TopicPartitionOffset
+from workers.precompute.ingest.trace import traceparent
 from workers.precompute.items import Pending
-from workers.precompute.trace import traceparent
 
 CHECKPOINT_FORMAT = 1
 
