@@ -24,7 +24,7 @@ from precast.fleet import load_fleet
 from schemas.events import DEVICE_ID_PATTERN
 
 _REF = "#/components/schemas/{model}"
-_ID = DEVICE_ID_PATTERN.removeprefix("^").removesuffix("$")
+_DEVICE_ID = DEVICE_ID_PATTERN.removeprefix("^").removesuffix("$")
 _MODELS: tuple[type[BaseModel], ...] = (
     contract.Error,
     contract.Answer,
@@ -83,7 +83,7 @@ def _ids(limit: int, what: str) -> dict[str, Any]:
         "in": "query",
         "required": True,
         "description": f"comma-separated device IDs, at most {limit} ({what})",
-        "schema": {"type": "string", "pattern": f"^{_ID}(,{_ID}){{0,{limit - 1}}}$"},
+        "schema": {"type": "string", "pattern": f"^{_DEVICE_ID}(,{_DEVICE_ID}){{0,{limit - 1}}}$"},
     }
 
 

@@ -30,7 +30,8 @@ _AUTH = {
     "description": "bearer token missing or unknown",
     "content": {"application/json": {"schema": _ERR}},
 }
-_ID = {"type": "string", "pattern": "^[0-9]+$"}
+# A frame's SSE `id:`: the change sequence, digits only (Last-Event-ID echoes it back).
+_CHANGE_SEQ_ID = {"type": "string", "pattern": "^[0-9]+$"}
 # The board's data operations: they need the `board` scope (consumer_api.openapi adds it).
 DATA_PATHS = (
     "/v1/board/fleet",
@@ -49,7 +50,7 @@ def _frame(event: str, data: dict[str, Any]) -> dict[str, Any]:
         "required": ["event", "data"],
         "properties": {
             "event": {"const": event},
-            "id": _ID,
+            "id": _CHANGE_SEQ_ID,
             "retry": {"type": "integer", "minimum": 0},
             "data": {
                 "type": "string",

@@ -39,16 +39,15 @@ from starlette.routing import Route
 
 from consumer_api.beacons.client_signals import measures
 from consumer_api.board.board_layout import ALARM, SOURCES
+from consumer_api.board.endpoint_guard import ANSWERED, SEEN, guarded
 from consumer_api.board.feed import BoardFeed
 from consumer_api.board.fleet_index import FleetIndex
 from consumer_api.board.lineage import LineageReader
 from consumer_api.edge.admission import Busy
-from consumer_api.edge.error_bodies import auth_error, error
-from consumer_api.edge.requests_in import unknown_params
+from consumer_api.edge.error_bodies import error
 from consumer_api.read.service import Service, now_ms, read_counts
 from consumer_api.read.stream_slots import open_stream
-from precast.serving import Lease
-from schemas.events import DEVICE_ID_PATTERN, is_device_id
+from precast.serving import Entry, Lease
 
 BOARD_STREAMS = Gauge("precast_api_board_streams", "open board event streams in this replica")
 ASSETS = {
@@ -90,14 +89,8 @@ class BoardEndpoints:
         self.svc, self.board, self.index = svc, board, board.index
         self.layout = board.index.layout
         self._assets = {name: _asset(name) for name in ASSETS}
-        self._params = (*self.layout.filters, "sort", "order", "offset", "limit")
+        self.fleet_params = (*self.layout.filters, "sort", "order", "offset", "limit")
         self._config = self.layout.config()
-
-    def guard(self, request: Request, allowed: tuple[str, ...]) -> Response | None:
-        status = self.svc.check(request.headers.get("authorization", "").encode() or None, "board")
-        if status:
-            return auth_error(status, "board")
-        return unknown_params(request, allowed)
 
     # -- the page --------------------------------------------------------------------------------
     async def redirect(self, _: Request) -> Response:
@@ -118,9 +111,8 @@ class BoardEndpoints:
         )
 
     # -- data --------------------------------------------------------------------------------------
+    @guarded(lambda ep: ep.fleet_params)
     async def fleet(self, request: Request) -> Response:
-        if (bad := self.guard(request, self._params)) is not None:
-            return bad
         q, layout = request.query_params, self.layout
         filters = {k: q[k] for k in layout.filters if q.get(k)}
         if (a := filters.get(ALARM)) is not None and a not in layout.states:
@@ -184,36 +176,16 @@ class BoardEndpoints:
             orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
         )
 
-    async def device(self, request: Request) -> Response:
-        if (bad := self.guard(request, ())) is not None:
-            return bad
-        d = request.path_params["device_id"]
-        if not is_device_id(d):
-            return error(
-                400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
-            )
-        detail = self.index.detail(d)
-        if detail is None:
-            return error(
-                404, "unknown_device", f"the board has seen nothing of device {d!r}", "device_id"
-            )
+    @guarded(device=SEEN)
+    async def device(self, request: Request, d: str, detail: dict[str, Any]) -> Response:
         return Response(
             orjson.dumps(detail),
             media_type="application/json",
             headers={"cache-control": "no-store"},
         )
 
-    async def events(self, request: Request) -> Response:
-        if (bad := self.guard(request, ())) is not None:
-            return bad
-        d = request.path_params["device_id"]
-        if not is_device_id(d):
-            return error(
-                400, "invalid_device_id", f"device_id must match {DEVICE_ID_PATTERN}", "device_id"
-            )
-        e = self.index.latest(d)
-        if e is None:
-            return error(404, "no_answer", f"no stored answer for device {d!r}", "device_id")
+    @guarded(device=ANSWERED)
+    async def events(self, request: Request, d: str, e: Entry) -> Response:
         reader, events = self.board.lineage, []
         if reader is not None:  # any stored lineage: unusable entries say why (never a 500)
             try:
@@ -246,9 +218,8 @@ class BoardEndpoints:
         item["event_time_ms"] = ev.get("event_time_ms")
         item["fields"] = {k: ev[k] for k in stream.fields if ev.get(k) is not None}
 
+    @guarded()
     async def panel(self, request: Request) -> Response:
-        if (bad := self.guard(request, ())) is not None:
-            return bad
         return Response(
             self.panel_bytes(), media_type="application/json", headers={"cache-control": "no-store"}
         )
@@ -284,9 +255,8 @@ class BoardEndpoints:
         b._panel = (mono, body)
         return body
 
+    @guarded(("last_event_id",))
     async def stream(self, request: Request) -> Response:
-        if (bad := self.guard(request, ("last_event_id",))) is not None:
-            return bad
         # Both are checked when both are given (the header wins): a bad value is never ignored.
         last: int | None = None
         for where, raw in (
