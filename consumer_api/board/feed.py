@@ -145,6 +145,7 @@ class BoardFeed:
     def run_once(self, timeout: float = 0.2) -> int:
         msgs = self._consumer.consume(2_000, timeout)
         ctx_topic, hb_topic = self.topics.device_context.name, self.topics.heartbeats.name
+        ctx_role, hb_role = self.topics.device_context.role, self.topics.heartbeats.role  # labels
         read: dict[tuple[str, str], int] = {}
         mono = time.monotonic()
         for m in msgs:
@@ -154,14 +155,14 @@ class BoardFeed:
                     value = m.value()
                     if not value:  # a tombstone: nothing to show
                         continue
-                    got = ("device_context", self._context(value))
+                    got = (ctx_role, self._context(value))
                 elif topic == hb_topic:
-                    got = ("heartbeats", self._heartbeat(m.key(), m.value(), mono))
+                    got = (hb_role, self._heartbeat(m.key(), m.value(), mono))
                 else:
                     continue
             except Exception as exc:  # noqa: BLE001 - whatever a record causes
                 self.guard.reject(exc, m, dead_letter=False)
-                got = ("device_context" if topic == ctx_topic else "heartbeats", "rejected")
+                got = (ctx_role if topic == ctx_topic else hb_role, "rejected")
             read[got] = read.get(got, 0) + 1
         for (topic_label, result), n in read.items():
             FEED.labels(topic_label, result).inc(n)
@@ -190,7 +191,7 @@ class BoardFeed:
         index = self.index
         if key is None or not index.wants_info(key.decode(errors="replace"), mono):
             return "skipped"
-        got = index.layout.fleet.validator.validate("heartbeats", key, value)
+        got = index.layout.fleet.validator.validate(self.topics.heartbeats.role, key, value)
         if not got.ok:
             self.guard.reject(Unusable(got.reason, got.detail))
             return "invalid"
