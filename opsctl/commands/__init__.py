@@ -1,8 +1,8 @@
 """The `precast` subcommands, one module each over `opsctl.commands.base.Command` (the way
 faust's `cli/` holds one module per `faust` command). What several commands share lives in
-`opsctl.toolkit`; a command module may use the toolkit and, to run another command as a step of
-its own (promote runs the shadow gate), that command's module; the toolkit never imports a
-command."""
+`opsctl.toolkit`. A command module may use the toolkit and another command's module when it
+runs that command as a step (promote runs the shadow gate; `deadletters redrive` is
+redrive.py's run); the toolkit never imports a command."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
 from opsctl.toolkit.filters import split_list
-from opsctl.toolkit.guard import partitions_of
 from opsctl.toolkit.ranges import add_range_args, range_inputs
 from opsctl.toolkit.reader import resolve
+from opsctl.toolkit.write_guard import partitions_of
 from precast.errors import ConfigError
 from precast.kafka import Admin
 from precast.telemetry.progress import table

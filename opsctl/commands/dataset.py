@@ -20,7 +20,7 @@ from opsctl.commands.base import Action, Command
 from opsctl.dataset import parts
 from opsctl.dataset.build import Plan, build_partition, make_plan
 from opsctl.settings import StackCliSettings
-from opsctl.toolkit.checkpoint import fingerprint, save_json
+from opsctl.toolkit.job_checkpoint import fingerprint, save_json
 from opsctl.toolkit.ranges import format_time, parse_time, parse_time_range
 from opsctl.toolkit.reader import range_consumer
 from precast.errors import ConfigError

@@ -129,7 +129,7 @@ def find(entries: Any, sel: Selector, result: PurgeResult) -> dict[str, Entry]:
 def purge(
     settings: StackCliSettings, sel: Selector, *, dry_run: bool, source: str | None, progress: bool
 ) -> PurgeResult:
-    from opsctl.toolkit.store import predictions_topic, shared_store, topic_view
+    from opsctl.toolkit.serving_store import predictions_topic, shared_store, topic_view
 
     t0 = time.monotonic()
     source = source or ("store" if settings.redis.url else "topic")

@@ -29,7 +29,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 def rebuild(
     settings: StackCliSettings, *, wipe_first: bool = False, progress: bool = True
 ) -> dict[str, Any]:
-    from opsctl.toolkit.store import (  # the Redis client loads only here
+    from opsctl.toolkit.serving_store import (  # the Redis client loads only here
         PredictionReader,
         shared_store,
     )
@@ -67,7 +67,7 @@ def rebuild(
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     if args.wipe and not args.yes:
-        from opsctl.toolkit.store import predictions_topic, shared_store
+        from opsctl.toolkit.serving_store import predictions_topic, shared_store
 
         store = shared_store(settings, "rebuild")
         topic = predictions_topic(settings)[0]

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from opsctl.settings import StackCliSettings
 from opsctl.toolkit import copier, escape
-from opsctl.toolkit.checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.toolkit.deadletter_select import DeadLetterFilter, dead_letter_topic, read_matching
-from opsctl.toolkit.guard import input_role
-from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.job_checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.toolkit.ranges import OffsetRange, range_inputs
 from opsctl.toolkit.reader import resolve
+from opsctl.toolkit.replay_pacing import ReplaySchedule
+from opsctl.toolkit.write_guard import input_role
 from precast.deadletter import dead_letter_info, original_headers, original_key
 from precast.errors import ConfigError
 from precast.hygiene import printable

@@ -12,12 +12,12 @@ from typing import Any
 from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
 from opsctl.toolkit import copier
-from opsctl.toolkit.checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.toolkit.filters import RecordFilter
-from opsctl.toolkit.guard import partitions_of, refuse_live_target
-from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.job_checkpoint import Checkpoint, fingerprint, load_for
 from opsctl.toolkit.ranges import TimeRange, add_range_args, format_time, range_inputs
 from opsctl.toolkit.reader import RangeReader, range_consumer, resolve
+from opsctl.toolkit.replay_pacing import ReplaySchedule
+from opsctl.toolkit.write_guard import partitions_of, refuse_live_target
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage

@@ -23,13 +23,13 @@ from typing import Any
 
 from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
-from opsctl.toolkit.checkpoint import fingerprint
 from opsctl.toolkit.filters import split_list
-from opsctl.toolkit.guard import partitions_of
+from opsctl.toolkit.job_checkpoint import fingerprint
 from opsctl.toolkit.outcome_truth import write_truth
 from opsctl.toolkit.ranges import TimeRange, add_range_args, range_inputs
 from opsctl.toolkit.reader import resolve
 from opsctl.toolkit.shadow_report import Thresholds, gate, render_html, render_text
+from opsctl.toolkit.write_guard import partitions_of
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.kafka import Admin

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opsctl.toolkit.checkpoint import save_json
+from opsctl.toolkit.job_checkpoint import save_json
 from precast.errors import ConfigError
 
 FORMAT = 1

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opsctl.settings import OpsSettings
-from opsctl.toolkit.checkpoint import Checkpoint, parse_target_key, target_key
-from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.job_checkpoint import Checkpoint, parse_target_key, target_key
 from opsctl.toolkit.ranges import OffsetRange
 from opsctl.toolkit.reader import BATCH, RangeReader, range_consumer
+from opsctl.toolkit.replay_pacing import ReplaySchedule
 from opsctl.toolkit.resume import Matcher, decode_skips, digest, encode_skips
 from precast.kafka import Admin, Headers, KafkaMessage, Producer
 from precast.settings import KafkaSettings

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from opsctl.settings import StackCliSettings
 from opsctl.toolkit.filters import split_list
-from opsctl.toolkit.guard import partitions_of
 from opsctl.toolkit.ranges import OffsetRange, range_inputs
 from opsctl.toolkit.reader import RangeReader, range_consumer, resolve
+from opsctl.toolkit.write_guard import partitions_of
 from precast.deadletter import dead_letter_info, original_key
 from precast.errors import ConfigError
 from precast.kafka import Admin, KafkaMessage

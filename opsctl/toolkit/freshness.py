@@ -32,7 +32,7 @@ def _pct(sorted_vals: list[float], q: float) -> float:
 
 def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
     """Seconds since each partition of the predictions topic was last written."""
-    from opsctl.toolkit.store import predictions_topic  # loads the store only when used
+    from opsctl.toolkit.serving_store import predictions_topic  # loads the store only when used
 
     topic, parts = predictions_topic(settings)
     ends = Admin(settings.kafka).end_offsets([(topic, p) for p in range(parts)])
@@ -56,7 +56,7 @@ def topic_freshness(settings: StackCliSettings) -> dict[str, Any]:
 
 def store_freshness(settings: StackCliSettings, sample: int) -> dict[str, Any]:
     """Over the served entries: how old their data is, how many are past valid_until or purged."""
-    from opsctl.toolkit.store import shared_store
+    from opsctl.toolkit.serving_store import shared_store
 
     store = shared_store(settings, "freshness")
     leases = store.lease_book()  # entries as reads serve them: extended under leases

@@ -303,7 +303,7 @@ def test_the_guard_sees_assign_based_readers_through_their_presence(
 ):
     """A reader that assigns partitions (API materializer, board feed, auditor) is in no
     consumer group: its presence record is what the guard sees; its tombstone clears it."""
-    from opsctl.toolkit.guard import present_readers
+    from opsctl.toolkit.write_guard import present_readers
     from precast.kafka import Admin
     from precast.presence import Presence
     from precast.settings import TopicSettings

@@ -166,7 +166,7 @@ def test_the_pipeline_runs_end_to_end_on_the_secured_broker(deployment, redis_se
     lag = d.precast("lag", "--group", f"precast-workers-{d.token}")
     assert lag.returncode == 0 and f"precast-workers-{d.token}" in lag.stdout, lag.stderr
     # the guard sees the assign-based readers (API, auditor) through their presence records
-    from opsctl.toolkit.guard import present_readers
+    from opsctl.toolkit.write_guard import present_readers
 
     # (the ops principal may use only its deployment's groups: the prefix a process's
     # CommonSettings would give it)

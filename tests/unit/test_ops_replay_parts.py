@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from opsctl.toolkit.checkpoint import Checkpoint, fingerprint
 from opsctl.toolkit.filters import RecordFilter
-from opsctl.toolkit.pacing import ReplaySchedule
+from opsctl.toolkit.job_checkpoint import Checkpoint, fingerprint
 from opsctl.toolkit.ranges import TimeRange, parse_offsets, parse_time, parse_time_range
+from opsctl.toolkit.replay_pacing import ReplaySchedule
 from opsctl.toolkit.resume import Matcher, decode_skips, digest, encode_skips
 from precast.errors import ConfigError
 

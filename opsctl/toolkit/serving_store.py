@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from opsctl.settings import StackCliSettings
-from opsctl.toolkit.guard import partitions_of
 from opsctl.toolkit.ranges import OffsetRange
 from opsctl.toolkit.reader import RangeReader, range_consumer
+from opsctl.toolkit.write_guard import partitions_of
 from precast.errors import ConfigError
 from precast.guard import Guard
 from precast.kafka import Admin
