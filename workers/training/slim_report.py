@@ -48,11 +48,11 @@ def accuracy(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
     }
 
 
-def speed(session: ModelSession, x: np.ndarray, batch: int, calls: int) -> dict[str, float]:
-    """rows/s and the time per batch (p50, p99, p99.9 in microseconds) over `calls` batches of
-    `batch` rows taken in turn from `x` (after a warm-up of a tenth of them)."""
-    starts = np.arange(calls) * batch % max(1, len(x) - batch + 1)
-    batches = [np.ascontiguousarray(x[s : s + batch], dtype=np.float32) for s in starts[:64]]
+def timings(session: ModelSession, x: np.ndarray, batch: int, calls: int) -> np.ndarray:
+    """Seconds per `predict` over `calls` batches of `batch` rows taken in turn from `x`
+    (after a warm-up of a tenth of them)."""
+    starts = np.arange(min(calls, 64)) * batch % max(1, len(x) - batch + 1)
+    batches = [np.ascontiguousarray(x[s : s + batch], dtype=np.float32) for s in starts]
     for i in range(max(1, calls // 10)):
         session.predict(batches[i % len(batches)])
     took = np.empty(calls)
@@ -62,15 +62,24 @@ def speed(session: ModelSession, x: np.ndarray, batch: int, calls: int) -> dict[
         t = clock()
         session.predict(b)
         took[i] = clock() - t
+    return took
+
+
+def summary(took: np.ndarray, batch: int) -> dict[str, float]:
+    """rows/s and the time per batch (p50, p99, p99.9 in microseconds)."""
     us = took * 1e6
     return {
         "batch": batch,
-        "rows_per_s": round(batch * calls / float(took.sum()), 1),
+        "rows_per_s": round(batch * len(took) / float(took.sum()), 1),
         "p50_us": round(float(np.quantile(us, 0.5)), 1),
         "p99_us": round(float(np.quantile(us, 0.99)), 1),
         "p999_us": round(float(np.quantile(us, 0.999)), 1),
-        "calls": calls,
+        "calls": len(took),
     }
+
+
+def speed(session: ModelSession, x: np.ndarray, batch: int, calls: int) -> dict[str, float]:
+    return summary(timings(session, x, batch, calls), batch)
 
 
 def session_rss_bytes(folder: Path, spec: Path | str | None, provider: str = "cpu") -> int | None:
