@@ -159,3 +159,12 @@ def test_bad_command_lines_end_in_one_line(argv, expected, tmp_path, capsys):
     assert rc == 2 and expected in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (reg / "1.2.0").exists() and not (reg / "ACTIVE").exists()
+
+
+def test_rows_with_a_time_hold_out_the_newest():
+    x = np.arange(20, dtype=np.float32).reshape(10, 2)
+    t = np.array([9, 8, 7, 6, 5, 4, 3, 2, 1, 0]) * 1000  # the first rows are the newest
+    older, newest = candidate.Rows(x, None, "t", time_ms=t).split(0.2, seed=1)
+    assert newest.x[:, 0].tolist() == [2.0, 0.0] and len(older.x) == 8
+    _, random = candidate.Rows(x, None, "t").split(0.2, seed=1)
+    assert len(random.x) == 2

@@ -108,3 +108,17 @@ def test_a_static_quantization_without_rows_calibrates_on_the_probe(fleet, tmp_p
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "quantize-static of 1.0.0" in out.out and "agreement with 1.0.0" in out.out
+
+
+def test_other_ai_onnx_ml_graphs_are_refused_by_name():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from workers.training import export
+
+    x, y = training_rows(load_fleet(), 600, seed=2)
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1_000)).fit(x, y)
+    model, _ = export.sklearn_to_onnx(clf, x.shape[1])  # precast train --algorithm logreg
+    why = quantize.refusal(model, "model m 1.0.0")
+    assert why is not None and "LinearClassifier" in why and "precast distill" in why

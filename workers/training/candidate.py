@@ -38,6 +38,7 @@ class Rows:
     source: str
     standardized: bool = False
     dataset: dict[str, Any] | None = None
+    time_ms: np.ndarray | None = None  # when the rows have a time (a dataset's opens)
 
     def model_input(self, fleet: Fleet, manifest: Manifest) -> np.ndarray:
         """The rows as the worker feeds `manifest`'s model: its statistics applied."""
@@ -47,17 +48,20 @@ class Rows:
         return fm.standardize(self.x, manifest.standardization)
 
     def split(self, holdout: float, seed: int) -> tuple[Rows, Rows]:
-        """(older or random part, held-out part): the dataset's newest rows when it has a time
-        order (a dataset build's rows are in time order), else a random share."""
+        """(older or random part, held-out part): the newest rows when they have a time (as
+        `precast train` holds out), else a random share."""
         n = len(self.x)
         cut = int(n * (1 - holdout))
         order = (
-            np.arange(n) if self.dataset is not None else np.random.default_rng(seed).permutation(n)
+            np.argsort(self.time_ms, kind="stable")
+            if self.time_ms is not None
+            else np.random.default_rng(seed).permutation(n)
         )
 
         def part(i: np.ndarray) -> Rows:
             y = None if self.y is None else self.y[i]
-            return Rows(self.x[i], y, self.source, self.standardized, self.dataset)
+            t = None if self.time_ms is None else self.time_ms[i]
+            return Rows(self.x[i], y, self.source, self.standardized, self.dataset, t)
 
         return part(order[:cut]), part(order[cut:])
 
@@ -81,7 +85,8 @@ def rows_from(
         return Rows(d.x, d.y, d.source)
     if dataset is not None:
         d, manifest = from_dataset(fleet, dataset)
-        return Rows(d.x, d.y, d.source, dataset={"folder": str(dataset), **_ref(manifest)})
+        ref = {"folder": str(dataset), **_ref(manifest)}
+        return Rows(d.x, d.y, d.source, dataset=ref, time_ms=d.time_ms)
     if data is not None:
         from precast.fleet.matrix import feature_matrix, read_columns
 

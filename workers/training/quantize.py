@@ -64,11 +64,18 @@ _WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
 def refusal(model: Any, who: str) -> str | None:
     """Why a graph cannot be quantized, in one line; None when it can."""
     ml = sorted({n.op_type for n in model.graph.node if n.domain == "ai.onnx.ml"})
+    trees = [op for op in ml if op.startswith("TreeEnsemble")]
+    if trees:
+        return (
+            f"{who} is a {'/'.join(trees)} graph (ai.onnx.ml): ONNX Runtime quantizes the "
+            "weights of MatMul, Gemm and Conv, and a tree ensemble has none; distil it into an "
+            "MLP first (precast distill --teacher ...) and quantize the student"
+        )
     if ml:
         return (
-            f"{who} is a {'/'.join(ml)} graph (ai.onnx.ml): ONNX Runtime quantizes the weights "
-            "of MatMul, Gemm and Conv, and a tree ensemble has none; distil it into an MLP "
-            "first (precast distill --teacher ...) and quantize the student"
+            f"{who} holds ai.onnx.ml operators ({', '.join(ml)}) that ONNX Runtime's "
+            "quantization does not handle; distil it into an MLP first (precast distill "
+            "--teacher ...) and quantize the student"
         )
     if not any(n.op_type in _WEIGHT_OPS for n in model.graph.node):
         return f"{who} has no MatMul, Gemm or Conv: nothing ONNX Runtime quantizes"
