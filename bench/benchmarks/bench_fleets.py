@@ -10,20 +10,19 @@ import numpy as np
 import orjson
 
 from bench.support.harness import Context, Figure, Report, progress
+from bench.support.parts.worker_run import PARTITIONS, fleet_worker_rate
 
 NAME = "fleets"
 DESCRIPTION = (
     "spec-driven decode+features vs the hand-written built-in path; context fold cost by "
     "window size; worker events/s per shipped fleet"
 )
-PARTITIONS = 6
 # What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
 SPARE_CPU = (
     "one core for this process: the decode ratio and the context-fold rows are CPU-bound runs "
     "in it, alternated, so their ratios hold on a busy machine better than their events/s; "
     "the worker rates need a second core for the broker and nothing else running."
 )
-ROOT_MODELS = {"devices": "fleet-strategy/1.0.0", "trailers": "reefer-service/1.0.0"}
 
 
 def _records(fleet, n: int, seed: int = 3) -> list:
@@ -164,66 +163,6 @@ def _context_fold(ctx: Context) -> tuple[list[list], list[Figure]]:
     return rows, figs
 
 
-def _worker_rate(
-    ctx: Context, admin, fleet_name: str, devices: int, rounds: int, model=None
-) -> float:
-    """Worker events/s over a backlog of the fleet's heartbeats, with its shipped model or the
-    model folder `model` (bench slim: a teacher against its student)."""
-    from precast.fleet import load_fleet
-    from precast.kafka import Consumer, Producer, TopicPartitionOffset
-    from schemas.spec import FLEETS
-    from schemas.topics import catalog
-    from workers.model.inference import ModelSession
-    from workers.model.registry import ModelRegistry
-    from workers.precompute.assembly import assemble
-    from workers.precompute.loop import LoopConfig, tune_gc
-    from workers.precompute.pipeline import PipelineConfig
-    from workers.settings import DEFAULT_MODEL_DIR
-
-    fleet = load_fleet(FLEETS / f"{fleet_name}.toml")
-    topics = catalog(ctx.unique("fl") + ".", PARTITIONS)
-    admin.ensure_topics(list(topics))
-    hb = topics.heartbeats.name
-    try:
-        from producers.simulator import Fleet
-
-        sim, p = Fleet(devices, seed=3, fleet=fleet), Producer(ctx.kafka_settings())
-        t0 = int(time.time() * 1000) - 1000 * rounds
-        for r in range(rounds):
-            for start in range(0, devices, 2_000):
-                for e in sim.heartbeats(min(2_000, devices - start), t0 + 1000 * r):
-                    p.produce(hb, e.device_id.encode(), orjson.dumps(e))
-                p.poll(0)
-        p.flush()
-        c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
-        ends = {q: c.watermarks(hb, q)[1] for q in range(PARTITIONS)}
-        c.close()
-        model = model or DEFAULT_MODEL_DIR.parent.parent / ROOT_MODELS[fleet_name]
-        registry = ModelRegistry(
-            lambda path: ModelSession(path, fleet=fleet, provider="cpu"), path=model
-        )
-        w = assemble(
-            ctx.kafka_settings(),
-            topics,
-            registry,
-            PipelineConfig(
-                top_k=fleet.spec.serving.top_k, horizon_ms=int(fleet.spec.serving.horizon_s * 1000)
-            ),
-            LoopConfig(group_id=ctx.unique("g")),
-            assignment=[TopicPartitionOffset(hb, q, 0) for q in range(PARTITIONS)],
-            stop_at={(hb, q): ends[q] for q in range(PARTITIONS)},
-            fleet=fleet,
-        )
-        tune_gc()
-        t = time.perf_counter()
-        w.run()
-        el = time.perf_counter() - t
-        w.close()
-        return sum(ends.values()) / el
-    finally:
-        admin.delete_topics([t.name for t in topics])
-
-
 def run(ctx: Context) -> Report:
     from precast.kafka import Admin
 
@@ -234,7 +173,7 @@ def run(ctx: Context) -> Report:
     devices, rounds = (10_000, 3) if ctx.quick else (50_000, 3)
     for name in ("devices", "trailers"):
         progress(f"worker over a backlog of {devices * rounds:,} heartbeats of the {name} fleet")
-        rate = _worker_rate(ctx, admin, name, devices, rounds)
+        rate = fleet_worker_rate(ctx, admin, name, devices, rounds)
         rows.append([f"worker, {name} fleet (events/s)", round(rate), round(1e6 / rate, 2)])
         figs.append(
             Figure(

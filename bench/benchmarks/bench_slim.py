@@ -81,7 +81,7 @@ def _inference(sessions: dict, x: np.ndarray, calls: dict[int, int], rounds: int
 
 
 def _worker_rates(ctx: Context, folders: dict[str, Path], rounds: int) -> dict[str, float]:
-    from bench.benchmarks.bench_fleets import _worker_rate
+    from bench.support.parts.worker_run import fleet_worker_rate
     from precast.kafka import Admin
 
     admin = Admin(ctx.kafka_settings())
@@ -90,13 +90,13 @@ def _worker_rates(ctx: Context, folders: dict[str, Path], rounds: int) -> dict[s
     for r in range(rounds):
         for role, folder in folders.items():
             progress(f"slim: worker events/s with the {role} (round {r + 1} of {rounds}) ...")
-            rate = _worker_rate(ctx, admin, "trailers", devices, hb_rounds, model=folder)
+            rate = fleet_worker_rate(ctx, admin, "trailers", devices, hb_rounds, model=folder)
             best[role] = max(best.get(role, 0.0), rate)
     return best
 
 
 def _speculation(fleet, sessions: dict, quick: bool) -> dict:
-    from bench.benchmarks.bench_speculation import simulate
+    from bench.support.parts.speculation_run import simulate
     from workers.precompute.config import PolicyConfig
 
     devices, seconds, read_rate = (300, 20, 20.0) if quick else (500, 40, 20.0)

@@ -141,6 +141,17 @@ def test_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_benchmarks_share_code_only_through_support():
+    """bench/benchmarks/ holds one module per `python -m bench NAME`; what two of them share
+    lives in bench/support/, so no bench module imports a benchmark module."""
+    bad = {
+        str(p.relative_to(ROOT)): found
+        for p in _sources("bench")
+        if (found := sorted(n for n in _imported_modules(p) if n.startswith("bench.benchmarks.")))
+    }
+    assert bad == {}
+
+
 # The size rule is a concern rule: a module holds one concern and is split by concern, never
 # into mixin halves. Length alone only decides past LINE_LIMIT; between ONE_CLASS_ABOVE and it a
 # module may hold one public class (with its helpers), not several.

@@ -8,9 +8,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from bench.support.harness import Context
 
 PARTITIONS = 6
+# The model each shipped fleet's worker serves, under the models folder.
+ROOT_MODELS = {"devices": "fleet-strategy/1.0.0", "trailers": "reefer-service/1.0.0"}
 
 
 def worker_catalog(ctx: Context, admin):
@@ -107,5 +111,65 @@ def worker_capacity(ctx: Context, admin, devices: int) -> float:
         ends = {p: c.watermarks(hb, p)[1] for p in range(PARTITIONS)}
         c.close()
         return max(run_worker(ctx, topics, ends)[0] for _ in range(2))
+    finally:
+        admin.delete_topics([t.name for t in topics])
+
+
+def fleet_worker_rate(
+    ctx: Context, admin, fleet_name: str, devices: int, rounds: int, model=None
+) -> float:
+    """Worker events/s over a backlog of the fleet's heartbeats, with its shipped model or the
+    model folder `model` (`bench fleets`; `bench slim`: a teacher against its student)."""
+    from precast.fleet import load_fleet
+    from precast.kafka import Consumer, Producer, TopicPartitionOffset
+    from schemas.spec import FLEETS
+    from schemas.topics import catalog
+    from workers.model.inference import ModelSession
+    from workers.model.registry import ModelRegistry
+    from workers.precompute.assembly import assemble
+    from workers.precompute.loop import LoopConfig, tune_gc
+    from workers.precompute.pipeline import PipelineConfig
+    from workers.settings import DEFAULT_MODEL_DIR
+
+    fleet = load_fleet(FLEETS / f"{fleet_name}.toml")
+    topics = catalog(ctx.unique("fl") + ".", PARTITIONS)
+    admin.ensure_topics(list(topics))
+    hb = topics.heartbeats.name
+    try:
+        from producers.simulator import Fleet
+
+        sim, p = Fleet(devices, seed=3, fleet=fleet), Producer(ctx.kafka_settings())
+        t0 = int(time.time() * 1000) - 1000 * rounds
+        for r in range(rounds):
+            for start in range(0, devices, 2_000):
+                for e in sim.heartbeats(min(2_000, devices - start), t0 + 1000 * r):
+                    p.produce(hb, e.device_id.encode(), orjson.dumps(e))
+                p.poll(0)
+        p.flush()
+        c = Consumer(ctx.kafka_settings(), ctx.unique("wm"))
+        ends = {q: c.watermarks(hb, q)[1] for q in range(PARTITIONS)}
+        c.close()
+        model = model or DEFAULT_MODEL_DIR.parent.parent / ROOT_MODELS[fleet_name]
+        registry = ModelRegistry(
+            lambda path: ModelSession(path, fleet=fleet, provider="cpu"), path=model
+        )
+        w = assemble(
+            ctx.kafka_settings(),
+            topics,
+            registry,
+            PipelineConfig(
+                top_k=fleet.spec.serving.top_k, horizon_ms=int(fleet.spec.serving.horizon_s * 1000)
+            ),
+            LoopConfig(group_id=ctx.unique("g")),
+            assignment=[TopicPartitionOffset(hb, q, 0) for q in range(PARTITIONS)],
+            stop_at={(hb, q): ends[q] for q in range(PARTITIONS)},
+            fleet=fleet,
+        )
+        tune_gc()
+        t = time.perf_counter()
+        w.run()
+        el = time.perf_counter() - t
+        w.close()
+        return sum(ends.values()) / el
     finally:
         admin.delete_topics([t.name for t in topics])
