@@ -20,6 +20,7 @@ from workers.model.inference import ModelSession
 from workers.model.manifest import Manifest
 from workers.model.registry import ModelRegistry
 from workers.training import candidate, distill
+from workers.training.bind import bind
 from workers.training.slim_report import agreement
 
 TRAILERS = "schemas/fleets/trailers.toml"
@@ -87,9 +88,12 @@ def test_the_candidate_names_its_teacher_and_the_method(trailers, student):
     assert {n.op_type for n in graph.node} <= {"Sub", "Div", "MatMul", "Add", "Relu", "Softmax"}
 
 
-def test_the_worker_loads_it_and_it_serves_only_once_promoted(trailers, student):
-    reg, _, _ = student
+def test_the_worker_loads_it_and_it_serves_only_once_promoted(trailers, student, tmp_path):
+    reg, manifest, _ = student
     Manifest.load(reg / "1.2.0" / "manifest.json").check_binding(trailers)
+    shutil.copytree(reg / "1.2.0", tmp_path / "copy")
+    rebound = bind(tmp_path / "copy", TRAILERS)  # `precast model bind`'s checks pass, lineage kept
+    assert rebound["teacher"] == manifest["teacher"] and rebound["method"] == "distill"
     session = ModelSession(reg / "1.2.0", fleet=trailers, provider="cpu")
     probs = session.predict(np.load(reg / "1.2.0" / "probe.npy")[:64])
     assert probs.shape == (64, len(trailers.spec.labels))
