@@ -172,3 +172,23 @@ def test_rows_with_a_time_hold_out_the_newest():
     assert newest.x[:, 0].tolist() == [2.0, 0.0] and len(older.x) == 8
     _, random = candidate.Rows(x, None, "t").split(0.2, seed=1)
     assert len(random.x) == 2
+
+
+def test_a_file_of_rows_without_labels_is_enough(trailers, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    x, _ = training_rows(trailers, 3_000, seed=12)
+    table = pa.table({n: x[:, j] for j, n in enumerate(trailers.features.names)})
+    pacsv.write_csv(table, tmp_path / "rows.csv")  # the worker's columns, no label
+    reg = tmp_path / "registry"
+    shutil.copytree(TEACHER, reg / "1.0.0")
+    argv = ["--teacher", "1.0.0", "--version", "1.2.0", "--data", str(tmp_path / "rows.csv")]
+    rc = distill.main([*argv, "--spec", TRAILERS, "--registry", str(reg), "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    report = json.loads(out.out)
+    assert "accuracy" not in report and report["rows"] == 600  # nothing to score against
+    assert report["top1_agreement"] > 0.9
+    m = json.loads((reg / "1.2.0" / "manifest.json").read_text())
+    assert m["training"]["data"] == f"file {tmp_path / 'rows.csv'}"
