@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(settings.log_level)
         return args.fn(args, settings)
 
-    return run_cli("precast", body)
+    return run_cli("precast", body, one_line_bugs=True)
 
 
 if __name__ == "__main__":

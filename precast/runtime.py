@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from precast.errors import PrecastError
+from precast.hygiene import printable
 from precast.supervise import Supervised
 
 
@@ -67,17 +68,38 @@ def trim_malloc_every(interval_s: float = 30.0) -> bool:
     return True
 
 
-def run_cli(prog: str, body: Callable[[], int]) -> int:
-    """Run an entry point: a `PrecastError` becomes `prog: message` and its exit code, Ctrl-C
-    exits 130, and nothing prints a traceback for a condition we expected."""
+def run_cli(prog: str, body: Callable[[], int], *, one_line_bugs: bool = False) -> int:
+    """Run an entry point: a `PrecastError` becomes `prog: message` and its exit code, a fleet
+    spec that cannot be used its first problem (exit 2), Ctrl-C exits 130, and nothing prints a
+    traceback for a condition we expected. `one_line_bugs` (the operator CLIs): anything else is
+    one line too, exit 70, with the traceback only under PRECAST_TRACEBACK=1; services keep
+    theirs in the log."""
+    from schemas.spec import SpecError
+
     try:
         return body()
     except PrecastError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except SpecError as exc:  # a fleet spec that cannot be used: its first problem, one line
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `precast ... | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
+    except Exception as exc:  # a bug, not bad input: still one line, the traceback on request
+        if not one_line_bugs or os.environ.get("PRECAST_TRACEBACK"):
+            raise
+        detail = printable(str(exc), 300)
+        print(
+            f"{prog}: internal error: {type(exc).__name__}: {detail} "
+            "(PRECAST_TRACEBACK=1 shows where; please report it)",
+            file=sys.stderr,
+        )
+        return 70  # EX_SOFTWARE
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from opsctl.commands.base import Action, Command
 from opsctl.settings import StackCliSettings
@@ -27,6 +28,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "file", nargs="?", type=Path, help="default: PRECAST_FLEET__SPEC, else built-in"
     )
+    parser.add_argument("--json", action="store_true", help="one JSON object, for tools")
 
 
 def _check(args: argparse.Namespace, settings: StackCliSettings) -> int:
@@ -67,6 +69,9 @@ def _show(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     fleet = load_fleet(args.file or settings.fleet.spec)
     spec, fm = fleet.spec, fleet.features
+    if args.json:
+        print(json.dumps(_described(fleet), indent=2))
+        return 0
     print(f"fleet {fleet.describe()}: {spec.fleet.description}")
     for name, s in spec.streams.items():
         print(
@@ -82,6 +87,33 @@ def _show(args: argparse.Namespace, settings: StackCliSettings) -> int:
     )
     print(f"  context hash {fleet.context.hash}")
     return 0
+
+
+def _described(fleet: Any) -> dict[str, Any]:
+    """What `show` prints, as data: the fields a tool needs to build or check rows for it."""
+    spec, fm = fleet.spec, fleet.features
+    return {
+        "name": spec.fleet.name,
+        "version": spec.fleet.version,
+        "description": spec.fleet.description,
+        "streams": {
+            name: {
+                "topic": s.topic,
+                "trigger": s.trigger,
+                "undeclared": s.undeclared,
+                "fields": {f: field.kind for f, field in s.fields.items()},
+            }
+            for name, s in spec.streams.items()
+        },
+        "context": {n: {"kind": c.kind, "stream": c.stream} for n, c in spec.context.items()},
+        "features": list(fm.names),
+        "standardized": list(fm.standardized),
+        "labels": list(spec.labels),
+        "default_label": spec.serving.default_label,
+        "top_k": spec.serving.top_k,
+        "feature_hash": fm.hash,
+        "context_hash": fleet.context.hash,
+    }
 
 
 COMMAND = Command(

@@ -163,7 +163,9 @@ def _codes(
     for v in values:
         code = index.get(v) if isinstance(v, str) else None
         if code is None:
-            done.null[name] += v is None
-            done.unknown[name] += v is not None
+            if v is None:
+                done.null[name] += 1
+            else:
+                done.unknown[name] += 1
         out.append(-1.0 if code is None else float(code))
     return out

@@ -5,13 +5,16 @@ A file holds a `label` column (one of the spec's labels) and either every expand
 column of the spec (`cpu_pct`, ..., `device_type=camera`: what `precast dataset build` writes)
 or the raw sources the features are computed from (heartbeat fields and context values by
 name, categories as text), which go through the spec's own feature matrix. A time column
-(`time_ms`, `feature_time_ms` or `event_time_ms`) orders the rows for a time-based holdout.
+(named with --time-column, else the first of TIME_COLUMNS present) orders the rows for a
+time-based holdout. The features come from `precast.fleet.matrix`, the same public builder
+`precast features` runs, which counts what it coerced or dropped.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +22,10 @@ import numpy as np
 
 from precast.errors import ConfigError
 from precast.fleet import Fleet
-from precast.fleet.features import member
+from precast.fleet.matrix import Coercions, feature_matrix, read_columns
 
-TIME_COLUMNS = ("time_ms", "feature_time_ms", "event_time_ms")
+# Looked for, in this order, when no --time-column is named.
+TIME_COLUMNS = ("time_ms", "feature_time_ms", "event_time_ms", "event_time", "time", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -30,30 +34,15 @@ class Labelled:
     y: np.ndarray  # (n,) label index into fleet.spec.labels
     time_ms: np.ndarray | None  # (n,) when the file has a time column
     source: str
+    time_column: str | None = None  # the column `time_ms` came from
+    coercions: Coercions | None = None  # what reading the file coerced or dropped
 
 
-def read_table(path: Path) -> dict[str, list[Any]]:
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path) if path.suffix in (".parquet", ".pq") else pacsv.read_csv(path)
-    except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
-        raise ConfigError(f"cannot read training data {path}: {exc}") from None
-    return {name: table.column(name).to_pylist() for name in table.column_names}
-
-
-def from_file(fleet: Fleet, path: Path) -> Labelled:
-    if path.is_dir():  # a dataset folder (precast dataset build): its Parquet parts
-        parts = sorted(path.glob("*.parquet"))
-        if not parts:
-            raise ConfigError(f"training data folder {path} holds no .parquet files")
-        cols: dict[str, list[Any]] = {}
-        for part in parts:
-            for k, v in read_table(part).items():
-                cols.setdefault(k, []).extend(v)
-    else:
-        cols = read_table(path)
+def from_file(fleet: Fleet, path: Path, time_column: str | None = None) -> Labelled:
+    """Rows of a CSV/Parquet file or a folder of Parquet parts, features through the spec
+    (precast.fleet.matrix). The time column orders the holdout: `time_column` when named
+    (an error when absent), else the first of TIME_COLUMNS the file has."""
+    cols = read_columns(path)
     if "label" not in cols:
         raise ConfigError(f"training data {path} has no `label` column")
     labels = {lab: i for i, lab in enumerate(fleet.spec.labels)}
@@ -62,45 +51,40 @@ def from_file(fleet: Fleet, path: Path) -> Labelled:
         raise ConfigError(
             f"training data {path}: label {bad[0]!r} is not one of the spec's {list(labels)}"
         )
-    y = np.asarray([labels[v] for v in cols["label"]], dtype=np.int64)
-    names = fleet.features.names
-    if all(n in cols for n in names):
-        x = np.asarray([cols[n] for n in names], dtype=np.float32).T
-    else:
-        x = _from_sources(fleet, cols, path)
-    t = next((np.asarray(cols[c], dtype=np.int64) for c in TIME_COLUMNS if c in cols), None)
-    return Labelled(x, y, t, str(path))
+    if time_column is not None and time_column not in cols:
+        raise ConfigError(f"training data {path} has no time column {time_column!r}")
+    column = time_column or next((c for c in TIME_COLUMNS if c in cols), None)
+    try:
+        m = feature_matrix(fleet, cols)
+    except ConfigError as exc:
+        raise ConfigError(f"training data {path}: {exc}") from None
+    y = np.asarray([labels[v] for v in cols["label"]], dtype=np.int64)[m.kept]
+    t = None
+    if column is not None:
+        t = np.asarray(_times_ms(cols[column], column, path), dtype=np.int64)[m.kept]
+    return Labelled(m.x, y, t, str(path), column, m.coercions)
 
 
-def _from_sources(fleet: Fleet, cols: dict[str, list[Any]], path: Path) -> np.ndarray:
-    fm, ctx = fleet.features, fleet.context
-    need = [c.source if c.kind == "member" else c.name for c in fm.state] + [
-        c.by for c in fm.state if c.by
-    ]
-    missing = sorted({n for n in [*need, *ctx.names] if n not in cols})
-    if missing:
-        raise ConfigError(
-            f"training data {path}: neither the feature columns ({fm.names[0]}, ...) nor the "
-            f"sources they come from: no column {missing[0]!r}"
-        )
-    n = len(cols["label"])
-    state = np.empty((n, len(fm.state)), dtype=np.float64)
-    for j, c in enumerate(fm.state):
-        if c.kind == "numeric":
-            state[:, j] = [np.nan if v is None else float(v) for v in cols[c.name]]
-        elif c.kind == "code":
-            index = {v: i for i, v in enumerate(c.vocabulary)}
-            state[:, j] = [index.get(v, -1) for v in cols[c.name]]
-        else:
-            rows = [
-                {c.source: s, **({c.by: b} if c.by else {})}
-                for s, b in zip(cols[c.source], cols[c.by] if c.by else cols[c.source], strict=True)
-            ]
-            state[:, j] = [1.0 if member(c, r) else 0.0 for r in rows]
-    context = np.asarray([cols[name] for name in ctx.names], dtype=np.float64).T
-    if context.size == 0:
-        context = np.zeros((n, 0))
-    return fm.build(state, context)
+def _times_ms(values: list[Any], column: str, path: Path) -> list[int]:
+    """Milliseconds since the epoch from epoch milliseconds, timestamps or ISO 8601 text."""
+    out = []
+    for v in values:
+        try:
+            if isinstance(v, datetime):
+                when = v if v.tzinfo is not None else v.replace(tzinfo=UTC)
+                out.append(int(when.timestamp() * 1000))
+            elif isinstance(v, str):
+                when = datetime.fromisoformat(v.replace("Z", "+00:00"))
+                when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+                out.append(int(when.timestamp() * 1000))
+            else:
+                out.append(int(v))
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(
+                f"training data {path}: time column {column!r} holds {v!r}: give epoch "
+                "milliseconds, timestamps or ISO 8601 text"
+            ) from None
+    return out
 
 
 def from_dataset(fleet: Fleet, folder: Path) -> tuple[Labelled, dict[str, Any]]:

@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"next: precast promote {args.version} (the shadow gate on recent traffic)")
         return 0
 
-    return run_cli("quantize", body)
+    return run_cli("quantize", body, one_line_bugs=True)
 
 
 if __name__ == "__main__":

@@ -28,15 +28,24 @@ import numpy as np
 
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
+from precast.models.layout import semver_key
 from precast.runtime import OneLineParser, run_cli
 from workers.drift.reference import build_reference, save_reference
 from workers.model.inference import PROBE_FILE, PROBE_ROWS
 from workers.model.manifest import binding
 from workers.training import export
-from workers.training.data import Labelled, from_dataset, from_file, from_simulator
+from workers.training.data import (
+    TIME_COLUMNS,
+    Labelled,
+    from_dataset,
+    from_file,
+    from_simulator,
+)
 from workers.training.metrics import holdout_metrics
 
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+# Fewer rows than this leave the holdout and the early-stopping split too small to mean anything.
+MIN_ROWS = 200
 ALGORITHMS = ("mlp", "logreg", "lightgbm")
 
 
@@ -47,12 +56,12 @@ def split(data: Labelled, holdout: float, seed: int) -> tuple[Labelled, Labelled
         cut = int(n * (1 - holdout))
         tr, te = order[:cut], order[cut:]
         edge = int(data.time_ms[order[cut]]) if cut < n else "end"
-        how = f"time-based: train before {edge} ms, test from there"
+        how = f"time-based: train before {edge} ms, test from there (newest {holdout:.0%})"
     else:
         perm = np.random.default_rng(seed).permutation(n)
         cut = int(n * (1 - holdout))
         tr, te = perm[:cut], perm[cut:]
-        how = "random split"
+        how = f"random split ({holdout:.0%}, seed {seed}): the rows have no time"
 
     def part(i: np.ndarray) -> Labelled:
         return Labelled(
@@ -60,6 +69,20 @@ def split(data: Labelled, holdout: float, seed: int) -> tuple[Labelled, Labelled
         )
 
     return part(tr), part(te), how
+
+
+def _say_what_was_read(data: Labelled) -> None:
+    """Which time column orders the holdout, and what the file's rows needed coerced."""
+    if data.time_column is None:
+        print(
+            f"{data.source}: no time column ({', '.join(TIME_COLUMNS)}; or name one with "
+            "--time-column): the holdout is a random split",
+            file=sys.stderr,
+        )
+    else:
+        print(f"{data.source}: rows ordered by {data.time_column!r}", file=sys.stderr)
+    for line in data.coercions.lines() if data.coercions else ():
+        print(f"{data.source}: {line}", file=sys.stderr)
 
 
 def fit(
@@ -146,7 +169,11 @@ def train(
     if test is None:
         train_part, test_part, how = split(data, holdout, seed)
     else:
-        train_part, test_part, how = data, test, "separate holdout"
+        train_part, test_part, how = (
+            data,
+            test,
+            f"a separate simulated holdout of {len(test.y)} rows",
+        )
     fm = fleet.features
     # standardized features: statistics fitted on the training part only, kept in the manifest
     stats = fm.fit_standardization(train_part.x) if fm.standardized else {}
@@ -196,6 +223,7 @@ def train(
             "algorithm": algorithm,
             "seed": seed,
             "samples": len(train_part.y),
+            "split": how,
             "seconds": round(seconds, 1),
             "data": data.source,
             **({"dataset": _dataset_ref(dataset)} if dataset is not None else {}),
@@ -266,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--holdout", type=float, default=0.2, help="share of rows held out (the newest, when timed)"
     )
+    p.add_argument(
+        "--time-column",
+        help="--data: the column that orders rows for the holdout (epoch ms, timestamps or ISO "
+        f"8601; default: the first of {', '.join(TIME_COLUMNS)} present, else a random split)",
+    )
     args = p.parse_args(argv)
 
     def body() -> int:
@@ -276,6 +309,14 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or (
             Path(registry) / args.version if registry else DEFAULT_MODELS_DIR / name / args.version
         )
+        if semver_key(args.version) is None:
+            raise ConfigError(
+                f"--version {args.version!r} is not a semantic version (MAJOR.MINOR.PATCH[-pre])"
+            )
+        if args.simulate is not None and args.simulate < MIN_ROWS:
+            raise ConfigError(f"--simulate {args.simulate}: train on at least {MIN_ROWS} rows")
+        if args.time_column and not args.data:
+            raise ConfigError("--time-column goes with --data")
         if (out / "manifest.json").exists():
             raise ConfigError(f"{out} already holds a model; pick another --version or --out")
         if not 0 < args.holdout < 1:
@@ -289,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.dataset:
             data, dataset = from_dataset(fleet, args.dataset)
         else:
-            data = from_file(fleet, args.data)
+            data = from_file(fleet, args.data, args.time_column)
+            _say_what_was_read(data)
+        if len(data.y) < MIN_ROWS:
+            raise ConfigError(f"{data.source}: {len(data.y)} usable rows; at least {MIN_ROWS}")
         m = train(
             fleet,
             data,
@@ -303,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             dataset=dataset,
         )
         h = m["holdout"]
+        print(f"holdout: {m['training']['split']}", file=sys.stderr)
         print(
             f"{name} {args.version} ({args.algorithm}) -> {out}: top-1 {h['accuracy']}, "
             f"top-3 {h['top3_accuracy']}, macro F1 {h['macro_f1']} on {h['samples']} holdout rows",
@@ -310,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
 
-    return run_cli("train", body)
+    return run_cli("train", body, one_line_bugs=True)
 
 
 if __name__ == "__main__":
