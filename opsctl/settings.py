@@ -40,6 +40,21 @@ class StackSettings(Section):
         le=65535,
         description="Redis exporter (Debian's prometheus-redis-exporter), started with Prometheus",
     )
+    tracing: bool = Field(
+        default=False,
+        description="`precast stack up` also starts Jaeger (built from its Go module on first "
+        "use) and the demo traces every process into it (docs/observability.md, Traces)",
+    )
+    jaeger_otlp_port: int = Field(
+        default=4318, ge=1, le=65535, description="Jaeger's OTLP/HTTP receiver"
+    )
+    jaeger_query_port: int = Field(
+        default=16686,
+        ge=1,
+        le=65534,
+        description="Jaeger's query API (its gRPC query on the next port)",
+    )
+    jaeger_health_port: int = Field(default=13133, ge=1, le=65535)
     scrape_interval_s: float = Field(
         default=5.0, gt=0, le=300, description="how often the local Prometheus scrapes services"
     )

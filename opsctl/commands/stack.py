@@ -16,7 +16,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "components",
         nargs="*",
-        help="with down: stop only these (kafka, redis, prometheus, redis-exporter; default: all)",
+        help="with down: stop only these (kafka, redis, prometheus, redis-exporter, jaeger; "
+        "default: all)",
     )
     parser.add_argument(
         "--brokers",
@@ -29,6 +30,12 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a Redis Cluster of 3 masters + 3 replicas instead of one Redis "
         "(PRECAST_STACK__REDIS_CLUSTER)",
+    )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also Jaeger, built from its Go module on first use; the apps then trace into it "
+        "(PRECAST_STACK__TRACING; docs/observability.md)",
     )
     parser.add_argument(
         "--secure",
@@ -50,7 +57,7 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
         )
     stack = _which_stack(args, settings)
     if args.action == "up":
-        _up(stack, settings)
+        _up(stack, settings, args)
         return 0
     if args.action == "install":
         stack.kafka.resolve_jars(progress=lambda m: print(m, flush=True))
@@ -88,7 +95,7 @@ def _which_stack(args: argparse.Namespace, settings: StackCliSettings) -> Any:
     return LocalStack(settings.stack.model_copy(update=update))
 
 
-def _up(stack: Any, settings: StackCliSettings) -> None:
+def _up(stack: Any, settings: StackCliSettings, args: argparse.Namespace) -> None:
     from opsctl.stack.secure import SecureStack
 
     if isinstance(stack, SecureStack):
@@ -96,8 +103,13 @@ def _up(stack: Any, settings: StackCliSettings) -> None:
         folder = stack.security.env_dir
         print(f"run a component as its user: set -a; . {folder}/worker.env; set +a", flush=True)
         return
-    stack.up(progress=lambda m: print(m, flush=True), prometheus=settings.stack.prometheus)
-    if stack.settings.brokers > 1 or stack.settings.redis_cluster:
+    tracing = bool(getattr(args, "tracing", False)) or settings.stack.tracing
+    stack.up(
+        progress=lambda m: print(m, flush=True),
+        prometheus=settings.stack.prometheus,
+        tracing=tracing,
+    )
+    if stack.settings.brokers > 1 or stack.settings.redis_cluster or tracing:
         # The apps read these; one line to paste into the shell that runs them.
         env = " ".join(f"{k}={v}" for k, v in stack.client_env().items())
         print(f"point the apps at it: export {env}", flush=True)

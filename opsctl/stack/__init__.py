@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.settings import StackSettings
+from opsctl.stack.jaeger_node import JaegerNode, ensure_jaeger
 from opsctl.stack.kafka_node import KafkaNode
 from opsctl.stack.prometheus_node import PrometheusNode, RedisExporterNode
 from opsctl.stack.redis_cluster import RedisClusterNodes
@@ -26,7 +27,7 @@ from precast.errors import StackError
 
 # What `down(only=...)` and `running()` name: one entry per kind of process the stack starts
 # ("kafka" is every broker, "redis" the single Redis and every Redis Cluster node).
-COMPONENTS = ("prometheus", "redis-exporter", "kafka", "redis")
+COMPONENTS = ("jaeger", "prometheus", "redis-exporter", "kafka", "redis")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class LocalStack:
         self.redis = RedisNode(self.settings)
         self.prometheus = PrometheusNode(self.settings)
         self.redis_exporter = RedisExporterNode(self.settings)
+        self.jaeger = JaegerNode(self.settings)
         # Built either way, so `down` also stops a Redis Cluster started with the flag.
         self._cluster_nodes = RedisClusterNodes(self.settings)
         self.redis_cluster = self._cluster_nodes if self.settings.redis_cluster else None
@@ -66,13 +68,18 @@ class LocalStack:
         return self.redis_cluster.url if self.redis_cluster else self.redis.url
 
     def client_env(self) -> dict[str, str]:
-        """The PRECAST_* variables that point the apps at this stack."""
-        return {
+        """The PRECAST_* variables that point the apps at this stack (and at its Jaeger, when
+        one runs: every process then traces into it)."""
+        env = {
             "PRECAST_KAFKA__BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "PRECAST_REDIS__URL": self.redis_url,
             "PRECAST_REDIS__CLUSTER": "true" if self.redis_cluster else "false",
             "PRECAST_TOPICS__REPLICATION_FACTOR": str(self.settings.brokers),
         }
+        if self.jaeger.running():
+            env["PRECAST_TRACING__ENABLED"] = "true"
+            env["PRECAST_TRACING__ENDPOINT"] = self.jaeger.otlp_endpoint
+        return env
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
@@ -89,15 +96,22 @@ class LocalStack:
         return self.redis_cluster or self.redis
 
     def up(
-        self, progress: Callable[[str], None] = print, *, prometheus: bool = False
+        self,
+        progress: Callable[[str], None] = print,
+        *,
+        prometheus: bool = False,
+        tracing: bool = False,
     ) -> list[ComponentStatus]:
         started = time.monotonic()
         # The exporter watches the single Redis; a Redis Cluster is not wired to it (yet).
-        extras: list[PrometheusNode | RedisExporterNode] = []
+        extras: list[PrometheusNode | RedisExporterNode | JaegerNode] = []
         if prometheus:
             extras = (
                 [self.prometheus] if self.redis_cluster else [self.redis_exporter, self.prometheus]
             )
+        if tracing:
+            ensure_jaeger(self.settings.home, progress)  # before the lock: a first build is slow
+            extras.append(self.jaeger)
         with self._lock():
             running_other = [b.proc.name for b in self._other_brokers if b.running()]
             if running_other:
@@ -131,6 +145,7 @@ class LocalStack:
             if prometheus and not self.redis_cluster:
                 self.prometheus.write_targets("stack", {"redis": [self.redis_exporter.address]})
         shown = f", Prometheus {self.prometheus.url}" if prometheus else ""
+        shown += f", Jaeger {self.jaeger.query_url}" if tracing else ""
         progress(
             f"stack ready in {time.monotonic() - started:.1f}s: Kafka {self.bootstrap_servers}, "
             f"Redis{' Cluster' if self.redis_cluster else ''} {self.redis_url}{shown} "
@@ -154,10 +169,11 @@ class LocalStack:
 
     def _groups(
         self,
-    ) -> dict[str, list[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode]]:
+    ) -> dict[str, list[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode | JaegerNode]]:
         # Short names (`COMPONENTS`), in stop order: the scrapers first, Redis last. Both
         # layouts' nodes, so `down` stops whatever this home runs.
         return {
+            "jaeger": [self.jaeger],
             "prometheus": [self.prometheus],
             "redis-exporter": [self.redis_exporter],
             "kafka": [*self.brokers, *self._other_brokers],
@@ -194,14 +210,16 @@ class LocalStack:
         """Kafka and Redis always; Prometheus and the Redis exporter only while they run."""
         out = []
         redis_nodes = self.redis_cluster.nodes if self.redis_cluster else [self.redis]
-        nodes: list[tuple[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode, str]] = [
-            (b, b.bootstrap) for b in self.brokers
-        ]
+        nodes: list[
+            tuple[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode | JaegerNode, str]
+        ] = [(b, b.bootstrap) for b in self.brokers]
         nodes += [(n, n.url) for n in redis_nodes]
         if self.prometheus.running():
             nodes.append((self.prometheus, self.prometheus.url))
         if self.redis_exporter.running():
             nodes.append((self.redis_exporter, self.redis_exporter.address))
+        if self.jaeger.running():
+            nodes.append((self.jaeger, self.jaeger.query_url))
         for node, addr in nodes:
             pid = node.proc.pid()
             state = "stopped" if pid is None else ("healthy" if node.healthy() else "unhealthy")
