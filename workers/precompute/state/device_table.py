@@ -123,8 +123,8 @@ class DeviceTable:
     def restore(self, devices: list[str], partitions: list[int], rec: np.ndarray) -> int:
         """Adopt changelog records (`workers.precompute.state.changelog.RECORD`) for devices of a partition
         being assigned, before any of its input is processed. Returns how many records held a
-        last inference that cannot be used (class indexes past the model's labels, scores or
-        margins not finite; anyone who can write the topic can write those): their device keeps
+        last inference that cannot be used (class indexes past the model's labels, scores,
+        margins or features not finite; anyone who can write the topic can write those): their device keeps
         its heartbeat state and predicts afresh at its next heartbeat."""
         if not devices:
             return 0
@@ -134,9 +134,13 @@ class DeviceTable:
             (rec["rank"][:, :k1] >= self.n_labels).any(axis=1)
             | ~np.isfinite(rec["scores"]).all(axis=1)
             | ~np.isfinite(rec["margins"]).all(axis=1)
+            # the features the policy compares a new heartbeat with: a NaN there (a signalling
+            # one raises in numpy) would make every later comparison meaningless
+            | ~np.isfinite(rec["last_x"]).all(axis=1)
         )
         if bad.any():
             rec["valid_until"][bad] = -1  # no prediction to renew: the next heartbeat infers
+            rec["last_x"][bad] = 0
             rec["rank"][bad] = 0
             rec["scores"][bad] = 0
             rec["margins"][bad] = -1
