@@ -23,6 +23,7 @@ import consumer_api.read.service  # noqa: F401
 import precast.deadletter  # noqa: F401
 import producers.cli  # noqa: F401
 import workers.drift.monitor  # noqa: F401
+import workers.model.serving_metrics  # noqa: F401
 import workers.precompute.metrics  # noqa: F401
 from opsctl.observe.render import stale
 from opsctl.observe.slo import SLOS, Slo
