@@ -42,6 +42,12 @@ class ModelOptions(Section):
 
 class WorkerOptions(Section):
     group_id: str = "precast-workers"
+    model_memory_mb: int | None = Field(
+        default=None,
+        ge=1,
+        description="refuse to load a model whose session adds more resident memory than this "
+        "at load (measured, one line naming both figures); unset: no limit",
+    )
     batch_max: int = Field(default=2_000, ge=1, le=100_000)
     max_queue_delay_ms: float = Field(
         default=0.0,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from workers.model.manifest import Manifest
 from workers.model.sensitivity import Sensitivity, estimate
+from workers.model.serving_metrics import MODEL_INFERENCE, MODEL_MEMORY
 
 log = logging.getLogger("precast.workers.model.inference")
 
@@ -50,6 +53,15 @@ def choose_providers(
     return out
 
 
+def resident_bytes() -> int:
+    """This process's resident set (Linux /proc; 0 elsewhere, which disables the budget)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 PROBE_FILE = "probe.npy"  # realistic feature rows shipped with a model (sensitivities)
 PROBE_ROWS = 4_096
 
@@ -70,6 +82,7 @@ class ModelSession:
         intra_op_threads: int = 1,
         allow_spinning: bool = False,
         warmup_rows: int = 64,
+        memory_budget_mb: int | None = None,
     ) -> None:
         model_dir = Path(model_dir)
         self.folder = model_dir
@@ -91,6 +104,8 @@ class ModelSession:
         )
         opts.log_severity_level = 3
         providers = choose_providers(provider, ort.get_available_providers(), device_id)
+        rss_before = resident_bytes()
+        self._infer_s: Any = None
         try:
             self._sess = ort.InferenceSession(model_bytes, sess_options=opts, providers=providers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors on bad models
@@ -102,6 +117,15 @@ class ModelSession:
         self.standardization = self.manifest.standardization or None
         if warmup_rows:
             self.predict(np.zeros((warmup_rows, len(self.manifest.features)), dtype=np.float32))
+        self.memory_bytes = max(0, resident_bytes() - rss_before)
+        if memory_budget_mb is not None and self.memory_bytes > memory_budget_mb * 2**20:
+            raise ConfigError(
+                f"{self.manifest.who()}: its session took {self.memory_bytes / 2**20:.0f} MB at "
+                f"load, over PRECAST_WORKER__MODEL_MEMORY_MB={memory_budget_mb}: give the worker "
+                "more memory or serve a smaller model (precast distill, precast quantize)"
+            )
+        MODEL_MEMORY.labels(self.version).set(self.memory_bytes)
+        self._infer_s = MODEL_INFERENCE.labels(self.version)
         log.info("model %s %s loaded on %s", self.manifest.name, self.version, self.providers[0])
 
     def _validate_io(self) -> None:
@@ -146,7 +170,10 @@ class ModelSession:
     def predict(self, features: np.ndarray) -> np.ndarray:
         m = self.manifest
         x = features if features.dtype == self._input_type else features.astype(self._input_type)
+        t0 = time.perf_counter()
         out = self._sess.run([m.output], {m.input: x})[0]
+        if self._infer_s is not None:  # not during the warm-up: it would skew the tail
+            self._infer_s.observe(time.perf_counter() - t0)
         if self._zipmap:
             return zipmap_to_array(out, m.labels)
         scores = np.asarray(out, dtype=np.float32)

@@ -58,6 +58,7 @@ def build(
         intra_op_threads=m.intra_op_threads,
         allow_spinning=m.allow_spinning,
         warmup_rows=m.warmup_rows,
+        memory_budget_mb=w.model_memory_mb,
     )
     registry = ModelRegistry(load_model, path=m.path, registry=m.registry, poll_s=m.registry_poll_s)
     topics = settings.topics.catalog()
