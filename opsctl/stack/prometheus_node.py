@@ -103,6 +103,8 @@ class PrometheusNode:
             "--storage.tsdb.retention.time=1d",
             f"--web.listen-address=127.0.0.1:{self.s.prometheus_port}",
             "--web.enable-lifecycle",
+            # Trace-ID exemplars on the latency histograms: a slow bucket links to its trace.
+            "--enable-feature=exemplar-storage",
             "--log.level=warn",
         ]
         self.proc.start(argv, self.dir / "prometheus.log", self.dir)

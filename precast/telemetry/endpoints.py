@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from precast.supervise import Supervised
 
@@ -56,6 +57,14 @@ def _always_ok() -> tuple[bool, dict[str, Any]]:
     return True, {}
 
 
+def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The registry in the format the scraper asked for: OpenMetrics when its Accept header
+    names it (Prometheus does; only OpenMetrics carries the trace-ID exemplars of the latency
+    histograms), else the classic text format."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
 class ProbeServer:
     """Serves Prometheus metrics plus liveness and readiness on a background thread.
 
@@ -80,7 +89,8 @@ class ProbeServer:
             def do_GET(self) -> None:  # the name http.server calls
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(probe.registry), CONTENT_TYPE_LATEST)
+                    body, ctype = exposition(probe.registry, self.headers.get("Accept"))
+                    self._send(200, body, ctype)
                 elif path in ("/healthz", "/readyz"):
                     try:
                         ok, details = (probe.health if path == "/healthz" else probe.ready)()
