@@ -147,6 +147,7 @@ class Answer:
     etag: bytes | None
     ask_reason: str | None  # precompute-request reason when the answer asks for one
     max_age: int | None = None  # seconds a client may reuse it (precomputed answers only)
+    reason: str | None = None  # why it is the fallback (FALLBACK_REASONS); None otherwise
 
 
 class Renderer:
@@ -213,7 +214,7 @@ class Renderer:
             if reason in (STORE_UNAVAILABLE, UNKNOWN_DEVICE)
             else ("expiry" if reason == "expired" else "api_miss")
         )
-        return Answer(FALLBACK, body, headers, None, ask_reason)
+        return Answer(FALLBACK, body, headers, None, ask_reason, reason=reason)
 
 
 def etag_matches(if_none_match: bytes, etag: bytes) -> bool:

@@ -15,7 +15,14 @@ from prometheus_client.core import CounterMetricFamily
 from consumer_api.beacons import beacon
 from consumer_api.beacons.client_signals import Signals
 from consumer_api.edge.client_limits import ClientLimits
-from consumer_api.read.answer import FALLBACK, PRECOMPUTED, STALE, Answer, Renderer
+from consumer_api.read.answer import (
+    FALLBACK,
+    FALLBACK_REASONS,
+    PRECOMPUTED,
+    STALE,
+    Answer,
+    Renderer,
+)
 from consumer_api.read.hub import Hub
 from consumer_api.settings import ApiOptions
 from consumer_api.speculation.precompute_requests import PrecomputeAsker
@@ -32,6 +39,10 @@ ALLOWED, UNAUTHORIZED, FORBIDDEN = 0, 401, 403
 # exported by a collector: a prometheus_client Counter takes a lock per increment, which
 # measured as several percent of a whole read.
 _READS = dict.fromkeys((PRECOMPUTED, STALE, FALLBACK), 0)
+# Fallbacks by reason, every reason present from the start: the hit-ratio SLO leaves out reads
+# of devices that have no answer yet (`unknown_device`: a device before its first prediction,
+# the whole fleet while a new deployment starts), and its PromQL needs the series to exist.
+_FALLBACKS = dict.fromkeys(FALLBACK_REASONS, 0)
 
 
 def count_read(source: str) -> None:
@@ -49,6 +60,12 @@ class _ReadsCollector:
         for source, n in _READS.items():
             c.add_metric([source], n)
         yield c
+        f = CounterMetricFamily(
+            "precast_api_fallbacks", "fallback answers served, by reason", labels=["reason"]
+        )
+        for reason, n in _FALLBACKS.items():
+            f.add_metric([reason], n)
+        yield f
 
 
 REGISTRY.register(_ReadsCollector())
@@ -159,6 +176,8 @@ class Service:
 
     def served(self, device_id: str, a: Answer, now_ms: int) -> Answer:
         _READS[a.source] += 1
+        if a.reason is not None:
+            _FALLBACKS[a.reason] = _FALLBACKS.get(a.reason, 0) + 1
         if self.hints is not None and a.source != FALLBACK:
             self.hints.note(device_id)
         if a.ask_reason is not None:

@@ -8,6 +8,13 @@ Google SRE workbook (chapter 5, "Alerting on SLOs"):
 
 The long window says the burn is significant, the short one that it is still happening, so an
 alert resets minutes after the problem does.
+
+Quiet while a healthy stack starts (issue 39): a burn counts only once the long window holds
+`MIN_EVENTS` events and `MIN_BAD` bad ones (a few early reads or late predictions are no
+evidence of anything: a 3-day window three minutes after a start holds three minutes), and
+the hit ratio leaves out reads of devices that have no answer yet (`unknown_device`: before a
+device's first prediction, every device while a deployment starts). A store that lost its data
+shows as unknown devices too: `PrecastUnknownDeviceReads` (precast-api.rules.yml) watches that.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from typing import Any
 
 WINDOWS = ("5m", "30m", "1h", "6h", "3d")
 RECORD = "precast:slo_error_ratio:rate{w}"
+# Events, and bad events, a long window must hold before its error ratio may page or ticket.
+MIN_EVENTS = 100
+MIN_BAD = 10
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class Slo:
     objective: float  # share of good events
     summary: str
     error_ratio: str  # PromQL with {w} for the window
+    volume: str | None = None  # PromQL with {w}: events in the window (None: no minimum)
+    bad: str | None = None  # PromQL with {w}: bad events in the window (None: no minimum)
 
     @property
     def budget(self) -> float:
@@ -59,14 +71,23 @@ SLOS: tuple[Slo, ...] = (
         # prometheus_client writes bucket bounds as floats: le="1.0"
         '1 - (sum(rate(precast_worker_event_to_prediction_seconds_bucket{{le="1.0"}}[{w}]))'
         " / sum(rate(precast_worker_event_to_prediction_seconds_count[{w}])))",
+        "sum(increase(precast_worker_event_to_prediction_seconds_count[{w}]))",
+        "sum(increase(precast_worker_event_to_prediction_seconds_count[{w}]))"
+        ' - sum(increase(precast_worker_event_to_prediction_seconds_bucket{{le="1.0"}}[{w}]))',
     ),
     Slo(
         "hit_ratio",
         "Hit Ratio",
         0.999,
         "99.9 % of reads are answered from a precomputed prediction, not the fallback",
-        'sum(rate(precast_api_reads_total{{source="fallback"}}[{w}]))'
-        " / sum(rate(precast_api_reads_total[{w}]))",
+        # Fallbacks for a reason that means "no answer we should have had" over the reads of
+        # devices that have had one (reads of unknown devices are left out of both).
+        'sum(rate(precast_api_fallbacks_total{{reason!="unknown_device"}}[{w}]))'
+        " / (sum(rate(precast_api_reads_total[{w}]))"
+        ' - sum(rate(precast_api_fallbacks_total{{reason="unknown_device"}}[{w}])))',
+        "sum(increase(precast_api_reads_total[{w}]))"
+        ' - sum(increase(precast_api_fallbacks_total{{reason="unknown_device"}}[{w}]))',
+        'sum(increase(precast_api_fallbacks_total{{reason!="unknown_device"}}[{w}]))',
     ),
     Slo(
         "api_availability",
@@ -90,11 +111,17 @@ def recording_rules(slo: Slo) -> list[dict[str, Any]]:
 
 
 def _burn_expr(slo: Slo, burns: tuple[Burn, ...]) -> str:
-    parts = [
-        f"({slo.ratio(b.long)} > ({b.factor:g} * {slo.budget:g})"
-        f" and {slo.ratio(b.short)} > ({b.factor:g} * {slo.budget:g}))"
-        for b in burns
-    ]
+    parts = []
+    for b in burns:
+        enough = ""
+        if slo.volume is not None:
+            enough += f" and on() ({slo.volume.format(w=b.long)}) >= {MIN_EVENTS}"
+        if slo.bad is not None:
+            enough += f" and on() ({slo.bad.format(w=b.long)}) >= {MIN_BAD}"
+        parts.append(
+            f"({slo.ratio(b.long)} > ({b.factor:g} * {slo.budget:g})"
+            f" and {slo.ratio(b.short)} > ({b.factor:g} * {slo.budget:g}){enough})"
+        )
     return "\nor\n".join(parts)
 
 

@@ -104,11 +104,7 @@ def _series(slo: Slo, phases: list[tuple[float, int]]) -> list[dict[str, str]]:
             {"series": f"{m}_count", "values": _counter(total)},
         ]
     if slo.name == "hit_ratio":
-        m = "precast_api_reads_total"
-        return [
-            {"series": f'{m}{{source="fallback"}}', "values": _counter(bad)},
-            {"series": f'{m}{{source="precomputed"}}', "values": _counter(good)},
-        ]
+        return _reads(bad, good, [(0, n) for _, n in phases])
     # Availability from `up`: an error ratio e is e x R replicas down out of R, R the smallest
     # fleet where that is a whole number. Samples every 5 m here (see _interval).
     partial = [e for e, _ in phases if 0 < e < 1]
@@ -118,6 +114,131 @@ def _series(slo: Slo, phases: list[tuple[float, int]]) -> list[dict[str, str]]:
         vals = " ".join(f"{0 if i < round(e * replicas) else 1}x{n // 5}" for e, n in phases)
         out.append({"series": f'up{{job="precast-api",instance="r{i}"}}', "values": vals})
     return out
+
+
+def _reads(
+    expired: list[tuple[float, int]],
+    precomputed: list[tuple[float, int]],
+    unknown: list[tuple[float, int]],
+) -> list[dict[str, str]]:
+    """The read API's counters for phases of (per-minute rate, minutes): fallbacks of devices
+    that had an answer (expired), reads answered from a prediction, reads of unknown devices."""
+    fallback = [(e + u, n) for (e, n), (u, _) in zip(expired, unknown, strict=True)]
+    m, f = "precast_api_reads_total", "precast_api_fallbacks_total"
+    zero = [(0.0, n) for _, n in expired]
+    return [
+        {"series": f'{m}{{source="fallback"}}', "values": _counter(fallback)},
+        {"series": f'{m}{{source="precomputed"}}', "values": _counter(precomputed)},
+        {"series": f'{f}{{reason="expired"}}', "values": _counter(expired)},
+        {"series": f'{f}{{reason="unknown_device"}}', "values": _counter(unknown)},
+        {"series": f'{f}{{reason="purged"}}', "values": _counter(zero)},
+        {"series": f'{f}{{reason="store_unavailable"}}', "values": _counter(zero)},
+    ]
+
+
+QUIET = (
+    "PrecastHitRatioBudgetBurnFast",
+    "PrecastHitRatioBudgetBurnSlow",
+    "PrecastFallbackAnswers",
+    "PrecastUnknownDeviceReads",
+    "PrecastFreshnessBudgetBurnFast",
+    "PrecastFreshnessBudgetBurnSlow",
+)
+
+
+def test_a_healthy_start_stays_quiet_from_the_first_minute(tmp_path):
+    """The shape of a fresh demo: for 3 minutes every read finds no answer yet (the board is
+    open before the first predictions), then answers arrive and all is well; the workers'
+    first predictions are few. Nothing may fire or even be pending at any minute of it
+    (issue 39; the demo's own test checks the real thing)."""
+    reads = _reads(
+        expired=[(0.0, 3), (0.0, 27)],
+        precomputed=[(0.0, 3), (600.0, 27)],
+        unknown=[(600.0, 3), (6.0, 27)],
+    )
+    m = "precast_worker_event_to_prediction_seconds"
+    fresh = [
+        {"series": f'{m}_bucket{{le="1.0"}}', "values": _counter([(39, 2), (2_990, 28)])},
+        {"series": f"{m}_count", "values": _counter([(40, 2), (3_000, 28)])},
+    ]
+    _run_promtool(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": reads + fresh,
+                "alert_rule_test": [
+                    {"eval_time": f"{t}m", "alertname": name, "exp_alerts": []}
+                    for t in (1, 2, 3, 4, 5, 8, 12, 20, 29)
+                    for name in QUIET
+                ],
+            }
+        ],
+    )
+
+
+def test_a_store_that_lost_its_data_is_still_noticed(tmp_path):
+    """What the start-up rule leaves out cannot hide an outage: reads of devices that had
+    answers turning into reads of unknown devices (a flushed Redis) fire the unknown-device
+    alert, and expirations still burn the hit-ratio budget."""
+    reads = _reads(
+        expired=[(0.0, 60), (300.0, 60)],
+        precomputed=[(600.0, 60), (300.0, 60)],
+        unknown=[(0.0, 30), (600.0, 90)],
+    )
+    _run_promtool(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": reads,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "29m",
+                        "alertname": "PrecastUnknownDeviceReads",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": "80m",
+                        "alertname": "PrecastUnknownDeviceReads",
+                        "exp_alerts": [{"exp_labels": {"severity": "warning"}}],
+                    },
+                    {
+                        "eval_time": "70m",
+                        "alertname": "PrecastHitRatioBudgetBurnFast",
+                        "exp_alerts": [{"exp_labels": {"severity": "page", "slo": "hit_ratio"}}],
+                    },
+                ],
+            }
+        ],
+    )
+
+
+def test_a_handful_of_events_pages_nobody(tmp_path):
+    """Below 100 events in the long window a burn is no evidence: 10 reads a minute, half of
+    them expired, for 4 minutes (about 50 reads) pages nobody."""
+    reads = _reads(
+        expired=[(5.0, 4), (0.0, 6)],
+        precomputed=[(5.0, 4), (0.0, 6)],
+        unknown=[(0.0, 4), (0.0, 6)],
+    )
+    _run_promtool(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": reads,
+                "alert_rule_test": [
+                    {
+                        "eval_time": f"{t}m",
+                        "alertname": "PrecastHitRatioBudgetBurnFast",
+                        "exp_alerts": [],
+                    }
+                    for t in (2, 4, 6, 9)
+                ],
+            }
+        ],
+    )
 
 
 def _interval(slo: Slo) -> str:
