@@ -1,32 +1,21 @@
 """Kafka's own freshness floor on this machine: the freshness sweep's load and probes, with a
 relay that copies every record from the heartbeats topic to an answers topic in place of the
-worker, and a reader in place of the read API. No decoding, no model, no store, no HTTP: two
-Kafka hops and the CPU they need. Issue 27 asks the whole pipeline for p50 <= 5 ms and
-p99 <= 25 ms up to a quarter of the worker's capacity; if the floor alone misses that on a
-core, no worker or API design can meet it there (docs/workers.md, eighth stop).
-
-Per probe (a heartbeat-sized record, flushed at once):
-    produced   the probe's produce call (this process)
-    appended   the broker's append time of the probe (LogAppendTime, from its delivery report)
-    relayed    the broker's append time of its copy on the answers topic (LogAppendTime)
-    received   when the reader (a thread of this process, parked fetch) got the copy
+worker, and a reader in place of the read API (bench/support/parts/kafka_floor.py, shared with
+`python -m bench freshness`, which runs the floor beside the pipeline at each rate). Issue 27
+asks the whole pipeline for p50 <= 5 ms and p99 <= 25 ms up to a quarter of the worker's
+capacity; if the floor alone misses that on a core, no worker or API design can meet it there
+(docs/workers.md, eighth stop).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import threading
-import time
-from typing import Any
-
-import orjson
 
 from bench.support.harness import Context, Figure, Report, listener_pid, on_one_core, progress
-from bench.support.loads.fleet_load import LoadProcess
-from bench.support.parts.freshness_run import LOAD_STEP_S, log_append_catalog, pct
+from bench.support.parts.freshness_run import pct
+from bench.support.parts.kafka_floor import HOPS, Floor, quarter_rate
 from bench.support.parts.worker_run import worker_capacity
-from bench.support.procstat import cpu_s, wait_until_quiet
+from bench.support.procstat import wait_until_quiet
 
 NAME = "floor"
 DESCRIPTION = "freshness of Kafka alone (load, relay, reader) at the freshness sweep's rates"
@@ -37,133 +26,6 @@ SPARE_CPU = (
 )
 PARTITIONS = 6
 RATES = (1_000, 2_000, 5_000, 10_000)
-HOPS = (
-    ("producer -> broker", "produced", "appended"),
-    ("broker -> relay -> broker", "appended", "relayed"),
-    ("broker -> reader", "relayed", "received"),
-)
-
-
-def _relay_child(settings, src: str, dst: str, stop, ready) -> None:
-    """Copy `src` to `dst` as the worker's loop moves records: wake on the first record, take
-    what else is fetched, produce, commit every 200 ms without waiting."""
-    from precast.kafka import OFFSET_END, Consumer, Producer, TopicPartitionOffset
-
-    # linger 0, as the worker's predictions producer (workers.precompute.publish.delivery.LINGER_MS)
-    linger: dict[str, Any] = {"linger.ms": 0}
-    c, p = Consumer(settings, f"relay-{os.getpid()}"), Producer(settings, **linger)
-    c.assign([TopicPartitionOffset(src, q, OFFSET_END) for q in range(PARTITIONS)])
-    pos: dict[int, int] = {}
-    next_commit = time.monotonic() + 0.2
-    ready.set()
-    while not stop.is_set():
-        msgs = c.consume_available(5_000, 0.1)
-        if msgs:
-            p.produce_batch(dst, [m.key() or b"" for m in msgs], [m.value() or b"" for m in msgs])
-            p.poll(0)
-            for m in msgs:
-                pos[m.partition()] = m.offset() + 1
-        if time.monotonic() >= next_commit and pos:
-            c.commit([TopicPartitionOffset(src, q, o) for q, o in pos.items()], asynchronous=True)
-            next_commit = time.monotonic() + 0.2
-    p.flush(10)
-    c.close()
-
-
-class _Reader(threading.Thread):
-    def __init__(self, settings, topic: str, group: str) -> None:
-        from precast.kafka import OFFSET_END, Consumer, TopicPartitionOffset
-
-        super().__init__(name="floor-reader", daemon=True)
-        self.c = Consumer(settings, group)
-        self.c.assign([TopicPartitionOffset(topic, q, OFFSET_END) for q in range(PARTITIONS)])
-        self.seen: dict[bytes, tuple[float, float]] = {}  # probe key -> (received, relayed)
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for m in self.c.consume_available(5_000, 0.1):
-                key = m.key() or b""
-                if key.startswith(b"probe-"):
-                    self.seen.setdefault(key, (time.time() * 1000, float(m.timestamp()[1])))
-
-    def close(self) -> None:
-        self.stop.set()
-        self.join(5)
-        self.c.close()
-
-
-def _topics(ctx: Context, admin) -> tuple[str, str]:
-    """The freshness sweep's heartbeats and predictions topics (same settings, stamped by the
-    broker at append), as the relay's source and destination."""
-    from schemas.topics import catalog
-
-    topics = log_append_catalog(catalog(ctx.unique("floor") + ".", PARTITIONS))
-    admin.ensure_topics([topics.heartbeats, topics.predictions])
-    return topics.heartbeats.name, topics.predictions.name
-
-
-def _point(ctx: Context, src: str, dst: str, relay_pid, broker, rate: int, seconds: float, n: int):
-    from precast.kafka import Producer
-
-    reader = _Reader(ctx.kafka_settings(), dst, ctx.unique("floor-r"))
-    reader.start()
-    reports: dict[str, Any] = {"delivery.report.only.error": False}
-    producer = Producer(ctx.kafka_settings(), **reports)
-    producer.produce(src, b"warmup", b"{}")
-    producer.flush(10)
-    load = LoadProcess(
-        ctx.kafka_settings(), src, rate=rate, seconds=seconds + 4, step_s=LOAD_STEP_S
-    )
-    load.start()
-    time.sleep(3)
-    pids = {"relay": relay_pid, "load": load.pid, "broker": broker, "bench": os.getpid()}
-    cpu0, t0 = {k: cpu_s(v) for k, v in pids.items()}, time.monotonic()
-    body = orjson.dumps({"device_id": "probe", "pad": "x" * 400})
-    probes: dict[bytes, list[float]] = {}
-    for i in range(n):
-        key = f"probe-{rate}-{i:04d}".encode()
-        rec = probes[key] = [time.time() * 1000, float("nan")]
-
-        def delivered(err, msg, rec=rec) -> None:
-            if err is None:
-                rec[1] = float(msg.timestamp()[1])
-
-        producer.produce(src, key, body, on_delivery=delivered)
-        producer.flush(5)
-        time.sleep(max(0.0, seconds / n - (time.time() * 1000 - rec[0]) / 1000))
-    el = time.monotonic() - t0
-    cpu1 = {k: cpu_s(v) for k, v in pids.items()}
-    load.stop.set()
-    sent = load.join(seconds + 60)
-    time.sleep(0.5)  # the last probes' copies
-    reader.close()
-    hops = split_hops(probes, reader.seen)
-    events = max(1.0, min(rate, sent / (seconds + 4)) * el)
-    return {
-        "rate": rate,
-        "achieved": sent / (seconds + 4),
-        "hops": hops,
-        "n": n,
-        "cpu": {k: 1e6 * (cpu1[k] - cpu0[k]) / events for k in pids},
-    }
-
-
-def split_hops(
-    probes: dict[bytes, list[float]], seen: dict[bytes, tuple[float, float]]
-) -> dict[str, list[float]]:
-    """ms per hop and end to end ("e2e") of every probe the reader saw: `probes` maps a key to
-    (produced, appended), `seen` to (received, relayed)."""
-    hops: dict[str, list[float]] = {"e2e": [], **{h: [] for h, _, _ in HOPS}}
-    for key, (produced, appended) in probes.items():
-        got = seen.get(key)
-        if got is None:
-            continue
-        at = {"produced": produced, "appended": appended, "received": got[0], "relayed": got[1]}
-        hops["e2e"].append(got[0] - produced)
-        for h, a, b in HOPS:
-            hops[h].append(at[b] - at[a])
-    return hops
 
 
 def _mode(ctx: Context, admin, one_core: bool, seconds: float, n: int) -> dict:
@@ -171,33 +33,23 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n: int) -> dict:
     with on_one_core(ctx.bootstrap_servers, enabled=one_core):
         progress(f"floor [{tag}]: worker capacity over a backlog (for the quarter point)")
         capacity = worker_capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
-        quarter = int(capacity / 4 // 500 * 500)
-        src, dst = _topics(ctx, admin)
+        quarter = quarter_rate(capacity)
         broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
         wait_until_quiet(broker)
-        mp = multiprocessing.get_context("spawn")
-        stop, ready = mp.Event(), mp.Event()
-        relay = mp.Process(
-            target=_relay_child, args=(ctx.kafka_settings(), src, dst, stop, ready), daemon=True
-        )
-        relay.start()
+        floor = Floor(ctx, admin, PARTITIONS, broker)
         points = []
         try:
-            if not ready.wait(60):
-                raise RuntimeError("the relay did not start")
             progress(f"floor [{tag}]: 30 s of load at 2,000/s first (the broker's JIT)")
-            _point(ctx, src, dst, relay.pid, broker, 2_000, 30 if not ctx.quick else 5, 10)
+            floor.point(2_000, 30 if not ctx.quick else 5, 10)
             for rate in sorted({*RATES, quarter}):
-                pt = _point(ctx, src, dst, relay.pid, broker, rate, seconds, n)
+                pt = floor.point(rate, seconds, n)
                 points.append(pt)
                 progress(
                     f"floor [{tag}] {rate:,}/s: p50 {pct(pt['hops']['e2e'], 50):.2f} ms, "
                     f"p99 {pct(pt['hops']['e2e'], 99):.2f} ms"
                 )
         finally:
-            stop.set()
-            relay.join(30)
-            admin.delete_topics([src, dst])
+            floor.close()
     return {"tag": tag, "capacity": capacity, "quarter": quarter, "points": points}
 
 

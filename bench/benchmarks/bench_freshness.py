@@ -9,6 +9,12 @@ heartbeats/s and a quarter of that capacity. Every point reports each answer's t
 core: this process, the worker, the API, the load and the broker all pinned to CPU 0 (taskset;
 PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). The goal (issue 27): p50 <= 5 ms and
 p99 <= 25 ms at every rate up to a quarter of the capacity, on both.
+
+At each rate Kafka's own floor (bench/support/parts/kafka_floor.py, what `python -m bench floor`
+measures: the same load, a relay in place of the worker, a reader in place of the API) runs right
+after the pipeline's point, so how far the pipeline sits above the floor (issue 39,
+`freshness_vs_floor_p50` / `_p99` at the quarter point) is a ratio within one run, not of two
+runs on a noisy machine.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from bench.support.parts.freshness_run import (
     log_append_catalog,
     pct,
 )
+from bench.support.parts.kafka_floor import HOPS as FLOOR_HOPS
+from bench.support.parts.kafka_floor import Floor, quarter_rate, ratio, ratios_at
 from bench.support.parts.worker_run import worker_capacity
 from bench.support.procstat import thread_cpu_s, wait_until_quiet
 
@@ -60,7 +68,7 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
     with on_one_core(ctx.bootstrap_servers, enabled=one_core) as pin_broker:
         progress(f"freshness [{tag}]: worker capacity over a backlog")
         capacity = worker_capacity(ctx, admin, 20_000 if ctx.quick else 100_000)
-        quarter = int(capacity / 4 // 500 * 500)
+        quarter = quarter_rate(capacity)
         asked = os.environ.get(RATES_ENV) if ctx.quick else None
         rates = sorted({*(int(r) for r in asked.split(","))} if asked else {*RATES, quarter})
         topics = log_append_catalog(catalog(ctx.unique("fresh") + ".", PARTITIONS))
@@ -70,11 +78,16 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         # at the first point of a sweep, measured): the sweep starts once it is quiet.
         wait_until_quiet(broker)
         pipe = Pipeline(ctx, topics, PARTITIONS, broker)
+        floor = Floor(ctx, admin, PARTITIONS, broker)
         points: list[Point] = []
+        floors: dict[int, dict] = {}
         introduced = 0.0
         try:
             pipe.start()
             introduced = _introduce_fleet(ctx, tag, topics, broker)
+            # The relay's and the reader's first fetches and metadata, not the floor's.
+            floor.point(INTRODUCE_RATE, 2.0, 5)
+            time.sleep(1)
             for rate in rates:
                 progress(
                     f"freshness [{tag}]: {rate:,} heartbeats/s for {seconds:.0f}s, "
@@ -87,7 +100,15 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
                     f"p99 {pct(pt.e2e(), 99):.1f} ms"
                 )
                 time.sleep(1)  # what the load left behind drains
+                floors[rate] = fl = floor.point(rate, seconds, n_probes)
+                progress(
+                    f"freshness [{tag}] {rate:,}/s, Kafka floor: "
+                    f"p50 {pct(fl['hops']['e2e'], 50):.1f} ms, "
+                    f"p99 {pct(fl['hops']['e2e'], 99):.1f} ms"
+                )
+                time.sleep(1)
         finally:
+            floor.close()
             pipe.close()
             admin.delete_topics([t.name for t in topics])
     return {
@@ -95,6 +116,7 @@ def _mode(ctx: Context, admin, one_core: bool, seconds: float, n_probes: int) ->
         "capacity": capacity,
         "quarter": quarter,
         "points": points,
+        "floors": floors,
         "broker_pinned": pin_broker,
         "introduced_s": introduced,
     }
@@ -194,6 +216,31 @@ def _rows(mode: dict) -> list[list]:
                 f"{cpu}; worker batches {pt.batches_per_s:,.0f}/s of {pt.mean_batch:.1f}",
             ]
         )
+        fl = mode["floors"].get(pt.rate)
+        if fl is not None:
+            rows += _floor_rows(head, pt, fl)
+    return rows
+
+
+def _floor_rows(head: str, pt: Point, fl: dict) -> list[list]:
+    """The Kafka floor measured right after the pipeline's point at the same rate."""
+    e2e = fl["hops"]["e2e"]
+    cpu = ", ".join(f"{k} {v:.0f}" for k, v in fl["cpu"].items())
+    rows = [
+        [
+            f"{head}: Kafka floor, produce -> reader (relay, reader)",
+            f"{len(e2e)}/{fl['n']}",
+            pct(e2e, 50),
+            pct(e2e, 99),
+            f"pipeline / floor: p50 {ratio(pt.e2e(), e2e, 50):.2f}, p99 "
+            f"{ratio(pt.e2e(), e2e, 99):.2f}; achieved {fl['achieved']:,.0f}/s; "
+            f"CPU per event (us): {cpu}",
+        ]
+    ]
+    rows += [
+        [f"  floor: {h}", len(fl["hops"][h]), pct(fl["hops"][h], 50), pct(fl["hops"][h], 99), ""]
+        for h, _, _ in FLOOR_HOPS
+    ]
     return rows
 
 
@@ -246,6 +293,26 @@ def _figures(mode: dict) -> list[Figure]:
             f"rates {', '.join(f'{p.rate:,}' for p in mode['points'])}, {where}",
         ),
     ]
+    floor_e2e = {r: fl["hops"]["e2e"] for r, fl in mode["floors"].items()}
+    ratios = ratios_at({p.rate: p.e2e() for p in mode["points"]}, floor_e2e, mode["quarter"])
+    if ratios is not None:
+        fq = floor_e2e[quarter.rate]
+        fcond = (
+            f"pipeline event -> readable over Kafka's floor (load, relay, reader: `bench floor`) "
+            f"at {quarter.rate:,} heartbeats/s, both in this run, the floor right after the "
+            f"pipeline's point; floor p50 {pct(fq, 50):.2f} / p99 "
+            f"{pct(fq, 99):.2f} ms over {len(fq)} probes; {where}"
+        )
+        out += [
+            Figure(
+                f"freshness_vs_floor_p{q}{suffix}",
+                round(ratios[f"p{q}"], 2),
+                "x",
+                "reported (pipeline / floor, same run)",
+                fcond,
+            )
+            for q in (50, 99)
+        ]
     ten = next((p for p in mode["points"] if p.rate == 10_000), None)
     if ten is not None and not one:  # the names issue 12 recorded, at 10k events/s
         c10 = f"10,000 heartbeats/s, {where}, otherwise as above"
@@ -296,6 +363,12 @@ def run(ctx: Context) -> Report:
             "its prediction (LogAppendTime on both topics), the worker's batch start "
             "(produced_at_ms) and the materializer's receive time (Server-Timing): ms clocks, "
             "so a hop's sub-millisecond part is rounded.",
+            "Kafka floor: at each rate, right after the pipeline's point, the same load into a "
+            "topic of its own, a relay process copying every record to a second topic as the "
+            "worker's loop would, and a reader thread here with a fetch parked on it "
+            "(`python -m bench floor`'s code); the worker and the API are idle meanwhile, the "
+            "relay idle during the pipeline's point. freshness_vs_floor_p50 / _p99 = the "
+            "pipeline's event -> readable percentile over the floor's produce -> reader one.",
             "CPU per event: user + system CPU of each process over the point / events sent; "
             "bench = this process (probe, poller, event stream, predictions reader); broker = "
             "the stack's broker (shared with anything else running).",

@@ -3,7 +3,7 @@ summing to its end-to-end time, and a probe the reader never saw left out, not c
 
 import pytest
 
-from bench.benchmarks.bench_floor import HOPS, split_hops
+from bench.support.parts.kafka_floor import HOPS, split_hops
 
 
 def test_each_hop_is_measured_between_its_own_two_clocks():
