@@ -8,7 +8,10 @@ only then mirrored to the compacted checkpoints topic.
 A record whose value cannot be read still gets its leaf (`invalid`, precast.audit.leaf), counted
 through `precast.guard` (`precast_records_rejected_total{reader="auditor"}`, a bounded log
 line); the loop runs under `precast.supervise`: a failure restarts it from the log's own
-positions (counted), one that keeps failing turns health false and ends the process."""
+positions (counted), one that keeps failing turns health false and ends the process.
+
+With tracing on, each leaf batch is an `append` span linked to its records' traces (the first
+sampled one its parent: the answer's trace then shows where it was logged)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from precast.audit.store import LogStore
 from precast.guard import Guard
 from precast.kafka import OFFSET_BEGINNING, Consumer, KafkaMessage, Producer, TopicPartitionOffset
 from precast.supervise import Supervised
+from precast.telemetry.trace_links import record_contexts
+from precast.telemetry.tracing import Tracing
 
 log = logging.getLogger("auditor.appender")
 
@@ -49,7 +54,9 @@ class Appender:
         batch: int = 5_000,
         on_checkpoint: LagHook | None = None,
         supervised: Supervised | None = None,  # its restart policy (tests pass their own)
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()
         self.store, self.signer, self.consumer, self.producer = store, signer, consumer, producer
         self.topic, self.checkpoint_topic, self.partitions = topic, checkpoint_topic, partitions
         self.interval_s, self.batch, self.on_checkpoint = interval_s, batch, on_checkpoint
@@ -121,6 +128,18 @@ class Appender:
         fresh = [m for m in msgs if m.offset() >= offsets.get(m.partition(), -1)]
         if not fresh:
             return
+        if self.tracing.enabled:
+            ctx = record_contexts(fresh, "auditor")
+            attributes = {"precast.leaves": len(fresh), "precast.links": len(ctx.links)}
+            with self.tracing.span(
+                "append", parent=ctx.parent, links=ctx.links, attributes=attributes
+            ):
+                self._append(fresh, started)
+        else:
+            self._append(fresh, started)
+
+    def _append(self, fresh: list[KafkaMessage], started: float) -> None:
+        offsets = self.offsets
         topic = self.topic
         batch = prepare(topic, fresh, self.tree, self.guard.reject)
         self.store.append(batch.rows, batch.tree, batch.nodes, batch.ends)

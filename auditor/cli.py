@@ -22,6 +22,7 @@ from precast.kafka.access import connect_as
 from precast.presence import Presence
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
+from precast.telemetry.tracing import Tracing, start_tracing
 
 
 @dataclass
@@ -32,7 +33,8 @@ class Built:
     reader: LogStore
 
 
-def build(settings: AuditorSettings, partitions: int) -> Built:
+def build(settings: AuditorSettings, partitions: int, tracing: Tracing | None = None) -> Built:
+    """`tracing`: the process's tracer (`run` starts it from `settings.tracing`)."""
     opts = settings.audit
     topics = settings.topics.catalog()
     try:
@@ -71,6 +73,7 @@ def build(settings: AuditorSettings, partitions: int) -> Built:
         partitions=partitions,
         interval_s=opts.checkpoint_interval_s,
         batch=opts.consume_batch,
+        tracing=tracing,
     )
 
     def health() -> tuple[bool, dict[str, Any]]:
@@ -105,7 +108,8 @@ def run(settings: AuditorSettings) -> int:
         if needed not in existing:
             raise TopicContractError(f"topic {needed} does not exist (run `precast topics ensure`)")
     partitions = existing[topics.predictions.name]
-    built = build(settings, partitions)
+    tracing = start_tracing(settings.tracing, "precast-auditor")
+    built = build(settings, partitions, tracing)
     thread = threading.Thread(target=built.appender.run, name="audit-appender", daemon=True)
     thread.start()
     # It assigns itself the predictions partitions: the guard sees it only through this.
@@ -138,6 +142,7 @@ def run(settings: AuditorSettings) -> int:
         built.reader.close()  # first: the appender's connection, closed last, folds the WAL back
         built.appender.stop()
         thread.join(timeout=15)
+        tracing.shutdown()  # exports the spans still queued
     if thread.is_alive():
         print("precast-auditor: the append loop did not stop within 15 s", file=sys.stderr)
         return 1

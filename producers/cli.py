@@ -22,6 +22,7 @@ from precast.kafka.access import connect_as
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.endpoints import ProbeServer
+from precast.telemetry.tracing import start_tracing
 from producers.badrecords import BadRecord
 from producers.pacing import RateLimiter
 from producers.publisher import ROLE_BY_EVENT_KIND, EventPublisher
@@ -78,7 +79,8 @@ def run(settings: SimulatorSettings) -> int:
     connect_as(settings, "simulator")  # one line for a refused password or ACL
     topics = settings.topics.catalog()
     producer = Producer(settings.kafka)
-    publisher = EventPublisher(producer, topics)
+    tracing = start_tracing(settings.tracing, "precast-simulator")
+    publisher = EventPublisher(producer, topics, tracing=tracing)
     fleet = make_fleet(opts, settings.fleet.spec)
     probe = (
         ProbeServer(settings.metrics.host, settings.metrics.port).start()
@@ -141,7 +143,10 @@ def run(settings: SimulatorSettings) -> int:
             ):
                 break
     finally:
-        publisher.close(timeout=60.0)  # flush on shutdown; raises if anything was not delivered
+        try:
+            publisher.close(timeout=60.0)  # flush on shutdown; raises if any was not delivered
+        finally:
+            tracing.shutdown()  # exports the spans still queued
         if probe:
             probe.stop()
     elapsed = time.monotonic() - started

@@ -5,6 +5,11 @@ idempotent (`enable.idempotence`, `acks=all`), murmur2 partitioning, bounded loc
 backpressure (a full queue makes `publish` wait; nothing is dropped), failed deliveries counted
 in a metric and raised by `flush()`. This layer adds the per-event parts: JSON encoding, the
 `event_id` and W3C `traceparent` headers, topic choice by event kind, and flush on close.
+
+With tracing on (`precast.telemetry.tracing`), each event is published inside a `publish` span
+and the record's `traceparent` is that span's context, so the worker's batch, the context
+aggregator's fold and everything after them continue the event's trace; off, the header is a
+fresh random context as it always was.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 import orjson
 
 from precast.kafka import Producer
+from precast.telemetry.tracing import Tracing, checked
 from schemas.topics import Topics
 
 H_EVENT_ID = "event_id"
@@ -40,9 +46,15 @@ class EventPublisher:
     variant). Use as a context manager, or call `close()`: both flush before returning."""
 
     def __init__(
-        self, producer: Producer, topics: Topics, *, trace_seed: int | None = None
+        self,
+        producer: Producer,
+        topics: Topics,
+        *,
+        trace_seed: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.producer = producer
+        self.tracing = tracing or Tracing.off()
         self._roles = {role: getattr(topics, role).name for role in ROLE_BY_EVENT_KIND.values()}
         self._topic_of = {kind: self._roles[role] for kind, role in ROLE_BY_EVENT_KIND.items()}
         self._trace = TraceIds(trace_seed).new
@@ -56,7 +68,22 @@ class EventPublisher:
         topic = self._roles[role] if role is not None else self._topic_of[event["kind"]]
         device = getattr(event, "device_id", None) or event["device_id"]
         event_id = getattr(event, "event_id", None) or event.get("event_id")
-        headers = [(H_TRACEPARENT, traceparent or self._trace())]
+        if self.tracing.enabled:
+            parent = checked(traceparent, "producer") if traceparent is not None else None
+            attributes = {"messaging.destination.name": topic, "precast.device": device}
+            with self.tracing.span(
+                "publish", parent=parent, kind="producer", attributes=attributes
+            ):
+                # a sampled-out span still has a valid context: the header is never left empty
+                header = self.tracing.header() or traceparent or self._trace()
+                self._send(topic, device, event, event_id, header)
+        else:
+            self._send(topic, device, event, event_id, traceparent or self._trace())
+
+    def _send(
+        self, topic: str, device: str, event: dict[str, Any], event_id: Any, traceparent: bytes
+    ) -> None:
+        headers = [(H_TRACEPARENT, traceparent)]
         if event_id is not None:
             headers.insert(0, (H_EVENT_ID, str(event_id).encode()))
         self.producer.produce(topic, device.encode(), orjson.dumps(event), headers)

@@ -11,6 +11,9 @@ the contract go to the dead-letter topic (faust flushes its producer before it c
 Why no faust windowed table: the features count alarms in the *sliding* hour before the
 prediction's event time, computed from the bounded per-device alarm list in the snapshot;
 faust windows are tumbling/hopping and would keep a second copy of the same facts.
+
+With tracing on, each event folded is a `fold` span whose parent is the event's `traceparent`
+(the producer's publish span): the event's trace goes on through the aggregator.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from prometheus_client import Counter, Gauge
@@ -31,6 +35,7 @@ from precast.kafka import Admin, Record
 from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.endpoints import start_probe
+from precast.telemetry.tracing import TRACEPARENT, Tracing, checked, start_tracing
 from schemas.deadletters import Reason
 from schemas.topics import TopicSpec
 from schemas.validation import Rejected, Validator
@@ -47,11 +52,15 @@ SNAPSHOTS = Counter("precast_context_snapshots_total", "context snapshots publis
 DEVICES = Gauge("precast_context_devices", "devices with context on this instance")
 
 
-def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
-    """The faust app and its state (for probes). Import faust lazily: the worker never needs it."""
+def build_app(
+    settings: ContextSettings, tracing: Tracing | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The faust app and its state (for probes). Import faust lazily: the worker never needs it.
+    `tracing`: the process's tracer (`run` starts it from `settings.tracing`); off when absent."""
     import faust
     from faust.tables.manager import TableManager
 
+    tracing = tracing or Tracing.off()
     t = settings.topics
     topics = t.catalog()
     c = settings.context
@@ -116,7 +125,10 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
             return
         snap = snapshot.to_json(model, ctx, int(time.time() * 1000))
         table[device] = snap.decode()
-        await out.send(key=device.encode(), value=snap)
+        # the fold span's context (None when tracing is off): the worker's batch links to it
+        header = tracing.header()
+        headers = [(TRACEPARENT, header)] if header is not None else None
+        await out.send(key=device.encode(), value=snap, headers=headers)
         SNAPSHOTS.inc()
         EVENTS.labels(record.topic(), "applied").inc()
 
@@ -137,9 +149,11 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
             reason = guard.reject(exc, record, dead_letter=False)
             await dead_letter(record, reason, classify(exc)[1])
 
+    traced = fold_span(tracing, guarded)
+
     async def consume(stream: Any) -> None:
         async for event in stream.events():
-            await guarded(event)
+            await traced(event)
 
     for role in streams:  # one agent per context stream the fleet spec declares
         app.agent(raw_topic(getattr(topics, role).name), name=role.replace("_", "-"))(consume)
@@ -157,6 +171,24 @@ def build_app(settings: ContextSettings) -> tuple[Any, dict[str, Any]]:
         DEVICES.set(len(table))
 
     return app, state
+
+
+def fold_span(tracing: Tracing, fold: Callable[[Any], Awaitable[None]]) -> Any:
+    """`fold`, inside a `fold` span continuing the event's trace when tracing is on."""
+    if not tracing.enabled:
+        return fold
+
+    async def traced(event: Any) -> None:
+        headers = event.message.headers or []
+        value = next((v for k, v in headers if k == TRACEPARENT), None)
+        if value is not None and not isinstance(value, bytes | str):
+            value = bytes(value)
+        attributes = {"messaging.source.name": str(event.message.topic)}
+        parent = checked(value, "context")
+        with tracing.span("fold", parent=parent, kind="consumer", attributes=attributes):
+            await fold(event)
+
+    return traced
 
 
 def to_record(event: Any) -> Record:
@@ -220,7 +252,8 @@ def run(settings: ContextSettings) -> int:
     import faust
 
     preflight(settings)
-    app, state = build_app(settings)
+    tracing = start_tracing(settings.tracing, "precast-context")
+    app, state = build_app(settings, tracing)
     prepare_topics(settings, app)
 
     def health() -> tuple[bool, dict]:
@@ -255,6 +288,7 @@ def run(settings: ContextSettings) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
+        tracing.shutdown()  # exports the spans still queued
         if probe:
             probe.stop()
     return 0

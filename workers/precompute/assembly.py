@@ -12,6 +12,7 @@ from typing import Any
 from precast.fleet import Fleet
 from precast.kafka import Consumer, KafkaMessage, TopicPartitionOffset
 from precast.settings import KafkaSettings
+from precast.telemetry.tracing import Tracing
 from schemas.deadletters import Reason
 from schemas.topics import Topics
 from workers.model.registry import ModelRegistry
@@ -38,6 +39,7 @@ class LoopParts:
     cfg: LoopConfig
     clock: Clock
     rebalancer: Rebalancer
+    tracing: Tracing
 
 
 def prediction_output(parts: LoopParts) -> Output:
@@ -52,6 +54,7 @@ def prediction_output(parts: LoopParts) -> Output:
         parts.cfg,
         parts.clock,
         rewind=parts.rebalancer.rewind,
+        tracing=parts.tracing,
     )
 
 
@@ -69,8 +72,10 @@ def assemble(
     make_output: Callable[[LoopParts], Output] = prediction_output,
     wrap_consumer: Callable[[Consumer], Any] | None = None,
     reader: str = "worker",
+    tracing: Tracing | None = None,
 ) -> Worker:
     cfg = cfg or LoopConfig()
+    tracing = tracing or Tracing.off()
     sink: AtLeastOnce | ExactlyOnce = (
         ExactlyOnce(
             kafka,
@@ -111,7 +116,9 @@ def assemble(
         membership,
         restorer if cfg.worker_state else None,
     )
-    output = make_output(LoopParts(pipe, registry, sink, consumer, topics, cfg, clock, rebalancer))
+    output = make_output(
+        LoopParts(pipe, registry, sink, consumer, topics, cfg, clock, rebalancer, tracing)
+    )
     leases = LeasePublisher(pipe.lease_book, sink, topics.predictions.name)
     return Worker(
         consumer,
@@ -127,4 +134,5 @@ def assemble(
         clock=clock,
         assignment=assignment,
         stop_at=stop_at,
+        tracing=tracing,
     )

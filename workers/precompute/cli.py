@@ -26,6 +26,7 @@ from precast.runtime import OneLineParser, run_cli, setup_logging
 from precast.settings import load
 from precast.telemetry.endpoints import start_probe
 from precast.telemetry.heap import register_heap_metrics
+from precast.telemetry.tracing import Tracing, start_tracing
 from workers.model.inference import ModelSession
 from workers.model.registry import ModelRegistry
 from workers.precompute.assembly import LoopParts, assemble, prediction_output
@@ -45,9 +46,11 @@ def build(
     make_output: Callable[[LoopParts], Output] = prediction_output,
     wrap_consumer: Callable[[Consumer], Any] | None = None,
     reader: str = "worker",
+    tracing: Tracing | None = None,
 ) -> Worker:
     """The worker a settings object describes (also used by tests, benchmarks, and the shadow
-    run, which passes its own output, clock and consumer wrapper)."""
+    run, which passes its own output, clock and consumer wrapper). `tracing`: the process's
+    tracer (`run` starts it from `settings.tracing`); off when not given."""
     m, w = settings.model, settings.worker
     fleet = load_fleet(settings.fleet.spec)
     load_model = partial(
@@ -82,6 +85,7 @@ def build(
         make_output=make_output,
         wrap_consumer=wrap_consumer,
         reader=reader,
+        tracing=tracing,
     )
 
 
@@ -91,7 +95,8 @@ def _load_model(path: Path, **kw: Any) -> ModelSession:
 
 def run(settings: WorkerSettings) -> int:
     connect_as(settings, "worker")  # one line for a refused password or ACL
-    worker = build(settings)
+    tracing = start_tracing(settings.tracing, "precast-worker")
+    worker = build(settings, tracing=tracing)
 
     def health() -> tuple[bool, dict]:
         stalled = time.monotonic() - worker.last_loop
@@ -128,6 +133,7 @@ def run(settings: WorkerSettings) -> int:
         worker.run()  # returns after everything consumed is predicted, flushed and committed
     finally:
         worker.close()
+        tracing.shutdown()  # exports the spans still queued
         if probe:
             probe.stop()
     print(f"precast-worker: stopped after {worker.batches} batches", file=sys.stderr, flush=True)

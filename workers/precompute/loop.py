@@ -21,6 +21,7 @@ import time
 from operator import methodcaller
 
 from precast.kafka import Consumer, TopicPartitionOffset
+from precast.telemetry.tracing import Tracing
 from workers.model.registry import ModelRegistry
 from workers.precompute import metrics, outputs
 from workers.precompute.config import LoopConfig
@@ -81,7 +82,9 @@ class Worker:
         clock: Clock = wall_ms,
         assignment: list[TopicPartitionOffset] | None = None,
         stop_at: dict[tuple[str, int], int] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()
         self.consumer, self.sources, self.pipeline, self.registry = (
             consumer,
             sources,
@@ -176,7 +179,12 @@ class Worker:
         if self.stop_at and msgs:
             msgs = self._within_range(msgs)
         if msgs:
-            p.ingest(msgs, now_ms, mono)
+            if self.tracing.enabled:  # a `consume` span per poll that brought records
+                attributes = {"messaging.batch.message_count": len(msgs)}
+                with self.tracing.span("consume", kind="consumer", attributes=attributes):
+                    p.ingest(msgs, now_ms, mono)
+            else:
+                p.ingest(msgs, now_ms, mono)
         if self.membership.restoring:
             self.rebalancer.check_restored()
         p.release_deferred(now_ms, mono)

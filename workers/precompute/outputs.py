@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from precast.kafka import Consumer, KafkaMessage, TopicPartitionOffset
+from precast.telemetry.trace_links import record_contexts
+from precast.telemetry.tracing import Tracing
 from schemas.deadletters import Reason
 from workers.model.registry import ModelRegistry
 from workers.model.serving_metrics import MODEL_FAILURES
@@ -64,7 +66,10 @@ def drain(pipeline: Pipeline, registry: ModelRegistry, clock: Clock, run: RunBat
 class PredictionOutput:
     """The worker's output. Given the pipeline, the registry, the delivery sink, the consumer
     (commits go through it), the predictions and worker-state topics, the loop's settings, its
-    clock, and what to do when a transaction aborted (`rewind`: back to the committed offsets)."""
+    clock, and what to do when a transaction aborted (`rewind`: back to the committed offsets).
+    With tracing on, each batch is a `batch` span (linked to every input's trace, the first
+    sampled input its parent) with `inference` and `produce` children, and every prediction it
+    publishes carries the batch span's `traceparent` for the materializer to continue."""
 
     def __init__(
         self,
@@ -77,7 +82,9 @@ class PredictionOutput:
         cfg: LoopConfig,
         clock: Clock,
         rewind: Callable[[], None],
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing.off()
         self.pipeline, self.registry, self.sink, self.consumer = pipeline, registry, sink, consumer
         self.predictions_topic, self.state_topic = predictions_topic, state_topic
         self.cfg, self.clock, self._rewind = cfg, clock, rewind
@@ -99,13 +106,36 @@ class PredictionOutput:
         items = self.pipeline.with_data(items)
         if not items:
             return True
+        if self.tracing.enabled:  # when off, this check is all tracing costs a batch
+            return self._traced_batch(items, delay, latency)
+        return self._run_batch(items, delay, latency, None)
+
+    def _traced_batch(self, items: list[Pending], delay: float, latency: bool) -> bool:
+        ctx = record_contexts((m for it in items for m, _ in it.refs), "worker")
+        attributes = {
+            "precast.batch.items": len(items),
+            "precast.batch.inputs": ctx.valid,
+            "precast.batch.links": len(ctx.links),
+        }
+        with self.tracing.span("batch", parent=ctx.parent, links=ctx.links, attributes=attributes):
+            return self._run_batch(items, delay, latency, self.tracing.header())
+
+    def _run_batch(
+        self, items: list[Pending], delay: float, latency: bool, traceparent: bytes | None
+    ) -> bool:
+        """`traceparent`: the batch span's, written on each prediction (None: tracing off)."""
+        tracing = self.tracing
         model = self.registry.current  # one model for the whole batch
         now_ms = self.clock()
         result: BatchResult | None = None
         for attempt in (1, 2):
             t0 = time.perf_counter()
             try:
-                result = self.pipeline.compute(items, model, now_ms)
+                if traceparent is None:
+                    result = self.pipeline.compute(items, model, now_ms)
+                else:
+                    with tracing.span("inference", attributes={"precast.model": model.version}):
+                        result = self.pipeline.compute(items, model, now_ms)
                 break
             except Exception as exc:  # noqa: BLE001 - any model failure is handled the same way
                 MODEL_FAILURES.labels(model.version).inc()
@@ -125,14 +155,11 @@ class PredictionOutput:
                     self.reject(m, Reason.MODEL_FAILURE, error)
             return False
         t0 = time.perf_counter()
-        self.sink.produce(self.predictions_topic, result.out.keys, result.out.values)
-        self.pipeline.mark_predicted(result, now_ms)
-        if self.write_state:
-            state = self.pipeline.state_records(result)
-            if self.sink.exactly_once:  # in the same transaction as the predictions
-                self.sink.produce(self.state_topic, result.out.keys, state)
-            else:  # at the commit, after the predictions are acknowledged (see _flush_state)
-                self._state.update(zip(result.out.keys, state, strict=True))
+        if traceparent is None:
+            self._produce(result, now_ms, None)
+        else:
+            with tracing.span("produce", kind="producer"):
+                self._produce(result, now_ms, traceparent)
         metrics.STAGE["produce"].inc(time.perf_counter() - t0)
         self.batches += 1
         metrics.BATCH_SIZE.observe(len(items))
@@ -141,6 +168,20 @@ class PredictionOutput:
         if latency:
             metrics.observe_many(metrics.LATENCY, (now_ms - result.computed_at) / 1000.0)
         return True
+
+    def _produce(self, result: BatchResult, now_ms: int, traceparent: bytes | None) -> None:
+        keys = result.out.keys
+        if traceparent is None:
+            self.sink.produce(self.predictions_topic, keys, result.out.values)
+        else:
+            self.sink.produce(self.predictions_topic, keys, result.out.values, traceparent)
+        self.pipeline.mark_predicted(result, now_ms)
+        if self.write_state:
+            state = self.pipeline.state_records(result)
+            if self.sink.exactly_once:  # in the same transaction as the predictions
+                self.sink.produce(self.state_topic, keys, state)
+            else:  # at the commit, after the predictions are acknowledged (see _flush_state)
+                self._state.update(zip(keys, state, strict=True))
 
     def reject(self, msg: KafkaMessage, reason: Reason, detail: str) -> None:
         self.sink.dead_letter(msg, reason, detail)

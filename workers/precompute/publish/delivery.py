@@ -85,8 +85,14 @@ class AtLeastOnce:
     def begin(self) -> None:
         return None
 
-    def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
-        self.producer.produce_batch(topic, keys, values)
+    def produce(
+        self, topic: str, keys: list[bytes], values: list[bytes], traceparent: bytes | None = None
+    ) -> None:
+        """`traceparent`: the same W3C header on every record (the batch span's)."""
+        if traceparent is None:
+            self.producer.produce_batch(topic, keys, values)
+        else:
+            traced(self.producer, topic, keys, values, traceparent)
 
     def produce_to(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         """To a named partition (a validity lease goes to the partition it covers)."""
@@ -187,10 +193,15 @@ class ExactlyOnce:
             self._open, self._dirty = True, False
             TXN_RECORDS.set(0)
 
-    def produce(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+    def produce(
+        self, topic: str, keys: list[bytes], values: list[bytes], traceparent: bytes | None = None
+    ) -> None:
         self.begin()
         self._dirty = True
-        self.producer.produce_batch(topic, keys, values)
+        if traceparent is None:
+            self.producer.produce_batch(topic, keys, values)
+        else:
+            traced(self.producer, topic, keys, values, traceparent)
         TXN_RECORDS.inc(len(keys))  # once per batch
 
     def produce_to(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
@@ -270,3 +281,14 @@ class ExactlyOnce:
     def forget(self, partitions: Sequence[TopicPartitionOffset]) -> None:
         for p in partitions:
             self._committed.pop((p.topic, p.partition), None)
+
+
+def traced(
+    producer: Producer, topic: str, keys: list[bytes], values: list[bytes], traceparent: bytes
+) -> None:
+    """Records with a `traceparent` header each (`produce_batch` writes none)."""
+    headers = [("traceparent", traceparent)]
+    produce = producer.produce
+    for k, v in zip(keys, values, strict=True):
+        produce(topic, k, v, headers)
+    producer.poll(0)
