@@ -30,6 +30,7 @@ from precast.runtime import (
 from precast.serving import MemoryStore
 from precast.settings import load
 from precast.telemetry.heap import register_heap_metrics
+from precast.telemetry.tracing import start_tracing
 
 
 @dataclass
@@ -51,8 +52,9 @@ def build(settings: ApiSettings) -> Built:
     leases = stores.view.leases if stores.view is not None else None
     index = build_fleet_index(opts.board_options(), fleet, leases)
     on_stored, on_leased = fan_out(hub, stores.view, index)
+    tracing = start_tracing(settings.tracing, "precast-api")
     mat = build_materializer(
-        opts.materialize_options(), settings.kafka, topics, stores, on_stored, on_leased
+        opts.materialize_options(), settings.kafka, topics, stores, on_stored, on_leased, tracing
     )
     speculation = build_speculation(
         opts.speculation_options(), settings.kafka, settings.redis, topics

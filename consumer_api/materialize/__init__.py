@@ -11,6 +11,7 @@ from consumer_api.settings import MaterializeOptions
 from precast.kafka import Producer
 from precast.serving import MemoryStore, RedisStore
 from precast.settings import KafkaSettings, RedisSettings
+from precast.telemetry.tracing import Tracing
 from schemas.topics import Topics
 
 Probe = Callable[[], tuple[bool, dict]]
@@ -39,6 +40,7 @@ def build_materializer(
     stores: Stores,
     on_stored: OnStored,
     on_leased: OnLeased,
+    tracing: Tracing | None = None,
 ) -> Materializer:
     return Materializer(
         kafka,
@@ -54,6 +56,7 @@ def build_materializer(
         batch=opts.batch,
         wait_s=opts.wait_s,
         ready_max_lag=opts.ready_max_lag,
+        tracing=tracing,
     )
 
 

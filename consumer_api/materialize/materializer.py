@@ -52,6 +52,7 @@ from precast.serving import (
 )
 from precast.settings import KafkaSettings
 from precast.supervise import Supervised
+from precast.telemetry.tracing import TRACEPARENT, Tracing, checked
 from schemas.leases import is_lease_key
 
 log = logging.getLogger("precast.api.materializer")
@@ -90,6 +91,7 @@ class Materializer:
         ready_max_lag: int = 0,
         wait_s: float = 0.2,
         supervised: Supervised | None = None,  # its restart policy (tests pass their own)
+        tracing: Tracing | None = None,
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
         committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
@@ -122,6 +124,7 @@ class Materializer:
         self._redis_loading = shared is not None
         self._last_check = 0.0
         self.guard = Guard("api-materializer", log, self._dead)
+        self.tracing = tracing or Tracing.off()
         self.supervised = supervised or Supervised("api-materializer")
         self._runs = 0
         self._thread = self.supervised.thread(self._run, self._stop)
@@ -210,13 +213,32 @@ class Materializer:
         if tombstones:
             APPLIED.labels("tombstone").inc(tombstones)
         if items:
+            started_ns = time.time_ns() if self.tracing.enabled else 0
             self._apply(items, now)
+            if started_ns:
+                self._trace_stored(msgs, started_ns)
         if leases:
             self._apply_leases(leases, now)
         if rejected and self._producer is not None:
             self._producer.flush()  # dead letters are durable before we move on
         self._housekeeping(now)
         return len(msgs)
+
+    def _trace_stored(self, msgs: list[KafkaMessage], started_ns: int) -> None:
+        """A `store` span per stored prediction whose record continues a sampled trace (the
+        worker's batch), over the time the batch took to store."""
+        ended_ns = time.time_ns()
+        for m in msgs:
+            raw = next((v for k, v in m.headers() or () if k == TRACEPARENT), None)
+            parent = checked(raw, "api-materializer")
+            if parent is not None:
+                self.tracing.record(
+                    "store",
+                    parent,
+                    started_ns,
+                    ended_ns,
+                    {"precast.partition": m.partition(), "precast.offset": m.offset()},
+                )
 
     def _advance(self, msgs: list[KafkaMessage]) -> None:
         """Positions after a batch: the last record of each partition in it, found from the end

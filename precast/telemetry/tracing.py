@@ -136,6 +136,27 @@ class Tracing:
         ) as span:
             yield span
 
+    def record(
+        self,
+        name: str,
+        parent: TraceParent,
+        start_ns: int,
+        end_ns: int,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
+        """A finished span with its own times, child of a record's context: for work done for
+        many records at once (the materializer stores a batch), one span per sampled record."""
+        if self._tracer is None or not parent.sampled:
+            return
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan
+
+        ctx = trace.set_span_in_context(NonRecordingSpan(_remote(parent)))
+        span = self._tracer.start_span(
+            name, context=ctx, start_time=start_ns, attributes=attributes
+        )
+        span.end(end_time=end_ns)
+
     def header(self) -> bytes | None:
         """The current span's context as a `traceparent` value (None when off or outside a
         span): what a record produced inside the span carries."""
