@@ -61,7 +61,9 @@ def build(settings: ApiSettings) -> Built:
     )
     svc = build_service(opts, stores.view, settings.redis, speculation, hub, probes(mat))
     board = (
-        build_board(opts.board_options(), settings.kafka, topics, index, svc)
+        build_board(
+            opts.board_options(), settings.kafka, topics, index, svc, settings.tracing.ui_url
+        )
         if index is not None
         else None
     )

@@ -137,6 +137,14 @@ class TracingSettings(Section):
     # Where a person opens a trace by its ID (the board links to it); "" shows the bare ID.
     ui_url: str = ""
 
+    @field_validator("ui_url")
+    @classmethod
+    def _ui_url_is_http(cls, v: str) -> str:
+        # It becomes a link on the board: nothing but http(s) (no javascript:, no data:).
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("ui_url must start with http:// or https:// (or be empty)")
+        return v
+
 
 class MetricsSettings(Section):
     # Port of the /metrics, /healthz and /readyz endpoints of non-HTTP services; 0 disables.

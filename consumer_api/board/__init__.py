@@ -38,7 +38,12 @@ def build_fleet_index(
 
 
 def build_board(
-    opts: BoardOptions, kafka: KafkaSettings, topics: Topics, index: FleetIndex, svc: Service
+    opts: BoardOptions,
+    kafka: KafkaSettings,
+    topics: Topics,
+    index: FleetIndex,
+    svc: Service,
+    trace_url: str = "",
 ) -> Board:
     """The board over `index`: its feed (device context, heartbeat fields, rates) and its
     lineage reads."""
@@ -53,4 +58,5 @@ def build_board(
         queue_max=opts.queue_max,
         frame_s=opts.frame_s,
         event_roles=event_roles,
+        trace_url=trace_url,
     )

@@ -369,7 +369,8 @@ def document(layout: BoardLayout, max_rows: int) -> tuple[dict[str, Any], dict[s
                 "required": ["columns", "display", "filters", "alarm_states", "detail"],
                 "description": "what the board shows (docs/board.md): the table's columns "
                 "(`display`: name, label, type, width, unit), filters, alarm states in rank "
-                "order, a device's detail fields and context values",
+                "order, a device's detail fields and context values, and `trace_url`: where "
+                "the page links an answer's trace ID (empty: none configured)",
             },
         },
     }

@@ -74,6 +74,8 @@ class Board:
     panel_s: float = 1.0
     # event topic name -> its role, to read a lineage record through the spec's validator
     event_roles: dict[str, str] = field(default_factory=dict)
+    # where the page links a trace ID (PRECAST_TRACING__UI_URL); "" shows the bare ID
+    trace_url: str = ""
     _reads: collections.deque[tuple[float, dict[str, int]]] = field(
         default_factory=lambda: collections.deque(maxlen=120)
     )
@@ -90,7 +92,7 @@ class BoardEndpoints:
         self.layout = board.index.layout
         self._assets = {name: _asset(name) for name in ASSETS}
         self.fleet_params = (*self.layout.filters, "sort", "order", "offset", "limit")
-        self._config = self.layout.config()
+        self._config = {**self.layout.config(), "trace_url": board.trace_url}
 
     # -- the page --------------------------------------------------------------------------------
     async def redirect(self, _: Request) -> Response:

@@ -454,3 +454,20 @@ def test_lineage_reader_follows_only_event_topics():
     assert len(got) == 16  # at most MAX_REFS per call
     assert got[0]["missing"] == "not an event topic of this deployment"
     assert got[1]["missing"] == got[2]["missing"] == "malformed lineage entry"
+
+
+@pytest.mark.parametrize("url", ["", "http://127.0.0.1:16686/trace/"])
+def test_the_layout_names_where_a_trace_opens(url):
+    svc = make_service()
+    client = TestClient(make_app(svc, make_board(svc, panel_s=0, trace_url=url)))
+    assert client.get("/v1/board/fleet").json()["layout"]["trace_url"] == url
+
+
+@pytest.mark.parametrize("bad", ["javascript:alert(1)//", "data:text/html,x", "ftp://x/"])
+def test_a_trace_ui_url_that_is_not_http_is_refused(bad):
+    from pydantic import ValidationError
+
+    from precast.settings import TracingSettings
+
+    with pytest.raises(ValidationError, match="http"):
+        TracingSettings(ui_url=bad)

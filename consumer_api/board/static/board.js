@@ -419,6 +419,21 @@ function dtdd(dl, k, v) {
   dl.append(dt, dd);
 }
 
+// The answer's trace: its trigger's trace ID (the worker's batch links to it), a link into the
+// tracing UI when the API names one (PRECAST_TRACING__UI_URL), else the bare ID to search for.
+function traceRow(dl, traceId) {
+  if (!traceId || !/^[0-9a-f]{32}$/.test(traceId)) return;
+  const dt = document.createElement("dt"); dt.textContent = "Trace";
+  const dd = document.createElement("dd"); dd.id = "d-trace";
+  const base = L?.doc?.trace_url;
+  if (base) {
+    const a = document.createElement("a");
+    a.href = base + traceId; a.target = "_blank"; a.rel = "noopener"; a.textContent = traceId;
+    dd.append(a);
+  } else dd.textContent = traceId;
+  dl.append(dt, dd);
+}
+
 function showDevice(id, a, det) {
   $("device").hidden = false;
   document.querySelector("main").classList.add("with-device");
@@ -440,6 +455,7 @@ function showDevice(id, a, det) {
   dtdd(dl, "Valid until", fmtTime(a.valid_until_ms));
   dtdd(dl, "Age", fmtAge(a.age_ms));
   dtdd(dl, "Trigger", a.trigger ?? "–");
+  traceRow(dl, (a.lineage || []).find((l) => l.trace_id)?.trace_id);
   const why = [];
   const t = serverTimingOf(`/v1/devices/${encodeURIComponent(id)}/prediction`);
   if (a.source === "fallback") why.push(`No precomputed answer (${a.reason}): a safe default is shown${ASKING.has(a.reason) ? " and a precompute was requested" : ""}.`);
