@@ -68,9 +68,8 @@ def _panel(p: P) -> Stat | Timeseries:
     if p.description:
         b = b.description(p.description)
     for i, (expr, legend) in enumerate(p.queries):
-        b = b.with_target(
-            Dataquery().expr(expr).legend_format(legend or "__auto").ref_id(chr(ord("A") + i))
-        )
+        query = Dataquery().expr(expr).legend_format(legend or "__auto").ref_id(chr(ord("A") + i))
+        b = b.with_target(query.exemplar(True) if p.exemplars else query)
     return b
 
 

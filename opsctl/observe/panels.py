@@ -17,6 +17,9 @@ class P:
     unit: str = "short"
     stat: bool = False
     description: str = ""
+    # Show the histograms' exemplars (trace IDs of single observations): a dot on a slow bucket
+    # opens its trace in the tracing datasource (deploy/grafana/provisioning/datasources).
+    exemplars: bool = False
 
 
 def q(expr: str, legend: str = "") -> tuple[str, str]:
@@ -88,6 +91,9 @@ PRECOMPUTE: dict[str, tuple[str, dict[str, list[P]]]] = {
                         q(_p99("precast_worker_event_to_prediction_seconds"), "p99"),
                     ),
                     "s",
+                    description="Each dot is an exemplar: one prediction's batch and its trace "
+                    "ID; click a slow one to open its path from the device to the answer.",
+                    exemplars=True,
                 ),
                 P(
                     "Inference and queue delay, p99",
