@@ -126,6 +126,27 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     return _gated(args, settings, reg, version, current)
 
 
+# A distilled or quantized candidate is meant to answer as its teacher does: unless told
+# otherwise, the gate holds it to this top-1 agreement with the live model (bench slim's goal).
+SLIM_AGREEMENT = 0.99
+
+
+def _agreement(given: float | None, reg: Path, version: str) -> float | None:
+    if given is not None:
+        return given
+    try:
+        method = json.loads((reg / version / "manifest.json").read_text()).get("method")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not method:
+        return None
+    print(
+        f"gate: {version} is a {method} candidate: top-1 agreement >= {SLIM_AGREEMENT:g} with the "
+        "live model required (--require-agreement to change it)"
+    )
+    return SLIM_AGREEMENT
+
+
 def _gated(
     args: argparse.Namespace,
     settings: StackCliSettings,
@@ -148,7 +169,7 @@ def _gated(
         all_triggers=args.all_triggers,
         context_lookback=24.0,
         truth=None if args.truth == "none" else args.truth,
-        require_agreement=args.require_agreement,
+        require_agreement=_agreement(args.require_agreement, reg, version),
         require_top3_overlap=args.require_top3_overlap,
         require_accuracy=None,
         max_calibration_error=None,

@@ -77,3 +77,18 @@ def test_the_toolkit_never_imports_a_command():
             if any(n.startswith(("opsctl.commands", "opsctl.cli")) for n in names):
                 offenders.append(path.name)
     assert offenders == []
+
+
+def test_a_slim_candidate_is_held_to_agreement_unless_told_otherwise(tmp_path, capsys):
+    import json
+
+    from opsctl.commands.promote import SLIM_AGREEMENT, _agreement
+
+    for version, manifest in (("1.1.0", {"method": "distill"}), ("1.2.0", {"name": "m"})):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "manifest.json").write_text(json.dumps(manifest))
+    assert _agreement(None, tmp_path, "1.1.0") == SLIM_AGREEMENT
+    assert "distill candidate" in capsys.readouterr().out
+    assert _agreement(0.9, tmp_path, "1.1.0") == 0.9
+    assert _agreement(None, tmp_path, "1.2.0") is None
+    assert _agreement(None, tmp_path, "9.9.9") is None
