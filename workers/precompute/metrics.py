@@ -3,8 +3,11 @@ served model's own, `MODEL_*`, live with the model in `workers.model.serving_met
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.samples import Exemplar
 
 EVENTS_IN = Counter("precast_worker_events_total", "records consumed", ["topic"])
 COMMITS_DEFERRED = Counter(
@@ -128,14 +131,22 @@ PENDING = Gauge(
 )
 
 
-def observe_many(hist: Histogram, values: np.ndarray) -> None:
+def observe_many(hist: Histogram, values: np.ndarray, trace_id: str | None = None) -> None:
     """Observe a whole array at once: one bucket count per bucket instead of one Python call
-    per value (prometheus_client has no bulk API; this uses its documented bucket layout)."""
+    per value (prometheus_client has no bulk API; this uses its documented bucket layout).
+    `trace_id`: the batch's trace, kept as the exemplar of the slowest value's bucket (what an
+    SRE clicks on a slow bucket: OpenMetrics, docs/observability.md)."""
     if len(values) == 0:
         return
     bounds = np.asarray(hist._upper_bounds)  # includes +Inf
-    counts = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds))
+    where = np.searchsorted(bounds, values, side="left")
+    counts = np.bincount(where, minlength=len(bounds))
     for i, c in enumerate(counts.tolist()):
         if c:
             hist._buckets[i].inc(c)
     hist._sum.inc(float(np.sum(values)))
+    if trace_id is not None:
+        worst = int(np.argmax(values))
+        hist._buckets[int(where[worst])].set_exemplar(
+            Exemplar({"trace_id": trace_id}, float(values[worst]), time.time())
+        )

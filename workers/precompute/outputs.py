@@ -155,18 +155,23 @@ class PredictionOutput:
                     self.reject(m, Reason.MODEL_FAILURE, error)
             return False
         t0 = time.perf_counter()
+        ages_s = (now_ms - result.computed_at) / 1000.0 if latency else None
         if traceparent is None:
             self._produce(result, now_ms, None)
         else:
-            with tracing.span("produce", kind="producer"):
+            # precast.freshness_ms: what the deployment's tail sampling keeps slow answers by
+            # (deploy/tracing/jaeger-tail-sampling.yaml)
+            worst = {"precast.freshness_ms": int(ages_s.max() * 1000)} if ages_s is not None else {}
+            with tracing.span("produce", kind="producer", attributes=worst):
                 self._produce(result, now_ms, traceparent)
         metrics.STAGE["produce"].inc(time.perf_counter() - t0)
         self.batches += 1
         metrics.BATCH_SIZE.observe(len(items))
         metrics.QUEUE_DELAY.observe(delay)
         metrics.PREDICTIONS.labels(result.version).inc(len(items))
-        if latency:
-            metrics.observe_many(metrics.LATENCY, (now_ms - result.computed_at) / 1000.0)
+        if ages_s is not None:
+            trace_id = traceparent[3:35].decode() if traceparent is not None else None
+            metrics.observe_many(metrics.LATENCY, ages_s, trace_id)
         return True
 
     def _produce(self, result: BatchResult, now_ms: int, traceparent: bytes | None) -> None:
