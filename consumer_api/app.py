@@ -12,7 +12,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+from prometheus_client import REGISTRY, Counter, Gauge
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -36,6 +36,7 @@ from consumer_api.read.stream_slots import open_stream
 from precast.errors import PrecastError
 from precast.http.parts import down as parts_down
 from precast.supervise import Supervised, terminate_process
+from precast.telemetry.endpoints import exposition
 
 log = logging.getLogger("precast.api")
 
@@ -189,8 +190,9 @@ class Endpoints:
             ok, details = False, {**details, "down": [*details.get("down", []), *down]}
         return _status(ok, details)
 
-    async def metrics(self, _: Request) -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(self, request: Request) -> Response:
+        body, content_type = exposition(REGISTRY, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     async def openapi(self, _: Request) -> Response:
         return Response(self._spec, media_type="application/json")

@@ -38,3 +38,17 @@ def test_the_freshness_panel_shows_exemplars_and_they_open_in_jaeger():
     dest = by_uid["precast-prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
     assert dest == [{"name": "trace_id", "datasourceUid": "precast-jaeger"}]
     assert by_uid["precast-jaeger"]["type"] == "jaeger"
+
+
+def test_the_read_api_answers_openmetrics_when_asked():
+    from starlette.testclient import TestClient
+
+    from tests.api_fixtures import make_app, make_service
+
+    client = TestClient(make_app(make_service()))
+    om = client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert om.status_code == 200
+    assert om.headers["content-type"].startswith("application/openmetrics-text")
+    assert om.text.rstrip().endswith("# EOF")
+    plain = client.get("/metrics")
+    assert plain.headers["content-type"].startswith("text/plain") and "# EOF" not in plain.text
