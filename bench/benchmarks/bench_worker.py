@@ -15,10 +15,12 @@ from bench.support.parts.worker_bound import decode_free
 from bench.support.parts.worker_freshness import WARMUP_S, freshness
 from bench.support.parts.worker_one_core import gap_rows, one_core
 from bench.support.parts.worker_run import PARTITIONS, run_worker, worker_catalog
+from bench.support.parts.worker_tracing import tracing_figures
 
 NAME = "worker"
 DESCRIPTION = (
-    "worker events/s vs passthrough, batching, EOS cost, freshness at 10k/s, per-stage profile"
+    "worker events/s vs passthrough, batching, EOS cost, freshness at 10k/s, per-stage profile, "
+    "what tracing costs and keeps"
 )
 # What the figures need of the machine (the "Spare CPU" note of each BENCHMARKS.md section).
 SPARE_CPU = (
@@ -27,6 +29,8 @@ SPARE_CPU = (
     "core to themselves (PRECAST_BENCH_PIN_BROKER=0 leaves a shared broker alone). CPU per "
     "event rows hardly move with other work; events/s and ratios of wall time do."
 )
+
+
 def _passthrough(ctx, topics, ends) -> tuple[float, float]:
     """The bare loop: consume a batch, produce every record unchanged, commit every 200 ms;
     same clients, settings and commit protocol as the worker (a commit waits, without
@@ -115,6 +119,9 @@ def run(ctx: Context) -> Report:
         one = one_core(ctx, topics, ends, _passthrough, run_worker)
     finally:
         admin.delete_topics([t.name for t in topics])
+    trace_rows, trace_figures, trace_notes = tracing_figures(
+        ctx, admin, devices, rounds, run_worker
+    )
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, at-least-once")
     f_alo, _ = freshness(ctx, admin, worker_catalog(ctx, admin), False, fresh_s)
     progress(f"freshness at 10k events/s for {fresh_s:.0f}s, exactly-once")
@@ -163,6 +170,7 @@ def run(ctx: Context) -> Report:
             one["alo"] / one["passthrough"],
             "-",
         ],
+        *trace_rows,
         *gap_rows(f"profile, {os.cpu_count()} cores", stages, n, passthrough, passthrough_cpu),
         *gap_rows("profile, one core", one["stages"], n, one["passthrough"], one["cpu"]),
         *gap_rows(
@@ -223,6 +231,7 @@ def run(ctx: Context) -> Report:
                 "-",
                 "produce call -> read_committed reader, 10k heartbeats/s from 10k devices, at-least-once",
             ),
+            *trace_figures,
         ],
         notes=[
             "Every run reads the same backlog from offset 0 with explicit assignments (no group join in the timing); "
@@ -239,5 +248,6 @@ def run(ctx: Context) -> Report:
             "The load (its own process at nice 10, standing in for devices elsewhere) is paced 10 "
             "records per ms through a producer with the library defaults (5 ms "
             f"linger, part of the figure); inputs of the first {WARMUP_S:.0f} s after start-up are left out.",
+            *trace_notes,
         ],
     )

@@ -34,6 +34,7 @@ def bounded_worker(
     end=None,
     group=None,
     predecoded=None,
+    tracing=None,
 ):
     from precast.kafka import TopicPartitionOffset
     from workers.model.inference import ModelSession
@@ -57,6 +58,7 @@ def bounded_worker(
         ),
         assignment=[TopicPartitionOffset(hb, p, 0) for p in range(PARTITIONS)],
         stop_at={(hb, p): end[p] for p in range(PARTITIONS)},
+        tracing=tracing,
     )
     if predecoded is not None:  # bench.support.parts.worker_bound: decoding done before the run
         w.pipeline.decoder.heartbeats = predecoded.heartbeats  # type: ignore[method-assign]

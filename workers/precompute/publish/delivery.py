@@ -23,6 +23,7 @@ from precast.deadletter import DeadLetters
 from precast.kafka import (
     Consumer,
     DeliveryFailed,
+    EmptyKeyError,
     KafkaFailure,
     KafkaMessage,
     Producer,
@@ -286,9 +287,13 @@ class ExactlyOnce:
 def traced(
     producer: Producer, topic: str, keys: list[bytes], values: list[bytes], traceparent: bytes
 ) -> None:
-    """Records with a `traceparent` header each (`produce_batch` writes none)."""
+    """Records with a `traceparent` header each (`produce_batch` writes none), through the
+    wrapper's call without a dict per record (`copy`, partition -1: the key's partition, as
+    `produce_batch` chooses it)."""
+    if not all(keys):
+        raise EmptyKeyError(f"refusing to produce a record without a key to {topic!r}")
     headers = [("traceparent", traceparent)]
-    produce = producer.produce
+    copy = producer.copy
     for k, v in zip(keys, values, strict=True):
-        produce(topic, k, v, headers)
+        copy(topic, -1, k, v, headers)
     producer.poll(0)
