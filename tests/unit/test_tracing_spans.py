@@ -279,3 +279,15 @@ def test_a_well_formed_input_is_not_counted_as_malformed(header: bytes):
     before = _malformed("t2")
     record_contexts([_hb("d1", 0, header)], "t2")
     assert _malformed("t2") == before
+
+
+def test_a_later_version_is_linked_and_a_malformed_55_byte_value_is_counted():
+    later = b"01-" + b"5" * 32 + b"-" + b"6" * 16 + b"-01-future"
+    upper = SAMPLED.upper()  # 55 bytes, not lower-case hex: malformed
+    zero = b"00-" + b"0" * 32 + b"-" + b"6" * 16 + b"-01"
+    before = _malformed("t3")
+    ctx = record_contexts(
+        [_hb("d1", 0, upper), _hb("d2", 1, zero), _hb("d3", 2, later), _hb("d4", 3, None)], "t3"
+    )
+    assert ctx.valid == 1 and ctx.parent == TraceParent(int(b"5" * 32, 16), int(b"6" * 16, 16), 1)
+    assert _malformed("t3") == before + 2
