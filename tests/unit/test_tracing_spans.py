@@ -283,7 +283,7 @@ def test_a_well_formed_input_is_not_counted_as_malformed(header: bytes):
 
 def test_a_later_version_is_linked_and_a_malformed_55_byte_value_is_counted():
     later = b"01-" + b"5" * 32 + b"-" + b"6" * 16 + b"-01-future"
-    upper = SAMPLED.upper()  # 55 bytes, not lower-case hex: malformed
+    upper = b"00-" + b"AB" * 16 + b"-" + b"c" * 16 + b"-01"  # 55 bytes, upper case: malformed
     zero = b"00-" + b"0" * 32 + b"-" + b"6" * 16 + b"-01"
     before = _malformed("t3")
     ctx = record_contexts(
