@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +101,7 @@ def _speculation(fleet, sessions: dict, quick: bool) -> dict:
     from workers.precompute.config import PolicyConfig
 
     devices, seconds, read_rate = (300, 20, 20.0) if quick else (500, 40, 20.0)
-    out = {}
+    out: dict[str, Any] = {}
     for role in ("teacher", "student"):
         progress(f"slim: speculation, every event vs the policy, with the {role} ...")
         res = simulate(
@@ -146,7 +147,8 @@ def run(ctx: Context) -> Report:
         n = 4_000 if ctx.quick else 20_000
         progress(f"slim: the same {n:,} fresh simulated rows through the three models ...")
         x_raw, y = training_rows(fleet, n, seed=20261204)
-        x = fleet.features.standardize(x_raw, sessions["teacher"].standardization)
+        stats = sessions["teacher"].standardization
+        x = fleet.features.standardize(x_raw, stats) if stats else x_raw
         probs = {r: s.predict(x) for r, s in sessions.items()}
         agree = {
             "student": agreement(probs["teacher"], probs["student"]),

@@ -42,7 +42,9 @@ def test_the_output_is_the_worker_s_matrix_with_the_label_kept(sources, tmp_path
     got = np.stack([table.column(n).to_numpy() for n in FLEET.features.names], axis=1)
     np.testing.assert_array_equal(got, expected)
     err = capsys.readouterr().err
-    assert "cpu_pct 1" in err and "categories outside the vocabulary" in err and "device_type 1" in err
+    assert (
+        "cpu_pct 1" in err and "categories outside the vocabulary" in err and "device_type 1" in err
+    )
 
 
 def test_a_model_s_statistics_standardize(tmp_path):
