@@ -13,14 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from opsctl.settings import StackSettings
-from opsctl.stack.process import ManagedProcess, port_in_use, tail
+from opsctl.stack.process import ManagedProcess, http_ok, port_in_use, wait_healthy
 from precast.errors import StackError
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "tracing"
@@ -102,19 +99,10 @@ class JaegerNode:
         )
 
     def healthy(self, timeout: float = 2.0) -> bool:
-        url = f"http://127.0.0.1:{self.s.jaeger_health_port}/status"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return http_ok(f"http://127.0.0.1:{self.s.jaeger_health_port}/status", timeout)
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.healthy(timeout=1.0):
-            if self.proc.exited_early() or time.monotonic() > deadline:
-                raise StackError(f"Jaeger not ready: {tail(self.dir / 'jaeger.log', 3)}")
-            time.sleep(0.2)
+        wait_healthy(self.healthy, self.proc, timeout, "Jaeger", self.dir / "jaeger.log")
 
     def stop(self, hard: bool = False) -> bool:
         return self.proc.stop(timeout=10.0, hard=hard)

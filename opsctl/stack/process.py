@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from precast.errors import StackError
@@ -158,3 +159,27 @@ def tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(line.strip() for line in text[-lines:] if line.strip())
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """Whether `url` answers 200: the health check of the stack's HTTP servers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_healthy(
+    healthy: Callable[[float], bool], proc: ManagedProcess, timeout: float, name: str, log: Path
+) -> None:
+    """Wait until `healthy` answers, or raise with the log's tail when the process exits or
+    `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while not healthy(1.0):
+        if proc.exited_early() or time.monotonic() > deadline:
+            raise StackError(f"{name} not ready: {tail(log, 3)}")
+        time.sleep(0.2)

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from opsctl.settings import StackSettings
-from opsctl.stack.process import ManagedProcess, port_in_use, tail
+from opsctl.stack.process import ManagedProcess, http_ok, port_in_use, tail, wait_healthy
 from precast.errors import StackError
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "alerts"
@@ -193,18 +193,10 @@ class RedisExporterNode:
         self.proc.start(argv, self.dir / "exporter.log", self.dir)
 
     def healthy(self, timeout: float = 2.0) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=timeout) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return http_ok(f"http://{self.address}/metrics", timeout)
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.healthy(timeout=1.0):
-            if self.proc.exited_early() or time.monotonic() > deadline:
-                raise StackError(f"Redis exporter not ready: {tail(self.dir / 'exporter.log', 3)}")
-            time.sleep(0.2)
+        wait_healthy(self.healthy, self.proc, timeout, "Redis exporter", self.dir / "exporter.log")
 
     def stop(self, hard: bool = False) -> bool:
         return self.proc.stop(timeout=10.0, hard=hard)
