@@ -197,7 +197,14 @@ def test_every_dashboard_panel_returns_data_from_the_live_pipeline(pipeline, pro
         if "or vector(0)" not in expr:
             continue
         for metric in set(re.findall(r"\bprecast_[a-z0-9_]+", expr)):
-            meta = _get(f"{prometheus.url}/api/v1/targets/metadata?metric={metric}")["data"]
+            # Scraped as OpenMetrics (exemplars, issue 39), a counter's metadata is kept under
+            # its family name, without `_total`.
+            names = {metric, metric.removesuffix("_total")}
+            meta = [
+                m
+                for name in names
+                for m in _get(f"{prometheus.url}/api/v1/targets/metadata?metric={name}")["data"]
+            ]
             assert meta, f"{uid} / {title}: no target exposes {metric}"
 
     rules = _get(f"{prometheus.url}/api/v1/rules")["data"]["groups"]
