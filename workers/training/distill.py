@@ -17,7 +17,6 @@ estimate sees real slopes where a tree ensemble's steps show none). It takes the
 from __future__ import annotations
 
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -227,13 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             spec=spec,
             registry=registry,
         )
-        if args.json:
-            sys.stdout.write(slim_report.dumps(report))
-        else:
-            print(f"{manifest['name']} {args.version} (student of {args.teacher}) -> {out}")
-            for line in slim_report.lines(report):
-                print(f"  {line}")
-            print(f"next: precast promote {args.version} (the shadow gate on recent traffic)")
+        headline = f"{manifest['name']} {args.version} (student of {args.teacher}) -> {out}"
+        slim_report.show(report, headline, args.version, as_json=args.json)
         return 0
 
     return run_cli("distill", body, one_line_bugs=True)

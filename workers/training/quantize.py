@@ -26,7 +26,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,15 +250,10 @@ def main(argv: list[str] | None = None) -> int:
             spec=spec,
             registry=registry,
         )
-        if args.json:
-            sys.stdout.write(slim_report.dumps(report))
-        else:
-            print(
-                f"{manifest['name']} {args.version} ({manifest['method']} of {args.source}) -> {out}"
-            )
-            for line in slim_report.lines(report):
-                print(f"  {line}")
-            print(f"next: precast promote {args.version} (the shadow gate on recent traffic)")
+        headline = (
+            f"{manifest['name']} {args.version} ({manifest['method']} of {args.source}) -> {out}"
+        )
+        slim_report.show(report, headline, args.version, as_json=args.json)
         return 0
 
     return run_cli("quantize", body, one_line_bugs=True)

@@ -198,3 +198,15 @@ def lines(report: dict[str, Any]) -> list[str]:
 
 def dumps(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2) + "\n"
+
+
+def show(report: dict[str, Any], headline: str, version: str, *, as_json: bool) -> None:
+    """What `precast distill` and `precast quantize` print: the report as JSON, or a headline,
+    its lines and the next step."""
+    if as_json:
+        sys.stdout.write(dumps(report))
+        return
+    print(headline)
+    for line in lines(report):
+        print(f"  {line}")
+    print(f"next: precast promote {version} (the shadow gate on recent traffic)")
