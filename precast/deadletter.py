@@ -1,10 +1,13 @@
 """The dead-letter helper every consumer uses: a rejected record is never dropped and never
-crashes the consumer; it goes to the dead-letter topic with its original bytes and the reason."""
+crashes the consumer; it goes to the dead-letter topic with its original bytes and the reason
+(or, for a reader that bounds its letters, a preview of a long value: `schemas.deadletters`)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from prometheus_client import Counter
 
@@ -19,13 +22,20 @@ DEAD_LETTERS = Counter(
 
 class DeadLetters:
     """`send(msg, reason, detail)` produces the dead letter; the caller flushes its producer
-    before committing the source offset, so a dead letter is as durable as any output."""
+    before committing the source offset, so a dead letter is as durable as any output.
 
-    def __init__(self, producer: Producer, topic: str, component: str) -> None:
+    `preview_bytes`: cut values longer than this to a preview (None: copy every value whole)."""
+
+    def __init__(
+        self, producer: Producer, topic: str, component: str, *, preview_bytes: int | None = None
+    ) -> None:
         self._producer, self.topic, self.component = producer, topic, component
+        self._preview = preview_bytes
 
     def send(self, msg: KafkaMessage, reason: dl.Reason, detail: str = "") -> None:
-        key, value, headers = dead_letter_record(msg, reason, detail, self.component)
+        key, value, headers = dead_letter_record(
+            msg, reason, detail, self.component, preview_bytes=self._preview
+        )
         self._producer.produce(self.topic, key, value, headers)
         DEAD_LETTERS.labels(self.component, reason.value).inc()
 
@@ -47,11 +57,18 @@ class RejectLetters:
 
 
 def dead_letter_record(
-    msg: KafkaMessage, reason: dl.Reason, detail: str, component: str
+    msg: KafkaMessage,
+    reason: dl.Reason,
+    detail: str,
+    component: str,
+    *,
+    preview_bytes: int | None = None,
 ) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
     """(key, value, headers) of the dead letter for `msg`, for producers other than ours
-    (the faust-based context aggregator sends it with its own producer)."""
+    (the faust-based context aggregator sends it with its own producer). With `preview_bytes`,
+    a longer value is cut to its first `preview_bytes`, with its size and SHA-256 in headers."""
     key = msg.key()
+    value = msg.value()
     ts = msg.timestamp()
     headers = list(msg.headers() or [])
     headers += [
@@ -66,7 +83,14 @@ def dead_letter_record(
     ]
     if not key:
         headers.append((dl.H_KEY_MISSING, dl.KEY_WAS_NULL if key is None else dl.KEY_WAS_EMPTY))
-    return key or dl.MISSING_KEY, msg.value(), headers
+    if preview_bytes is not None and value is not None and len(value) > preview_bytes:
+        headers += [
+            (dl.H_TRUNCATED, dl.TRUNCATED),
+            (dl.H_VALUE_SIZE, str(len(value)).encode()),
+            (dl.H_VALUE_SHA256, hashlib.sha256(value).hexdigest().encode()),
+        ]
+        value = value[:preview_bytes]
+    return key or dl.MISSING_KEY, value, headers
 
 
 def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
@@ -77,6 +101,47 @@ def dead_letter_info(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
         for k, v in (headers or [])
         if isinstance(k, str) and k.startswith(dl.HEADER_PREFIX)
     }
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a truncated dead letter says of the value it cut (from its headers, which anyone
+    who can write the dead-letter topic writes too: a size that is not a number is None)."""
+
+    kept: int
+    size: int | None
+    sha256: str
+    source: str  # topic[partition]@offset, as the letter gives it
+
+    def describe(self) -> str:
+        """One line: what was kept and where the whole record is."""
+        size = "?" if self.size is None else f"{self.size:,}"
+        return (
+            f"value cut to its first {self.kept:,} of {size} bytes (sha256 {self.sha256[:64]}); "
+            f"the full record is at {self.source}"
+        )
+
+
+def is_truncated(info: dict[str, str]) -> bool:
+    """Whether a letter's value is a preview (`info`: `dead_letter_info`)."""
+    return info.get(dl.H_TRUNCATED.removeprefix(dl.HEADER_PREFIX)) == dl.TRUNCATED.decode()
+
+
+def preview_of(value: bytes | None, info: dict[str, str]) -> Preview | None:
+    """The letter's `Preview` when its value was cut (`info`: `dead_letter_info`), else None."""
+    if not is_truncated(info):
+        return None
+    size = info.get(dl.H_VALUE_SIZE.removeprefix(dl.HEADER_PREFIX), "")
+    source = (
+        f"{info.get('source.topic', '?')}[{info.get('source.partition', '?')}]"
+        f"@{info.get('source.offset', '?')}"
+    )
+    return Preview(
+        len(value or b""),
+        int(size) if size.isascii() and size.isdigit() else None,
+        info.get(dl.H_VALUE_SHA256.removeprefix(dl.HEADER_PREFIX), "?"),
+        source,
+    )
 
 
 def original_key(key: bytes | None, headers: list[tuple[str, bytes]] | None) -> bytes | None:

@@ -3,6 +3,11 @@
 The record keeps its original key, value and headers byte for byte (so a redrive republishes
 exactly what was sent); precast adds headers prefixed `dlq.` that say where it came from, who
 rejected it and why.
+
+A reader may bound its letters instead (the read API's materializer does, for the predictions
+topic): a value longer than PREVIEW_BYTES is cut to its first PREVIEW_BYTES, and the letter says
+so (`dlq.value.truncated`), with the original size and the SHA-256 of the whole value, so the
+record can be found and checked at its source offset. A truncated letter cannot be redriven.
 """
 
 from __future__ import annotations
@@ -26,6 +31,14 @@ MISSING_KEY = b"<no-key>"
 KEY_WAS_NULL, KEY_WAS_EMPTY = b"1", b"empty"
 # Longest detail text kept in a header.
 MAX_DETAIL = 500
+# A bounded letter (see above): only on a letter whose value was cut.
+H_TRUNCATED = "dlq.value.truncated"  # b"1"
+H_VALUE_SIZE = "dlq.value.size"  # bytes of the original value, decimal
+H_VALUE_SHA256 = "dlq.value.sha256"  # of the original value, lower-case hex
+TRUNCATED = b"1"
+# Longest value a bounded letter copies whole: above any valid prediction (a few hundred bytes
+# to ~2 KB), far below the megabyte values a hostile writer can put on the topic.
+PREVIEW_BYTES = 4096
 
 
 class Reason(StrEnum):

@@ -53,6 +53,7 @@ from precast.serving import (
 from precast.settings import KafkaSettings
 from precast.supervise import Supervised
 from precast.telemetry.tracing import TRACEPARENT, Tracing, checked
+from schemas import deadletters as dl
 from schemas.leases import is_lease_key
 
 log = logging.getLogger("precast.api.materializer")
@@ -105,8 +106,12 @@ class Materializer:
         )
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
+        # Bounded letters (schemas.deadletters): the record stays at its offset, so a letter of
+        # a megabyte value need not copy it through this replica's producer and the broker.
         self._dead = (
-            DeadLetters(producer, dead_letter_topic, "api-materializer")
+            DeadLetters(
+                producer, dead_letter_topic, "api-materializer", preview_bytes=dl.PREVIEW_BYTES
+            )
             if producer and dead_letter_topic
             else None
         )
@@ -199,13 +204,14 @@ class Materializer:
         leases: list[Lease] = []
         append = items.append  # the loop runs once per record: a rebuild is 1M of them
         rejected = tombstones = 0
+        traced = self.tracing.enabled  # the entry keeps its record's traceparent (read spans)
         for m in msgs:
             value = m.value()
             if not value:
                 tombstones += 1  # no timestamps: cannot take part in newest-wins
                 continue
             try:
-                append(prediction_item(value, now, m.key()))
+                append(prediction_item(value, now, m.key(), _traceparent(m) if traced else None))
             except Exception as not_prediction:  # noqa: BLE001 - whatever a record causes
                 rejected += self._not_prediction(m, value, now, not_prediction, leases)
         if msgs:
@@ -229,8 +235,7 @@ class Materializer:
         worker's batch), over the time the batch took to store."""
         ended_ns = time.time_ns()
         for m in msgs:
-            raw = next((v for k, v in m.headers() or () if k == TRACEPARENT), None)
-            parent = checked(raw, "api-materializer")
+            parent = checked(_traceparent(m), "api-materializer")
             if parent is not None:
                 self.tracing.record(
                     "store",
@@ -274,8 +279,9 @@ class Materializer:
     def _reject(self, m: KafkaMessage, bad: BaseException, live: bool) -> int:
         _INVALID.inc()
         # Records met again in a Redis replay were dead-lettered when this process first read
-        # them; each replica and each restart does dead-letter them once (duplicates, not loss).
-        # They are counted again (the metric counts reads), not dead-lettered again.
+        # them; each replica and each restart does dead-letter them once (duplicates, not loss:
+        # no owner replica to elect or misconfigure, and a bounded letter costs at most a few
+        # KB). They are counted again (the metric counts reads), not dead-lettered again.
         self.guard.reject(bad, m, dead_letter=live)
         return 1 if live and self._dead is not None else 0
 
@@ -363,3 +369,8 @@ class Materializer:
             REDIS_OK.set(1)
         except redis.RedisError as exc:
             self._lose_redis(f"unreachable: {type(exc).__name__}")
+
+
+def _traceparent(m: KafkaMessage) -> bytes | None:
+    """The record's first `traceparent` header (the worker's batch span), as written."""
+    return next((v for k, v in m.headers() or () if k == TRACEPARENT), None)

@@ -2,7 +2,9 @@
 write them to a file, and send selected ones back to where they came from after a fix.
 
 Dead letters follow `schemas.deadletters`: original key, value and headers byte for byte plus
-`dlq.*` headers (reason, detail, component, source topic/partition/offset/timestamp)."""
+`dlq.*` headers (reason, detail, component, source topic/partition/offset/timestamp); a
+truncated letter holds only a preview of a long value (list marks it, export and inspect say so
+in `truncated`, redrive leaves it)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,13 @@ from opsctl.toolkit import escape
 from opsctl.toolkit.deadletter_select import dead_letter_topic, selected
 from opsctl.toolkit.ranges import OffsetRange, add_range_args, format_time
 from opsctl.toolkit.reader import RangeReader, range_consumer
-from precast.deadletter import dead_letter_info, original_headers, original_key
+from precast.deadletter import (
+    dead_letter_info,
+    is_truncated,
+    original_headers,
+    original_key,
+    preview_of,
+)
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import KafkaMessage
@@ -69,6 +77,15 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="dead-letter topic (default: the catalog's)")
 
 
+def _value_cell(m: KafkaMessage, info: dict[str, str]) -> str:
+    """The value's size, and for a truncated letter what it kept of how much."""
+    value = m.value()
+    cut = preview_of(value, info)
+    if cut is not None:
+        return f"cut: {cut.kept:,} of {'?' if cut.size is None else f'{cut.size:,}'} B"
+    return "(null)" if value is None else f"{len(value):,} B"
+
+
 def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
     key = original_key(m.key(), m.headers())
     rejected = info.get("rejected_at_ms", "")
@@ -80,6 +97,7 @@ def _row(m: KafkaMessage, info: dict[str, str]) -> list[Any]:
         printable(info.get("component", "-"), 40),
         printable(source, 120),
         "(none)" if key is None else printable(key.decode(errors="replace"), 40),
+        _value_cell(m, info),
         printable(info.get("detail", ""), 60),
     ]
 
@@ -89,8 +107,10 @@ def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
         raise ConfigError(f"--limit must be 0 or more, got {args.limit}")
     by_reason: Counter[tuple[str, str]] = Counter()
     shown: list[list[Any]] = []
+    truncated = 0
     for m, info in selected(args, settings, "list"):
         by_reason[(info.get("reason", "-"), info.get("component", "-"))] += 1
+        truncated += is_truncated(info)
         shown.append(_row(m, info))
         if len(shown) > args.limit:
             shown.pop(0)
@@ -103,8 +123,18 @@ def run_list(args: argparse.Namespace, settings: StackCliSettings) -> int:
                 escape.rows([r, c, n] for (r, c), n in by_reason.most_common()),
             )
         )
+        if truncated:
+            print(
+                f"{truncated:,} of them truncated (value column 'cut'): the letter holds a preview, "
+                "the full record stays at its source offset; redrive leaves them"
+            )
         print()
-        print(table(["at", "rejected", "reason", "component", "source", "key", "detail"], shown))
+        print(
+            table(
+                ["at", "rejected", "reason", "component", "source", "key", "value", "detail"],
+                shown,
+            )
+        )
         if total > len(shown):
             print(f"(the last {len(shown)} of {total:,}; --limit shows more, export writes all)")
     return 0
@@ -122,6 +152,7 @@ def to_json(m: KafkaMessage, info: dict[str, str]) -> dict[str, Any]:
     except UnicodeDecodeError:
         text = None
     headers = m.headers()
+    cut = preview_of(value, info)
     return {
         "partition": m.partition(),
         "offset": m.offset(),
@@ -131,6 +162,8 @@ def to_json(m: KafkaMessage, info: dict[str, str]) -> dict[str, Any]:
         "value_text": text,
         "headers": [[k, _b64(v)] for k, v in original_headers(headers)],
         "dead_letter": info,
+        # not None: value_b64 is only a preview of the record (what was cut, where it is whole)
+        "truncated": None if cut is None else printable(cut.describe(), 400),
     }
 
 

@@ -6,7 +6,8 @@ anything twice, and rerunning a finished one does nothing.
 Only back where a record came from, and only inside this deployment's catalog: it reads the
 catalog's dead-letter topic (never any other topic: a topic cannot be poured into itself), and
 a record whose `dlq.source.topic` is missing, outside the catalog (another prefix, a scratch
-topic), the dead-letter topic or a topic nobody consumes is left where it is and counted.
+topic), the dead-letter topic or a topic nobody consumes is left where it is and counted, and so
+is a truncated letter (`dlq.value.truncated`: its value is a preview, never the record).
 Without `--yes` it is a dry run: counts per target topic, reason and what it leaves."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from opsctl.toolkit.ranges import OffsetRange, range_inputs
 from opsctl.toolkit.reader import resolve
 from opsctl.toolkit.replay_pacing import ReplaySchedule
 from opsctl.toolkit.write_guard import input_role
-from precast.deadletter import dead_letter_info, original_headers, original_key
+from precast.deadletter import dead_letter_info, is_truncated, original_headers, original_key
 from precast.errors import ConfigError
 from precast.hygiene import printable
 from precast.kafka import Admin, KafkaMessage
@@ -53,8 +54,16 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     )
 
 
+TRUNCATED_WHY = (
+    "truncated: the letter holds a preview of the value, the full record stays at its source "
+    "offset (`deadletters inspect` names it)"
+)
+
+
 def target_of(info: dict[str, str], topics: TopicSettings) -> tuple[str | None, str]:
     """(the topic to send a dead letter back to, "") or (None, why it stays)."""
+    if is_truncated(info):  # its value is only a preview: sending it would write a cut record
+        return None, TRUNCATED_WHY
     source = info.get("source.topic")
     if not source:
         return None, "no source topic recorded"
