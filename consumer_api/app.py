@@ -175,6 +175,8 @@ class Endpoints:
         # One client's weight in the shares: its address where known (the token is often
         # shared by every UI), see consumer_api.beacons.beacon.
         beacons.record(b, self.svc.signals, keys[-1], self.opts.beacon_max_ms)
+        if self.svc.render_spans is not None:  # tracing on: the views' render spans
+            self.svc.render_spans.record(b)
         return Response(status_code=204)
 
     async def healthz(self, _: Request) -> Response:

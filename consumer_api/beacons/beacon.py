@@ -50,6 +50,7 @@ for _o in AGE_ORIGINS:
     AGE_S.labels(_o)
 
 Ms = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
+EpochMs = Annotated[float, Field(ge=0, le=9_999_999_999_999, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -90,6 +91,18 @@ class Timing(_Strict):
         default=None,
         description="deprecated (before issue 26): the same as `age`",
         deprecated=True,
+    )
+    traceparent: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the answer's `traceresponse` header, echoed (W3C version 00: the read "
+        "span's context): with tracing on, the API records a `render` span beneath it; a "
+        "malformed value is ignored and counted",
+    )
+    shown_at_ms: EpochMs | None = Field(
+        default=None,
+        description="when the answer was on screen, epoch milliseconds by the page's clock "
+        "(the `render` span ends there)",
     )
 
 

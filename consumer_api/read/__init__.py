@@ -12,6 +12,7 @@ from consumer_api.settings import ApiOptions
 from consumer_api.speculation import Speculation
 from precast.serving import AsyncRedisReader, LocalView
 from precast.settings import RedisSettings
+from precast.telemetry.tracing import Tracing
 
 Probe = Callable[[], tuple[bool, dict]]
 
@@ -23,8 +24,10 @@ def build_service(
     speculation: Speculation,
     hub: Hub,
     probes: tuple[Probe, Probe],
+    tracing: Tracing | None = None,
 ) -> Service:
-    """The service the endpoints share: reads from `view`, or from Redis when there is none."""
+    """The service the endpoints share: reads from `view`, or from Redis when there is none;
+    with `tracing` on, reads and the board's beacons make spans."""
     readiness, health = probes
     return Service(
         opts,
@@ -35,4 +38,5 @@ def build_service(
         health=health,
         hub=hub,
         hints=speculation.hints,
+        tracing=tracing or Tracing.off(),
     )

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from consumer_api.beacons import beacon
 from consumer_api.beacons.client_signals import Signals
+from consumer_api.beacons.render_spans import RenderSpans
 from consumer_api.edge.client_limits import ClientLimits
 from consumer_api.read.answer import (
     FALLBACK,
@@ -24,12 +25,14 @@ from consumer_api.read.answer import (
     Renderer,
 )
 from consumer_api.read.hub import Hub
+from consumer_api.read.read_spans import ReadSpans
 from consumer_api.settings import ApiOptions
 from consumer_api.speculation.precompute_requests import PrecomputeAsker
 from consumer_api.speculation.read_hints import ReadHints
 from precast.fleet import load_fleet
 from precast.serving import AsyncReader, Entry, LocalView
 from precast.supervise import Supervised
+from precast.telemetry.tracing import Tracing
 from precast.tokens import TokenTable
 
 # Results of `Service.check`: a status code to answer with, or 0 to go on.
@@ -89,6 +92,7 @@ class Service:
     tokens: TokenTable | None = None  # built from the options when not given
     # background parts (precast.supervise) whose failure turns readiness false
     parts: list[Supervised] = field(default_factory=list)
+    tracing: Tracing = field(default_factory=Tracing.off)
 
     def __post_init__(self) -> None:
         if (self.view is None) == (self.reader is None):
@@ -105,6 +109,11 @@ class Service:
         # buckets keyed by the token the lookup finds, not by how its header is spelled
         self.limits = ClientLimits(self.options, tokens=self.tokens)
         beacon.export(self.signals)
+        # None when tracing is off: a read then pays one attribute check for traces
+        self.read_spans = ReadSpans(self.tracing) if self.tracing.enabled else None
+        self.render_spans = (
+            RenderSpans(self.tracing, self.options.beacon_max_ms) if self.tracing.enabled else None
+        )
 
     def check(self, header: bytes | None, scope: str) -> int:
         """ALLOWED, UNAUTHORIZED (no or unknown token) or FORBIDDEN (a token without `scope`)."""
@@ -139,7 +148,10 @@ class Service:
                     device_id, self.renderer.fallback(device_id, "store_unavailable", wait), now_ms
                 )
         wait = _wait(started_ns, t0)
-        return self.served(device_id, self.renderer.render(device_id, e, now_ms, wait), now_ms)
+        a = self.served(device_id, self.renderer.render(device_id, e, now_ms, wait), now_ms)
+        if self.read_spans is not None and e is not None:
+            self.read_spans.read(device_id, e, a.source, started_ns or t0, a.headers)
+        return a
 
     async def answers(self, device_ids: Sequence[str], now_ms: int) -> list[Answer]:
         return (await self.answers_timed(device_ids, now_ms))[0]

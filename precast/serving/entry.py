@@ -10,7 +10,11 @@ numbers; flags are `-` or letters: `P` a purge marker, `B` a backfill (ranked be
 answer of the same data time; values written before that letter existed read as live), then
 `L<partition>:<generation>:<until 13d>` last for an answer validity leases may extend (its
 `LeaseTerms`, schemas.leases); the model version ends the line so it may hold any character
-but a newline. `body` is the PredictionSet JSON as the worker published it.
+but a newline. `body` is the PredictionSet JSON as the worker published it. An answer whose
+record carried a W3C `traceparent` (the worker's batch span, tracing on) has it on a line of its
+own between the two, `<header>\n00-<trace 32 hex>-<span 16 hex>-<flags>\n<body>`: values without
+it (tracing off, or written before the field existed) read as ever, and the Lua scripts read only
+the first line.
 
 What a record may carry into a response is checked here, once, at ingestion: the model
 version becomes the `X-Model-Version` header and part of the `ETag` (no control character,
@@ -101,6 +105,10 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     # Set only on the copy a read gets when a lease extended it (never stored): valid_until_ms
     # is then the extended validity and `body` says so (`precast.serving.leases.extend`).
     extension: Extension | None = None
+    # The prediction record's `traceparent` (the worker's batch span), 55 bytes of W3C version
+    # 00, checked at ingestion; None when the record had none. A read of a sampled answer
+    # continues its trace (consumer_api.read.read_spans).
+    trace: bytes | None = None
 
     @property
     def key(self) -> OrderKey:
@@ -172,10 +180,12 @@ def entry_from_prediction(value: bytes, received_at_ms: int, key: bytes | None =
 
 
 def prediction_item(
-    value: bytes, received_at_ms: int, key: bytes | None = None
+    value: bytes, received_at_ms: int, key: bytes | None = None, trace: bytes | None = None
 ) -> tuple[str, Entry]:
     """(device_id, Entry) from one predictions-topic record value: what `put_many_if_newer`
-    takes. The device ID has matched the pattern (and the record key, when given)."""
+    takes. The device ID has matched the pattern (and the record key, when given). `trace`:
+    the record's `traceparent`, kept when it is a well-formed version-00 value (anything else
+    is dropped here; the materializer counts it as malformed)."""
     try:
         p = _DECODER.decode(value)
     except msgspec.ValidationError as exc:
@@ -213,7 +223,18 @@ def prediction_item(
         None
         if lt is None or purge
         else terms(lt.partition, lt.generation, max(0, lt.until_ms - p.computed_at_ms)),
+        None,
+        trace if trace is not None and is_trace(trace) else None,
     )
+
+
+# A W3C version-00 `traceparent` as Entry.trace holds it: lower-case hex, IDs not all zero.
+_TRACE = re.compile(rb"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def is_trace(value: bytes) -> bool:
+    """A well-formed version-00 `traceparent` (55 bytes), as an Entry keeps it."""
+    return type(value) is bytes and len(value) == 55 and _TRACE.fullmatch(value) is not None
 
 
 def _flag(e: Entry) -> bytes:
@@ -227,6 +248,7 @@ def _flag(e: Entry) -> bytes:
 
 def encode(e: Entry) -> bytes:
     """The Redis value (see the module docstring)."""
+    body = e.body if e.trace is None else e.trace + b"\n" + e.body
     return b"%013d %013d %013d %013d %s %s %s\n%s" % (
         e.computed_at_ms,
         e.produced_at_ms,
@@ -235,7 +257,7 @@ def encode(e: Entry) -> bytes:
         b"%d" % e.inference_ms if e.inference_ms >= 0 else b"-",
         _flag(e),
         e.model_version.encode(),
-        e.body,
+        body,
     )
 
 
@@ -253,8 +275,13 @@ def decode(raw: bytes) -> Entry:
     """The Entry of a Redis value; `ValueError` for anything `encode` would not have written
     (a stored value is re-checked as strictly as a record at ingestion)."""
     head, nl, body = raw.partition(b"\n")
+    trace = None
+    if body[:1] != b"{":  # the answer's trace context on a line of its own, or malformed
+        trace, _, body = body.partition(b"\n")
+        if not is_trace(trace) or body[:1] != b"{":
+            raise ValueError("not a stored entry (trace line or body malformed)")
     m = _HEAD.fullmatch(head)
-    if m is None or not nl or body[:1] != b"{" or body[-1:] != b"}":
+    if m is None or not nl or body[-1:] != b"}":
         raise ValueError("not a stored entry (header line or body malformed)")
     if b"\n" in body or b"\r" in body:
         raise ValueError("not a stored entry (line break in the body)")
@@ -277,4 +304,6 @@ def decode(raw: bytes) -> Entry:
         body,
         b"B" in flags,
         t,
+        None,
+        trace,
     )

@@ -127,6 +127,7 @@ def extend(e: Entry, lease: Lease, until_ms: int) -> Entry:
         e.backfill,
         e.terms,
         ext,
+        e.trace,
     )
 
 

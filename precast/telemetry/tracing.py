@@ -143,19 +143,33 @@ class Tracing:
         start_ns: int,
         end_ns: int,
         attributes: dict[str, Any] | None = None,
-    ) -> None:
+        *,
+        kind: str = "internal",
+        links: Sequence[TraceParent] = (),
+    ) -> TraceParent | None:
         """A finished span with its own times, child of a record's context: for work done for
-        many records at once (the materializer stores a batch), one span per sampled record."""
+        many records at once (the materializer stores a batch), one span per sampled record;
+        for a read of a stored answer (the API's `read`) and a page's report (`render`). The
+        span's own context when it was sampled (a response names it), else None."""
         if self._tracer is None or not parent.sampled:
-            return
+            return None
         from opentelemetry import trace
-        from opentelemetry.trace import NonRecordingSpan
+        from opentelemetry.trace import Link, NonRecordingSpan, SpanKind
 
         ctx = trace.set_span_in_context(NonRecordingSpan(_remote(parent)))
         span = self._tracer.start_span(
-            name, context=ctx, start_time=start_ns, attributes=attributes
+            name,
+            context=ctx,
+            kind=getattr(SpanKind, kind.upper()),
+            links=[Link(_remote(p)) for p in links],
+            start_time=start_ns,
+            attributes=attributes,
         )
         span.end(end_time=end_ns)
+        sc = span.get_span_context()
+        if not sc.trace_flags.sampled:
+            return None
+        return TraceParent(sc.trace_id, sc.span_id, int(sc.trace_flags))
 
     def header(self) -> bytes | None:
         """The current span's context as a `traceparent` value (None when off or outside a

@@ -15,6 +15,8 @@ const BEACON_FLUSH_MS = 5_000;
 const PAINTS_KEPT = 5_000;
 const MISS_WAIT_MAX_MS = 10_000; // a miss's wait for the computed answer is reported after this
 const ASKING = new Set(["expired", "purged"]); // fallbacks for which a computed answer is coming
+// A W3C version-00 trace context (the read's traceresponse), as the API accepts it in a beacon.
+const TRACEPARENT = /^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -374,8 +376,9 @@ async function openDevice(id, inputAt) {
   state.open = id;
   state.openRow = state.byId.get(id);
   const url = `/v1/devices/${encodeURIComponent(id)}/prediction`;
+  let read = null; // the read's span when it continued a sampled answer's trace (traceresponse)
   const [ans, det] = await Promise.all([
-    api(url).then((r) => r.json()),
+    api(url).then((r) => { read = r.headers.get("traceresponse"); return r.json(); }),
     api(`/v1/board/devices/${encodeURIComponent(id)}`).then((r) => (r.ok ? r.json() : null)),
   ]);
   if (state.open !== id) return;
@@ -385,6 +388,8 @@ async function openDevice(id, inputAt) {
     requestAnimationFrame(() => setTimeout(() => {
       const t = timingFor(url, performance.now() - inputAt);
       if (!t) return;
+      // The API records this view's render span beneath the read (tracing on).
+      if (read && TRACEPARENT.test(read)) t.traceparent = read;
       if (ans.source === "fallback" && ASKING.has(ans.reason)) {
         // A miss: the wait goes on until the computed answer replaces the fallback (or the
         // operator gives up); that part of the wait is the inference's (wait.model).
@@ -404,6 +409,7 @@ function endMiss(id) {
   const now = performance.now();
   m.t.wait.model = Math.min(now - m.shownAt, MISS_WAIT_MAX_MS);
   m.t.input_to_shown_ms = m.shownAt - m.inputAt + m.t.wait.model;
+  m.t.shown_at_ms = Math.round(performance.timeOrigin + now);
   pushTiming(m.t);
 }
 
@@ -547,6 +553,7 @@ function timingFor(path, inputToShown) {
     input_to_shown_ms: Math.max(inputToShown, network),
     network_ms: network,
     wait: { ...st.wait, model: 0 },
+    shown_at_ms: Math.round(performance.timeOrigin + performance.now()),
   };
   if (st.age) t.age = st.age;
   return t;
