@@ -185,6 +185,22 @@ PRECOMPUTE: dict[str, tuple[str, dict[str, list[P]]]] = {
                     "measured as several percent of a read); the scrape is an HTTP request on "
                     "the same event loop. Read latency itself: `python -m bench api`.",
                 ),
+                P(
+                    "Traced reads, p50 / p99",
+                    (
+                        q(
+                            "histogram_quantile(0.5, sum by (le) (rate("
+                            f"precast_api_traced_read_seconds_bucket[{W}])))",
+                            "p50",
+                        ),
+                        q(_p99("precast_api_traced_read_seconds"), "p99"),
+                    ),
+                    "s",
+                    description="Server time of the reads that continued a sampled answer's "
+                    "trace (tracing on; empty when off). Each dot is an exemplar: click a slow "
+                    "one to open that read in its answer's trace, from the device to the screen.",
+                    exemplars=True,
+                ),
             ],
             "Saturation": [
                 P(
