@@ -1,10 +1,12 @@
 """One answer's path in a real tracing backend (issue 39): the simulator, the context
 aggregator, the worker and the auditor run as processes with tracing on against the running
-stack's Jaeger, on topics of their own; the trace of an answer, found through Jaeger's query
-API by the trace ID its prediction record carries, holds the heartbeat's publish, the worker's
-batch (a child of that publish and linked to it) with its inference and produce, and the
-auditor's append: three processes in one trace. A work order's trace holds its publish and the
-aggregator's fold beneath it.
+stack's Jaeger, on topics of their own, with the read API; the trace of an answer, found
+through Jaeger's query API by the trace ID its prediction record carries, holds the heartbeat's
+publish, the worker's batch (a child of that publish and linked to it) with its inference and
+produce, the API's read of the answer (beneath the batch and linked to it) and the render span
+of a beacon posted the way the board posts it (beneath the read, from its `traceresponse`),
+and the auditor's append: four processes in one trace. A work order's trace holds its publish
+and the aggregator's fold beneath it.
 
 Jaeger is the stack's (`precast stack up --tracing`); when it is not running it is started
 here, built first from its Go module when the binary is missing (minutes), and the test is
@@ -30,7 +32,13 @@ from precast.telemetry.tracing import parse_traceparent
 from tests.integration.api_helpers import wait_for
 from tests.integration.ops_support import ROOT, read_all
 
-SERVICES = ("precast-simulator", "precast-worker", "precast-context", "precast-auditor")
+SERVICES = (
+    "precast-simulator",
+    "precast-worker",
+    "precast-context",
+    "precast-auditor",
+    "precast-api",
+)
 
 
 @pytest.fixture
@@ -89,6 +97,7 @@ def _links(span: dict[str, Any]) -> set[tuple[str, str]]:
 def processes(kafka_settings, topics, unique, admin, tmp_path, jaeger, stack):
     prefix = topics.heartbeats.name.removesuffix("heartbeats")
     app_id = unique("ctx")
+    api_port = free_port()
     env = {
         **os.environ,
         "PRECAST_KAFKA__BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
@@ -122,6 +131,16 @@ def processes(kafka_settings, topics, unique, admin, tmp_path, jaeger, stack):
                 "PRECAST_AUDIT__GROUP_ID": unique("auditor"),
             },
         ),
+        "precast-api": (
+            "consumer_api.cli",
+            {
+                "PRECAST_API__HOST": "127.0.0.1",
+                "PRECAST_API__PORT": str(api_port),
+                "PRECAST_API__BOARD": "false",
+                "PRECAST_API__LOCAL_VIEW": "true",
+                "PRECAST_REDIS__URL": "",
+            },
+        ),
     }
     procs: dict[str, subprocess.Popen] = {}
 
@@ -140,7 +159,7 @@ def processes(kafka_settings, topics, unique, admin, tmp_path, jaeger, stack):
     try:
         for job, (module, extra) in specs.items():
             start(job, module, extra)
-        yield start, procs, tmp_path
+        yield start, procs, tmp_path, f"http://127.0.0.1:{api_port}"
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -190,6 +209,81 @@ def _answer_services(trace_hex: str, trace: dict[str, Any], heartbeats: str) -> 
     return {_service(trace, s) for s in spans.values()} if heartbeat else set()
 
 
+def _read_and_beacon(api: str, devices: set[str]) -> list[Any]:
+    """Read each device's answer as the board does, then post one beacon whose timings echo
+    each read's `traceresponse` with when the answer was shown; the reads' span contexts."""
+    wait_for(lambda: _get(f"{api}/readyz")[0] == 200, timeout=60, every=0.5, what="the API ready")
+    reads, timings = [], []
+    for d in sorted(devices)[:10]:
+        status, headers = _get(f"{api}/v1/devices/{d}/prediction")
+        read = parse_traceparent(headers.get("traceresponse"))
+        if status != 200 or read is None:
+            continue
+        reads.append(read)
+        shown = time.time() * 1000
+        timings.append(
+            {
+                "input_to_shown_ms": 40.0,
+                "network_ms": 5.0,
+                "wait": {"read": 0.2, "db_lock": 0.01, "model": 0},
+                "traceparent": headers["traceresponse"],
+                "shown_at_ms": shown,
+            }
+        )
+    if timings:
+        req = urllib.request.Request(
+            f"{api}/v1/beacon",
+            data=orjson.dumps({"timings": timings}),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 204
+    return reads
+
+
+def _check_reads(jaeger: str, reads: list[Any], heartbeats: str) -> None:
+    """Each read is in its answer's trace, beneath a batch and linked to it, with the render
+    span of its beacon beneath it; at least one is in a heartbeat's trace (four processes)."""
+
+    def read_traces() -> dict[str, dict[str, Any]]:
+        got = {r.trace_hex: _trace(jaeger, r.trace_hex) for r in reads}
+        done = all(
+            v is not None and {"read", "render"} <= {s["operationName"] for s in v["spans"]}
+            for v in got.values()
+        )
+        return {t: v for t, v in got.items() if v is not None} if done else {}
+
+    found = wait_for(read_traces, timeout=30, every=1.0, what="the reads' spans in Jaeger")
+    in_heartbeat = 0
+    for r in reads:
+        trace = found[r.trace_hex]
+        spans = {s["spanID"]: s for s in trace["spans"]}
+        read = spans[f"{r.span_id:016x}"]
+        assert read["operationName"] == "read" and _service(trace, read) == "precast-api"
+        batch = spans[str(_continues(read))]
+        assert batch["operationName"] == "batch" and _service(trace, batch) == "precast-worker"
+        assert (r.trace_hex, batch["spanID"]) in _links(read)
+        assert _tag(read, "precast.source") == "precomputed"
+        renders = [s for s in spans.values() if s["operationName"] == "render"]
+        assert [_parent(s) for s in renders if _parent(s) == read["spanID"]], r.trace_hex
+        assert all(_service(trace, s) == "precast-api" for s in renders)
+        services = _answer_services(r.trace_hex, trace, heartbeats)
+        if services:
+            assert {"precast-simulator", "precast-worker", "precast-api"} <= services
+            in_heartbeat += 1
+    assert in_heartbeat >= 1, "no read landed in a heartbeat's trace"
+
+
+def _get(url: str) -> tuple[int, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            r.read()
+            return r.status, {k.lower(): v for k, v in r.headers.items()}
+    except (urllib.error.URLError, OSError):
+        return 0, {}
+
+
 # Slow: on a fresh machine the first run builds Jaeger from its Go module (minutes), which the
 # default suite's ten minutes cannot hold; `./dev test -m slow` runs it.
 @pytest.mark.slow
@@ -197,7 +291,7 @@ def _answer_services(trace_hex: str, trace: dict[str, Any], heartbeats: str) -> 
 def test_one_answer_is_traced_across_the_processes_in_jaeger(
     kafka_settings, topics, processes, jaeger
 ):
-    start, procs, tmp_path = processes
+    start, procs, tmp_path, api = processes
     sim = start(
         "precast-simulator",
         "producers.cli",
@@ -218,8 +312,13 @@ def test_one_answer_is_traced_across_the_processes_in_jaeger(
         )
 
     predictions = wait_for(answered, timeout=90, every=1.0, what="30 predictions")
-    time.sleep(3)  # the auditor appends what the worker just published
-    for job in ("precast-worker", "precast-context", "precast-auditor"):
+    time.sleep(3)  # the auditor appends what the worker just published, the API stores it
+    # the board's way: read an answer, show it, post the view's beacon echoing traceresponse
+    reads = _read_and_beacon(
+        api, {orjson.loads(v)["device_id"] for _o, _k, v, _h, _t in predictions}
+    )
+    assert reads, _log(tmp_path, "precast-api")
+    for job in ("precast-worker", "precast-context", "precast-auditor", "precast-api"):
         procs[job].terminate()  # each exports its queued spans on the way out
         assert procs[job].wait(60) == 0, _log(tmp_path, job)
 
@@ -247,6 +346,8 @@ def test_one_answer_is_traced_across_the_processes_in_jaeger(
     ]
     best = max(map(len, heartbeat_traces), default=0)
     assert best >= 3, f"no heartbeat's trace holds spans of three processes: {heartbeat_traces}"
+
+    _check_reads(jaeger, reads, topics.heartbeats.name)
 
     # a work order's trace: the aggregator folded it beneath its publish
     folded = 0
