@@ -204,14 +204,16 @@ class Materializer:
         leases: list[Lease] = []
         append = items.append  # the loop runs once per record: a rebuild is 1M of them
         rejected = tombstones = 0
-        traced = self.tracing.enabled  # the entry keeps its record's traceparent (read spans)
+        # with tracing on, an entry keeps its record's traceparent for the reads' spans
+        traced: dict[bytes, bytes] | None = {} if self.tracing.enabled else None
         for m in msgs:
             value = m.value()
             if not value:
                 tombstones += 1  # no timestamps: cannot take part in newest-wins
                 continue
             try:
-                append(prediction_item(value, now, m.key(), _traceparent(m) if traced else None))
+                trace = None if traced is None else _sampled_trace(m, traced)
+                append(prediction_item(value, now, m.key(), trace))
             except Exception as not_prediction:  # noqa: BLE001 - whatever a record causes
                 rejected += self._not_prediction(m, value, now, not_prediction, leases)
         if msgs:
@@ -374,3 +376,13 @@ class Materializer:
 def _traceparent(m: KafkaMessage) -> bytes | None:
     """The record's first `traceparent` header (the worker's batch span), as written."""
     return next((v for k, v in m.headers() or () if k == TRACEPARENT), None)
+
+
+def _sampled_trace(m: KafkaMessage, seen: dict[bytes, bytes]) -> bytes | None:
+    """The record's `traceparent` when its trace was sampled (flags' low bit, from the last hex
+    digit): an unsampled answer's reads make no span, so keeping it would buy nothing. The
+    answers of one worker batch share one value, and so one object (`seen`), in the view."""
+    v = _traceparent(m)
+    if v is None or len(v) != 55 or v[54] not in b"13579bdf":
+        return None
+    return seen.setdefault(v, v)

@@ -162,11 +162,17 @@ def test_the_materializer_stores_the_records_traceparent_only_with_tracing_on(on
             _Msg(_record("d1", now - 50), [("traceparent", SAMPLED)], 0),
             _Msg(_record("d2", now - 50), [("traceparent", b"garbage")], 1),
             _Msg(_record("d3", now - 50), None, 2),
+            _Msg(_record("d4", now - 50), [("traceparent", UNSAMPLED)], 3),
+            _Msg(_record("d5", now - 50), [("traceparent", SAMPLED[:9] + SAMPLED[9:])], 4),
         ]
     )
-    assert mat.run_once(0) == 3
-    traces = {d: view.peek(d).trace for d in ("d1", "d2", "d3")}  # type: ignore[union-attr]
-    assert traces == {"d1": SAMPLED if on else None, "d2": None, "d3": None}
+    assert mat.run_once(0) == 5
+    traces = {d: view.peek(d).trace for d in ("d1", "d2", "d3", "d4", "d5")}  # type: ignore[union-attr]
+    kept = SAMPLED if on else None
+    # an unsampled answer's reads make no span: nothing to keep for them
+    assert traces == {"d1": kept, "d2": None, "d3": None, "d4": None, "d5": kept}
+    if on:  # the answers of one batch share one object in the view
+        assert traces["d1"] is traces["d5"]
 
 
 # -- the read span -------------------------------------------------------------------------------
