@@ -106,8 +106,8 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     # is then the extended validity and `body` says so (`precast.serving.leases.extend`).
     extension: Extension | None = None
     # The prediction record's `traceparent` (the worker's batch span), 55 bytes of W3C version
-    # 00, checked at ingestion; None when the record had none. A read of a sampled answer
-    # continues its trace (consumer_api.read.read_spans).
+    # 00, checked at ingestion; None when the record had none (or the materializer kept none:
+    # tracing off, an unsampled trace). A read continues its trace (consumer_api.read.read_spans).
     trace: bytes | None = None
 
     @property
