@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from consumer_api.app import create_app
 from consumer_api.board import Board, FleetIndex, build_board, build_fleet_index
 from consumer_api.board.feed import BoardFeed
-from consumer_api.materialize import build_materializer, build_stores, probes
+from consumer_api.materialize import (
+    build_edge_purger,
+    build_materializer,
+    build_stores,
+    probes,
+)
 from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
 from consumer_api.read import build_service
 from consumer_api.read.hub import Hub
@@ -16,6 +21,7 @@ from consumer_api.read.service import Service
 from consumer_api.serve import ServerLimits, check_bind, serve
 from consumer_api.settings import ApiOptions, ApiSettings
 from consumer_api.speculation import build_speculation
+from precast.edge_cache.purge import NewestPurger
 from precast.errors import ConfigError
 from precast.fleet import Fleet, load_fleet
 from precast.kafka.access import connect_as
@@ -40,6 +46,7 @@ class Built:
     app: object
     board_feed: BoardFeed | None = None
     board: Board | None = None
+    edge_purger: NewestPurger | None = None
 
 
 def build(settings: ApiSettings) -> Built:
@@ -51,15 +58,18 @@ def build(settings: ApiSettings) -> Built:
     hub = Hub(opts.sse_max_streams)
     leases = stores.view.leases if stores.view is not None else None
     index = build_fleet_index(opts.board_options(), fleet, leases)
-    on_stored, on_leased = fan_out(hub, stores.view, index)
+    purged: list[NewestPurger] = []  # built after the materializer, whose readiness it waits on
+    on_stored, on_leased = fan_out(hub, stores.view, index, purged)
     tracing = start_tracing(settings.tracing, "precast-api")
     mat = build_materializer(
         opts.materialize_options(), settings.kafka, topics, stores, on_stored, on_leased, tracing
     )
+    edge_purger = build_edge_purger(settings.edge, mat)
+    purged += [edge_purger] if edge_purger is not None else []
     speculation = build_speculation(
         opts.speculation_options(), settings.kafka, settings.redis, topics
     )
-    svc = build_service(opts, stores.view, settings.redis, speculation, hub, probes(mat))
+    svc = build_service(opts, stores.view, settings.redis, speculation, hub, probes(mat), tracing)
     board = (
         build_board(
             opts.board_options(), settings.kafka, topics, index, svc, settings.tracing.ui_url
@@ -68,7 +78,9 @@ def build(settings: ApiSettings) -> Built:
         else None
     )
     feed = board.feed if board is not None else None
-    return Built(svc, mat, create_app(svc, board), feed, board)
+    if edge_purger is not None:
+        svc.parts.append(edge_purger.supervised)  # /readyz names it if it gives up
+    return Built(svc, mat, create_app(svc, board), feed, board, edge_purger)
 
 
 def checked_options(settings: ApiSettings) -> tuple[ApiOptions, Fleet]:
@@ -88,14 +100,17 @@ def checked_options(settings: ApiSettings) -> tuple[ApiOptions, Fleet]:
 
 
 def fan_out(
-    hub: Hub, view: MemoryStore | None, index: FleetIndex | None
+    hub: Hub, view: MemoryStore | None, index: FleetIndex | None, purgers: list[NewestPurger]
 ) -> tuple[OnStored, OnLeased]:
-    """What the materializer stored, handed to the event streams and the board."""
+    """What the materializer stored, handed to the event streams, the board and the edge
+    cache's purges (a lease changes no answer: the edge needs no purge for it)."""
 
     def on_stored(items: list) -> None:
         hub.publish_threadsafe(items)
         if index is not None:
             index.stored(items)
+        for purger in purgers:
+            purger.note(items)
 
     def on_leased(leases: list) -> None:
         if view is not None:
@@ -116,6 +131,8 @@ def run(settings: ApiSettings) -> int:
     built.materializer.start()
     if built.board_feed is not None:
         built.board_feed.start()
+    if built.edge_purger is not None:
+        built.edge_purger.start()
     # The materializer, board feed and lineage reads assign partitions: no consumer group
     # shows them, so they say themselves what they read (the operator tools' guard).
     topics = settings.topics.catalog()
@@ -158,6 +175,8 @@ def run(settings: ApiSettings) -> int:
         if built.board is not None and built.board.lineage is not None:
             built.board.lineage.close()
         built.materializer.stop()
+        if built.edge_purger is not None:
+            built.edge_purger.stop()
     return 0
 
 

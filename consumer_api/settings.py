@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from precast.errors import ConfigError
 from precast.http.settings import HttpLimits
-from precast.settings import CommonSettings
+from precast.settings import CommonSettings, EdgeSettings
 from precast.tokens import check_token
 
 
@@ -347,3 +347,4 @@ def is_loopback(host: str) -> bool:
 
 class ApiSettings(CommonSettings):
     api: ApiOptions = ApiOptions()
+    edge: EdgeSettings = EdgeSettings()

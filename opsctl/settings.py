@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from precast.audit.settings import AuditSettings
-from precast.settings import CommonSettings, KafkaSettings, Section
+from precast.settings import CommonSettings, EdgeSettings, KafkaSettings, Section
 
 
 class StackSettings(Section):
@@ -55,6 +57,30 @@ class StackSettings(Section):
         description="Jaeger's query API (its gRPC query on the next port)",
     )
     jaeger_health_port: int = Field(default=13133, ge=1, le=65535)
+    edge: bool = Field(
+        default=False,
+        description="`precast stack up --edge` also starts Varnish (with xkey) in front of the "
+        "API replicas, with deploy/edge/precast.vcl (docs/api.md, Behind a cache or CDN)",
+    )
+    edge_port: int = Field(
+        default=6091,
+        ge=1,
+        le=65535,
+        description="the edge's HTTP port (not 6081: Debian's own varnish service may hold it)",
+    )
+    edge_admin_port: int = Field(
+        default=6092, ge=1, le=65535, description="Varnish's admin port (loopback)"
+    )
+    edge_exporter_port: int = Field(
+        default=9131, ge=1, le=65535, description="the edge's Prometheus exporter"
+    )
+    edge_backends: list[str] = Field(
+        default=["127.0.0.1:8000"],
+        description="the API replicas behind the edge, host:port each (JSON list)",
+    )
+    edge_storage: str = Field(
+        default="malloc,256m", description="Varnish's cache storage (its -s argument)"
+    )
     scrape_interval_s: float = Field(
         default=5.0, gt=0, le=300, description="how often the local Prometheus scrapes services"
     )
@@ -91,6 +117,28 @@ class StackSettings(Section):
     start_timeout_s: float = Field(default=90.0, gt=0)
     # Where resolved Kafka jars are kept, shared by every clone on this machine.
     jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"
+
+    @field_validator("edge_backends", mode="before")
+    @classmethod
+    def _backend_list(cls, v: object) -> object:
+        if isinstance(v, str):
+            text = v.strip()
+            return json.loads(text) if text.startswith("[") else text.split(",")
+        return v
+
+    @field_validator("edge_backends")
+    @classmethod
+    def _host_ports(cls, v: list[str]) -> list[str]:
+        # They are written into VCL: a host name or address and a port, nothing else.
+        if not v:
+            raise ValueError("the edge needs at least one API replica (host:port)")
+        for b in v:
+            host, _, port = b.strip().rpartition(":")
+            if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:]{2,45}\]", host) or not (
+                port.isdigit() and 1 <= int(port) <= 65535
+            ):
+                raise ValueError(f"{b!r}: an API replica's host:port, e.g. 127.0.0.1:8000")
+        return [b.strip() for b in v]
 
     @field_validator("brokers")
     @classmethod
@@ -148,6 +196,7 @@ class ModelLocation(BaseModel):
 
 class StackCliSettings(CommonSettings):
     stack: StackSettings = StackSettings()
+    edge: EdgeSettings = EdgeSettings()
     ops: OpsSettings = OpsSettings()
     audit: AuditSettings = AuditSettings()
     model: ModelLocation = ModelLocation()

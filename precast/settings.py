@@ -7,8 +7,10 @@ it down; nothing reads the environment anywhere else. Environment variables use 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -144,6 +146,38 @@ class TracingSettings(Section):
         if v and not v.startswith(("http://", "https://")):
             raise ValueError("ui_url must start with http:// or https:// (or be empty)")
         return v
+
+
+class EdgeSettings(Section):
+    """An edge cache in front of the read API (Varnish with xkey: `precast stack up --edge`,
+    deploy/edge/): where the API replicas and `precast purge` send purges (docs/api.md,
+    "Behind a cache or CDN"). Empty: no edge, nothing is sent."""
+
+    # Each edge node's address; a purge goes to every one (JSON list or comma-separated).
+    purge_urls: list[str] = Field(default=[])
+    # How long an API replica gathers the devices whose answer changed before one purge
+    # request: the newest-wins bound at the edge is this plus the purge's round trip.
+    purge_interval_ms: int = Field(default=100, ge=10, le=10_000)
+    purge_timeout_s: float = Field(default=2.0, gt=0, le=60)
+
+    @field_validator("purge_urls", mode="before")
+    @classmethod
+    def _url_list(cls, v: object) -> object:
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [x.strip() for x in text.split(",") if x.strip()]
+        return v
+
+    @field_validator("purge_urls")
+    @classmethod
+    def _http_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{url!r}: an edge node's http(s) URL, e.g. http://127.0.0.1:6091")
+        return [u.rstrip("/") for u in v]
 
 
 class MetricsSettings(Section):

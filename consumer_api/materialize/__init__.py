@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
 from consumer_api.settings import MaterializeOptions
+from precast.edge_cache.purge import EdgePurge, NewestPurger
 from precast.kafka import Producer
 from precast.serving import MemoryStore, RedisStore
-from precast.settings import KafkaSettings, RedisSettings
+from precast.settings import EdgeSettings, KafkaSettings, RedisSettings
 from precast.telemetry.tracing import Tracing
 from schemas.topics import Topics
 
@@ -58,6 +59,14 @@ def build_materializer(
         ready_max_lag=opts.ready_max_lag,
         tracing=tracing,
     )
+
+
+def build_edge_purger(edge: EdgeSettings, mat: Materializer) -> NewestPurger | None:
+    """The replica's newest-wins purges at the edge cache, when one is configured: the devices
+    whose newest answer it stored, batched (precast.edge_cache.purge)."""
+    if not edge.purge_urls:
+        return None
+    return NewestPurger(EdgePurge(edge, "api"), edge.purge_interval_ms, lambda: mat.ready)
 
 
 def probes(mat: Materializer) -> tuple[Probe, Probe]:

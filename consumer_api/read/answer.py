@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from precast.edge_cache.keys import answer_keys
 from precast.serving import Entry
 
 PRECOMPUTED, STALE, FALLBACK = "precomputed", "stale", "fallback"
@@ -89,10 +90,11 @@ def wait_timing(wait: Wait) -> bytes:
 
 
 def fresh(
-    e: Entry, now_ms: int, read_ns: int = 0, lock_ns: int = 0
+    device_id: str, e: Entry, now_ms: int, read_ns: int = 0, lock_ns: int = 0
 ) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
     """(body, headers, etag, max_age) of a precomputed answer: the hot path's rendering, kept to
-    a handful of operations (it runs once per read; profile in BENCHMARKS.md)."""
+    a handful of operations (it runs once per read; profile in BENCHMARKS.md). Its
+    `Surrogate-Key` names what an edge cache can purge it by (precast.edge_cache.keys)."""
     x = e.extension
     if x is None:
         since = e.computed_at_ms
@@ -121,6 +123,7 @@ def fresh(
             (b"cache-control", b"max-age=%d" % max_age),
             (b"etag", etag),
             (b"x-model-version", e.model_version.encode()),
+            (b"surrogate-key", answer_keys(device_id, e.model_version)),
             (
                 b"server-timing",
                 _FULL
@@ -174,7 +177,7 @@ class Renderer:
             return self.fallback(device_id, reason or UNKNOWN_DEVICE, wait)
         assert e is not None
         if source == PRECOMPUTED:
-            body, headers, etag, max_age = fresh(e, now_ms, *(wait or (0, 0)))
+            body, headers, etag, max_age = fresh(device_id, e, now_ms, *(wait or (0, 0)))
             if wait is None:  # nothing measured: no wait entries
                 headers[-1] = (b"server-timing", _TIMING % segments(e, now_ms))
             return Answer(source, body, headers, etag, None, max_age)

@@ -69,7 +69,7 @@ class FastPath:
                 t2 = perf_counter_ns()
                 if e is None or e.purge or now >= e.valid_until_ms:
                     return await self.checked(scope, send, device, auth, inm, t0)
-                body, headers, etag, _ = fresh(e, now, t1 - t0, t2 - t1)
+                body, headers, etag, _ = fresh(device, e, now, t1 - t0, t2 - t1)
                 count_read(PRECOMPUTED)
                 if self._note is not None:
                     self._note(device)

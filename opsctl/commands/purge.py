@@ -1,7 +1,7 @@
 """`precast purge SELECTOR`: invalidate served predictions of some model versions.
 
 It finds the newest entry per device whose model version the selector matches (semver-aware,
-`opsctl.toolkit.versions`), writes a purge marker for each to the predictions topic (so the
+`precast.models.versions`), writes a purge marker for each to the predictions topic (so the
 compacted topic, every replica's view and any rebuild keep them purged), waits until the
 markers are acknowledged, and then deletes the entries from the shared store (compare-and-
 delete: an entry a newer prediction replaced meanwhile is kept). A newer real prediction
@@ -27,9 +27,11 @@ from opsctl.commands.base import Command
 from opsctl.settings import StackCliSettings
 from opsctl.toolkit.ranges import format_time
 from opsctl.toolkit.schedule import parse_schedule, run_forever
-from opsctl.toolkit.versions import Selector, parse_selector, parse_version
-from precast.errors import ConfigError
+from precast.edge_cache.keys import purge_keys
+from precast.edge_cache.purge import EdgePurge
+from precast.errors import ConfigError, PrecastError
 from precast.kafka import Producer
+from precast.models.versions import Selector, parse_selector, parse_version
 from precast.telemetry.progress import bar, table
 from schemas.predictions import PredictionSet
 
@@ -82,6 +84,10 @@ class PurgeResult:
     topic: str = ""
     markers: int = 0
     deleted: int = 0
+    edge_urls: list[str] = field(default_factory=list)
+    edge_keys: list[str] = field(default_factory=list)  # surrogate keys purged at the edge
+    edge_purged: int = 0  # cached copies the edge nodes said they dropped
+    edge_errors: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
 
@@ -146,7 +152,11 @@ def purge(
     )
     victims = find(entries, sel, result)
     result.topic = predictions_topic(settings)[0]
+    result.edge_urls = list(settings.edge.purge_urls)
+    result.edge_keys = purge_keys(sel, list(result.by_version)) if result.edge_urls else []
     if dry_run or not victims:
+        if not dry_run:
+            _purge_edge(settings, result)
         result.elapsed_s = time.monotonic() - t0
         return result
     topic = result.topic
@@ -164,9 +174,24 @@ def purge(
     if store is not None:
         keys = {d: e.key for d, e in victims.items()}
         result.deleted = store.purge(lambda d, e: keys.get(d) == e.key)
+    _purge_edge(settings, result)
     result.elapsed_s = time.monotonic() - t0
     PURGED.labels(str(sel)).inc(result.markers)
     return result
+
+
+def _purge_edge(settings: StackCliSettings, result: PurgeResult) -> None:
+    """Last, after the store: a copy the edge fetches again now gets the fallback. The keys
+    select at the edge exactly what the selector selected in the store (precast.edge_cache)."""
+    if not result.edge_keys:
+        return
+    edge = EdgePurge(settings.edge, "purge")
+    try:
+        report = edge.purge(result.edge_keys)
+    finally:
+        edge.close()
+    result.edge_purged = report.purged
+    result.edge_errors = [f"{n.url}: {n.error}" for n in report.nodes if n.error]
 
 
 def _version_order(text: str) -> tuple[int, Any]:
@@ -205,16 +230,27 @@ def _print(r: PurgeResult, dry_run: bool) -> None:
             f"{r.markers:,} purge markers written to the predictions topic; "
             f"{r.deleted:,} entries deleted from the shared store; {r.elapsed_s:.2f}s"
         )
+    if r.edge_keys:
+        keys = " ".join(r.edge_keys)
+        nodes = ", ".join(r.edge_urls)
+        if dry_run:
+            print(f"edge: with --yes, purge keys {keys} at {nodes}")
+        elif not r.edge_errors:
+            print(f"edge: purged keys {keys} at {nodes}: {r.edge_purged:,} cached copies dropped")
 
 
 def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
     sel = parse_selector(args.selector)
     dry = args.dry_run or not args.yes
     if args.schedule is None:
-        _print(
-            purge(settings, sel, dry_run=dry, source=args.source, progress=not args.no_progress),
-            dry,
+        result = purge(
+            settings, sel, dry_run=dry, source=args.source, progress=not args.no_progress
         )
+        _print(result, dry)
+        if result.edge_errors:
+            # The store is purged; the edge keeps its copies until their validity ends, or
+            # until the API replicas' own purges follow the markers.
+            raise PrecastError("edge purge failed at " + "; ".join(result.edge_errors))
         return 0
     if dry and not args.dry_run:
         raise ConfigError("a scheduled purge acts on its own: add --yes (or --dry-run to watch)")
@@ -227,7 +263,10 @@ def run(args: argparse.Namespace, settings: StackCliSettings) -> int:
 
     def job() -> None:
         try:
-            _print(purge(settings, sel, dry_run=dry, source=args.source, progress=False), dry)
+            result = purge(settings, sel, dry_run=dry, source=args.source, progress=False)
+            _print(result, dry)
+            if result.edge_errors:
+                raise PrecastError("edge purge failed at " + "; ".join(result.edge_errors))
             RUNS.labels(str(sel), "ok").inc()
             LAST_OK.labels(str(sel)).set(time.time())
         except Exception as exc:  # noqa: BLE001 - the schedule goes on; the failure is counted and logged

@@ -4,6 +4,7 @@ Prometheus) for demos, tests and CI (opsctl/stack/), plaintext or `--secure`."""
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from opsctl.commands.base import Command
@@ -36,6 +37,12 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also Jaeger, built from its Go module on first use; the apps then trace into it "
         "(PRECAST_STACK__TRACING; docs/observability.md)",
+    )
+    parser.add_argument(
+        "--edge",
+        action="store_true",
+        help="also Varnish (with xkey) in front of the API replicas of PRECAST_STACK__EDGE_BACKENDS, "
+        "and its exporter; the replicas then purge it (PRECAST_STACK__EDGE; docs/api.md)",
     )
     parser.add_argument(
         "--secure",
@@ -104,14 +111,16 @@ def _up(stack: Any, settings: StackCliSettings, args: argparse.Namespace) -> Non
         print(f"run a component as its user: set -a; . {folder}/worker.env; set +a", flush=True)
         return
     tracing = bool(getattr(args, "tracing", False)) or settings.stack.tracing
+    edge = bool(getattr(args, "edge", False)) or settings.stack.edge
     stack.up(
         progress=lambda m: print(m, flush=True),
         prometheus=settings.stack.prometheus,
         tracing=tracing,
+        edge=edge,
     )
-    if stack.settings.brokers > 1 or stack.settings.redis_cluster or tracing:
+    if stack.settings.brokers > 1 or stack.settings.redis_cluster or tracing or edge:
         # The apps read these; one line to paste into the shell that runs them.
-        env = " ".join(f"{k}={v}" for k, v in stack.client_env().items())
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in stack.client_env().items())
         print(f"point the apps at it: export {env}", flush=True)
 
 

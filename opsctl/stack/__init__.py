@@ -11,6 +11,7 @@ wrote, of either layout. Tests, the demo and CI all use this same launcher.
 from __future__ import annotations
 
 import fcntl
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -23,11 +24,23 @@ from opsctl.stack.kafka_node import KafkaNode
 from opsctl.stack.prometheus_node import PrometheusNode, RedisExporterNode
 from opsctl.stack.redis_cluster import RedisClusterNodes
 from opsctl.stack.redis_node import RedisNode
+from opsctl.stack.varnish_node import VarnishExporterNode, VarnishNode
 from precast.errors import StackError
 
 # What `down(only=...)` and `running()` name: one entry per kind of process the stack starts
 # ("kafka" is every broker, "redis" the single Redis and every Redis Cluster node).
-COMPONENTS = ("jaeger", "prometheus", "redis-exporter", "kafka", "redis")
+COMPONENTS = ("edge", "jaeger", "prometheus", "redis-exporter", "kafka", "redis")
+
+
+Node = (
+    KafkaNode
+    | RedisNode
+    | PrometheusNode
+    | RedisExporterNode
+    | JaegerNode
+    | VarnishNode
+    | VarnishExporterNode
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,8 @@ class LocalStack:
         self.prometheus = PrometheusNode(self.settings)
         self.redis_exporter = RedisExporterNode(self.settings)
         self.jaeger = JaegerNode(self.settings)
+        self.edge = VarnishNode(self.settings)
+        self.edge_exporter = VarnishExporterNode(self.settings, self.edge)
         # Built either way, so `down` also stops a Redis Cluster started with the flag.
         self._cluster_nodes = RedisClusterNodes(self.settings)
         self.redis_cluster = self._cluster_nodes if self.settings.redis_cluster else None
@@ -76,6 +91,10 @@ class LocalStack:
             "PRECAST_REDIS__CLUSTER": "true" if self.redis_cluster else "false",
             "PRECAST_TOPICS__REPLICATION_FACTOR": str(self.settings.brokers),
         }
+        if self.edge.running():
+            # The API replicas purge it; its X-Forwarded-For names the client (loopback).
+            env["PRECAST_EDGE__PURGE_URLS"] = json.dumps([self.edge.url])
+            env["PRECAST_API__TRUSTED_PROXIES"] = '["127.0.0.1/32", "::1/128"]'
         if self.jaeger.running():
             env["PRECAST_TRACING__ENABLED"] = "true"
             env["PRECAST_TRACING__ENDPOINT"] = self.jaeger.otlp_endpoint
@@ -101,17 +120,10 @@ class LocalStack:
         *,
         prometheus: bool = False,
         tracing: bool = False,
+        edge: bool = False,
     ) -> list[ComponentStatus]:
         started = time.monotonic()
-        # The exporter watches the single Redis; a Redis Cluster is not wired to it (yet).
-        extras: list[PrometheusNode | RedisExporterNode | JaegerNode] = []
-        if prometheus:
-            extras = (
-                [self.prometheus] if self.redis_cluster else [self.redis_exporter, self.prometheus]
-            )
-        if tracing:
-            ensure_jaeger(self.settings.home, progress)  # before the lock: a first build is slow
-            extras.append(self.jaeger)
+        extras = self._extras(progress, prometheus=prometheus, tracing=tracing, edge=edge)
         with self._lock():
             running_other = [b.proc.name for b in self._other_brokers if b.running()]
             if running_other:
@@ -142,16 +154,41 @@ class LocalStack:
                     extra.stop()
                 self._stop_all(hard=False)
                 raise
-            if prometheus and not self.redis_cluster:
-                self.prometheus.write_targets("stack", {"redis": [self.redis_exporter.address]})
+            if prometheus:
+                self.prometheus.write_targets("stack", self._exporters(edge))
         shown = f", Prometheus {self.prometheus.url}" if prometheus else ""
         shown += f", Jaeger {self.jaeger.query_url}" if tracing else ""
+        shown += f", edge {self.edge.url}" if edge else ""
         progress(
             f"stack ready in {time.monotonic() - started:.1f}s: Kafka {self.bootstrap_servers}, "
             f"Redis{' Cluster' if self.redis_cluster else ''} {self.redis_url}{shown} "
             f"(home {self.settings.home})"
         )
         return self.status()
+
+    def _extras(
+        self, progress: Callable[[str], None], *, prometheus: bool, tracing: bool, edge: bool
+    ) -> list[Node]:
+        """What runs beside Kafka and Redis, in start order."""
+        # The exporter watches the single Redis; a Redis Cluster is not wired to it (yet).
+        extras: list[Node] = []
+        if prometheus:
+            extras = (
+                [self.prometheus] if self.redis_cluster else [self.redis_exporter, self.prometheus]
+            )
+        if tracing:
+            ensure_jaeger(self.settings.home, progress)  # before the lock: a first build is slow
+            extras.append(self.jaeger)
+        if edge:
+            extras += [self.edge, self.edge_exporter]
+        return extras
+
+    def _exporters(self, edge: bool) -> dict[str, list[str]]:
+        """Prometheus's scrape jobs for the stack's own exporters."""
+        jobs = {} if self.redis_cluster else {"redis": [self.redis_exporter.address]}
+        if edge:
+            jobs["edge"] = [self.edge_exporter.address]
+        return jobs
 
     def _wait_all_brokers(self) -> None:
         """Metadata lists every broker: topics with replication factor 3 can be created."""
@@ -167,12 +204,11 @@ class LocalStack:
                 raise StackError(f"only {seen} of {len(self.brokers)} Kafka brokers registered")
             time.sleep(0.5)
 
-    def _groups(
-        self,
-    ) -> dict[str, list[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode | JaegerNode]]:
+    def _groups(self) -> dict[str, list[Node]]:
         # Short names (`COMPONENTS`), in stop order: the scrapers first, Redis last. Both
         # layouts' nodes, so `down` stops whatever this home runs.
         return {
+            "edge": [self.edge_exporter, self.edge],
             "jaeger": [self.jaeger],
             "prometheus": [self.prometheus],
             "redis-exporter": [self.redis_exporter],
@@ -210,9 +246,7 @@ class LocalStack:
         """Kafka and Redis always; Prometheus and the Redis exporter only while they run."""
         out = []
         redis_nodes = self.redis_cluster.nodes if self.redis_cluster else [self.redis]
-        nodes: list[
-            tuple[KafkaNode | RedisNode | PrometheusNode | RedisExporterNode | JaegerNode, str]
-        ] = [(b, b.bootstrap) for b in self.brokers]
+        nodes: list[tuple[Node, str]] = [(b, b.bootstrap) for b in self.brokers]
         nodes += [(n, n.url) for n in redis_nodes]
         if self.prometheus.running():
             nodes.append((self.prometheus, self.prometheus.url))
@@ -220,6 +254,10 @@ class LocalStack:
             nodes.append((self.redis_exporter, self.redis_exporter.address))
         if self.jaeger.running():
             nodes.append((self.jaeger, self.jaeger.query_url))
+        if self.edge.running():
+            nodes.append((self.edge, self.edge.url))
+        if self.edge_exporter.running():
+            nodes.append((self.edge_exporter, self.edge_exporter.address))
         for node, addr in nodes:
             pid = node.proc.pid()
             state = "stopped" if pid is None else ("healthy" if node.healthy() else "unhealthy")

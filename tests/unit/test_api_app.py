@@ -503,7 +503,7 @@ def test_hot_path_rendering_matches_the_documented_segments(
         inference_ms=inference,
         horizon_ms=200_000 + horizon_extra,
     )
-    body, headers, etag, max_age = fresh(e, now)
+    body, headers, etag, max_age = fresh("dev-1", e, now)
     seg = segments(e, now)
     doc = orjson.loads(body)
     assert doc["source"] == "precomputed" and doc["age_ms"] == now - computed
@@ -513,9 +513,10 @@ def test_hot_path_rendering_matches_the_documented_segments(
         b"age.queue;dur=%d, age.model;dur=%d, age.kafka;dur=%d, age.cache;dur=%d, "
         b"wait.read;dur=0.000, wait.db_lock;dur=0.000" % seg
     )
-    timed = dict(fresh(e, now, 1_234_567, 89_000)[1])[b"server-timing"]
+    timed = dict(fresh("dev-1", e, now, 1_234_567, 89_000)[1])[b"server-timing"]
     assert timed.endswith(b"wait.read;dur=1.234, wait.db_lock;dur=0.089")
     assert h[b"etag"] == etag == e.etag.encode() and h[b"x-model-version"] == b"1.0.0"
+    assert h[b"surrogate-key"] == b"precast d:dev-1 mv:1.0.0 ml:1 ml:1.0 ml:1.0.0"
     assert (
         h[b"cache-control"] == b"max-age=%d" % max_age
         and max_age == (e.valid_until_ms - now) // 1000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.toolkit.versions import parse_selector, parse_version
 from precast.errors import ConfigError
+from precast.models.versions import parse_selector, parse_version
 
 STORED = [
     "1.3.0",

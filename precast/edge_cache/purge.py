@@ -1,0 +1,243 @@
+"""Purges sent to edge caches: `PURGE /` with an `xkey-purge: k1 k2 ...` header to every node
+(deploy/edge/precast.vcl answers `200 purged N`). Two users:
+
+- `EdgePurge.purge(keys)`: one call, every node, every key (`precast purge`);
+- `NewestPurger`: an API replica's background batcher. The materializer hands it the devices
+  whose stored answer changed (a newer answer, a purge marker); every `purge_interval_ms` it
+  purges their `d:` keys, so the edge holds no answer older than the newest by more than that
+  interval plus one round trip once the replica has stored the newer one (each replica purges
+  after its own store, so a copy fetched from a replica that lags is purged when it catches up).
+
+A node that cannot be reached keeps its keys pending (retried next round, deduplicated; past
+`MAX_PENDING` keys they collapse into the one key `precast`, everything: correct and bounded).
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from prometheus_client import Counter, Gauge
+
+from precast.edge_cache.keys import ALL, device_key
+from precast.hygiene import printable
+from precast.settings import EdgeSettings
+from precast.supervise import Supervised
+
+log = logging.getLogger("precast.edge_cache")
+
+PURGES = Counter(
+    "precast_edge_purges_total", "purge requests sent to edge nodes", ["source", "result"]
+)
+PURGED_KEYS = Counter(
+    "precast_edge_purged_keys_total", "surrogate keys purged at the edge", ["source"]
+)
+PURGED_OBJECTS = Counter(
+    "precast_edge_purged_objects_total", "cached objects the edge said a purge removed", ["source"]
+)
+PENDING = Gauge("precast_edge_purge_pending_keys", "device keys waiting for the next edge purge")
+
+HEADER = "xkey-purge"
+MAX_HEADER = 6000  # bytes of keys per request (Varnish's default header limit is 8 KB)
+MAX_PENDING = 50_000
+
+
+def batches(keys: Iterable[str], limit: int = MAX_HEADER) -> list[str]:
+    """Space-joined header values of at most `limit` bytes (a key alone is never split)."""
+    out: list[str] = []
+    cur: list[str] = []
+    size = 0
+    for k in keys:
+        if cur and size + 1 + len(k) > limit:
+            out.append(" ".join(cur))
+            cur, size = [], 0
+        cur.append(k)
+        size += len(k) + (1 if size else 0)
+    if cur:
+        out.append(" ".join(cur))
+    return out
+
+
+@dataclass
+class NodeResult:
+    url: str
+    purged: int = 0  # objects the node says it removed
+    error: str | None = None
+
+
+@dataclass
+class PurgeReport:
+    nodes: list[NodeResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(n.error is None for n in self.nodes)
+
+    @property
+    def purged(self) -> int:
+        return sum(n.purged for n in self.nodes)
+
+
+class _Node:
+    """One edge node with a kept-alive connection (reopened after any error)."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        parts = urlsplit(url)
+        self.url = url
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port
+        self._timeout = timeout_s
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = cls(self._host, self._port, timeout=self._timeout)
+        return self._conn
+
+    def purge(self, value: str) -> int:
+        """Objects removed; raises OSError/HTTPException/ValueError when the node refused."""
+        conn = self._connection()
+        try:
+            conn.request("PURGE", "/", headers={HEADER: value})
+            resp = conn.getresponse()
+            body = resp.read(512)
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if resp.status != 200:
+            self.close()
+            raise ValueError(f"HTTP {resp.status} {printable(body.decode(errors='replace'), 120)}")
+        # deploy/edge/precast.vcl answers "purged N"
+        words = body.split()
+        return int(words[-1]) if words and words[-1].isdigit() else 0
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class EdgePurge:
+    """Purges by surrogate key on every configured edge node."""
+
+    def __init__(self, settings: EdgeSettings, source: str) -> None:
+        self.source = source
+        self._nodes = [_Node(u, settings.purge_timeout_s) for u in settings.purge_urls]
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self._nodes]
+
+    def __bool__(self) -> bool:
+        return bool(self._nodes)
+
+    def purge(self, keys: Sequence[str]) -> PurgeReport:
+        report = PurgeReport()
+        values = batches(keys)
+        for node in self._nodes:
+            result = NodeResult(node.url)
+            try:
+                for value in values:
+                    result.purged += node.purge(value)
+                PURGES.labels(self.source, "ok").inc(len(values))
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                result.error = printable(f"{type(exc).__name__}: {exc}", 200)
+                PURGES.labels(self.source, "failed").inc()
+            report.nodes.append(result)
+            PURGED_OBJECTS.labels(self.source).inc(result.purged)
+        if report.ok:
+            PURGED_KEYS.labels(self.source).inc(len(keys))
+        return report
+
+    def close(self) -> None:
+        for n in self._nodes:
+            n.close()
+
+
+class NewestPurger:
+    """The API replica's batcher (module docstring). `note(items)` is the materializer's
+    `on_stored` hook: (device_id, entry) pairs it stored as the newest."""
+
+    def __init__(
+        self,
+        edge: EdgePurge,
+        interval_ms: int,
+        ready: Callable[[], bool] = lambda: True,
+        *,
+        purge_all_when_ready: bool = True,
+    ) -> None:
+        self.edge = edge
+        self._ready = ready
+        self._was_ready = False
+        self._purge_all_when_ready = purge_all_when_ready
+        self._interval = interval_ms / 1000
+        self._lock = threading.Lock()
+        self._pending: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.supervised = Supervised("edge-purger")
+        self._last_error: str | None = None
+
+    def note(self, items: Iterable[tuple[str, object]]) -> None:
+        with self._lock:
+            pending = self._pending
+            pending.update(device_key(d) for d, _ in items)
+            if len(pending) > MAX_PENDING:
+                self._pending = {ALL}
+            PENDING.set(len(self._pending))
+
+    def note_all(self) -> None:
+        """Everything: a replica that was not storing may have missed newer answers."""
+        with self._lock:
+            self._pending = {ALL}
+
+    def run_once(self) -> PurgeReport | None:
+        if not self._was_ready:
+            # Until the replica has loaded the topic it answers nothing, so nothing it could
+            # purge matters; once loaded, the edge may hold copies older than what the load
+            # found (made while no replica was storing): purge them all, once.
+            if not self._ready():
+                return None
+            self._was_ready = True
+            if self._purge_all_when_ready:
+                self.note_all()
+        with self._lock:
+            keys, self._pending = self._pending, set()
+        if not keys:
+            return None
+        ordered = [ALL] if ALL in keys else sorted(keys)
+        report = self.edge.purge(ordered)
+        if not report.ok:
+            self.note([(k[2:], None) for k in ordered if k != ALL])
+            if ALL in keys:
+                self.note_all()
+            error = "; ".join(f"{n.url}: {n.error}" for n in report.nodes if n.error)
+            if error != self._last_error:  # one line per distinct failure, not per round
+                log.warning("edge purge failed, keys kept for the next round: %s", error)
+            self._last_error = error
+        elif self._last_error is not None:
+            log.info("edge purges succeed again")
+            self._last_error = None
+        with self._lock:
+            PENDING.set(len(self._pending))
+        return report
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.run_once()
+
+    def start(self) -> None:
+        self._thread = self.supervised.thread(self._run, self._stop)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.run_once()  # what the last interval gathered
+        self.edge.close()
