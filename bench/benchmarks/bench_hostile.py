@@ -8,7 +8,10 @@ A probe that got no answer fails the benchmark: no figure is recorded as 0 or -1
 from __future__ import annotations
 
 import http.client
+import math
+import os
 import time
+from typing import Any
 
 import numpy as np
 import orjson
@@ -36,7 +39,12 @@ SPARE_CPU = (
     "ratios are alternated rounds of one run."
 )
 
+NAN = float("nan")
 READ = "/v1/devices/dev-1/prediction"
+# A partial run: PRECAST_BENCH_HOSTILE_ONLY=poison (comma-separated among idle, cap, poison,
+# budget) runs only those parts, into a BENCHMARKS.md section of its own ("hostile:poison").
+ONLY_ENV = "PRECAST_BENCH_HOSTILE_ONLY"
+PARTS = ("idle", "cap", "poison", "budget")
 BUDGET_PER_S, BUDGET_BURST = 100, 10
 
 
@@ -102,9 +110,13 @@ def _poison(ctx: Context, env: dict, topic: str, rows: list[list], figs: dict[st
 
 def run(ctx: Context) -> Report:
     from opsctl.stack.process import free_port
-    from precast.kafka import OFFSET_BEGINNING, Admin, Consumer, Producer, TopicPartitionOffset
+    from precast.kafka import Admin, Producer
     from schemas.topics import catalog
 
+    only = {x for x in os.environ.get(ONLY_ENV, "").split(",") if x}
+    if only - set(PARTS):
+        raise RuntimeError(f"{ONLY_ENV}: unknown part(s) {sorted(only - set(PARTS))}; have {PARTS}")
+    want = lambda part: not only or part in only  # noqa: E731
     raise_fd_limit()
     n_get = 1_000 if ctx.quick else 3_000
     idle_n = 2_000 if ctx.quick else 10_000
@@ -132,7 +144,7 @@ def run(ctx: Context) -> Report:
     rows: list[list] = []
     figs: dict[str, float] = {}
     try:
-        for server in ("granian", "uvicorn"):
+        for server in ("granian", "uvicorn") if want("idle") else ():
             port = free_port()
             env = _env(
                 ctx,
@@ -187,158 +199,179 @@ def run(ctx: Context) -> Report:
                     figs.update(idle=held_idle, ratio=ratio, streams=held_streams)
 
         # The stream cap under concurrent opens: 60 at once against a cap of 20, three times.
-        overrun = _stream_cap(ctx, prefix)
-        rows.append(["stream cap 20, 60 opened at once (x3)", f"overrun {overrun}", "", ""])
-        figs["overrun"] = overrun
+        if want("cap"):
+            overrun = _stream_cap(ctx, prefix)
+            rows.append(["stream cap 20, 60 opened at once (x3)", f"overrun {overrun}", "", ""])
+            figs["overrun"] = overrun
 
         # Poison records on the predictions topic beside live traffic (issue 36).
-        _poison(ctx, _env(ctx, prefix, 3, "granian"), topics.predictions.name, rows, figs)
-
-        # One client floods prefetch with devices, alternating two replicas that share the
-        # budget; per-client limits set out of the way so only the shared ceiling holds it.
-        # Only a device the store knows, with an answer no longer valid, may cost a precompute
-        # (docs/api.md, unknown devices): the flood names a pool of such devices, each expired
-        # a second before the replicas start and kept by a long grace.
-        pool = [f"flood-{j}" for j in range(3_000 if ctx.quick else 10_000)]
-        expired = int(time.time() * 1000) - 1_000
-        for d in pool:
-            p.produce(
-                topics.predictions.name,
-                d.encode(),
-                orjson.dumps(
-                    {
-                        **doc,
-                        "device_id": d,
-                        "computed_at_ms": expired - 60_000,
-                        "produced_at_ms": expired - 60_000,
-                        "valid_until_ms": expired,
-                    }
-                ),
-            )
-        p.flush(30)
-        ports = [free_port(), free_port()]
-        env = _env(
-            ctx,
-            prefix,
-            3,
-            "granian",
-            precompute_budget_per_s=BUDGET_PER_S,
-            precompute_burst=BUDGET_BURST,
-            client_prefetch_per_s=1_000_000,
-            client_prefetch_burst=1_000_000,
-            request_window_s=600,
-            grace_s=3_600,
-        )
-        seconds = 3.0 if ctx.quick else 8.0
-        with api_process(ports[0], env), api_process(ports[1], env):
-            conns = [http.client.HTTPConnection("127.0.0.1", pt, timeout=10) for pt in ports]
-            asked = sent = i = 0
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < seconds:
-                at = (i * 100) % len(pool)
-                ids = pool[at : at + 100]
-                c = conns[i % 2]
-                c.request(
-                    "POST",
-                    "/v1/prefetch",
-                    orjson.dumps({"device_ids": ids}),
-                    {"content-type": "application/json"},
-                )
-                sent += orjson.loads(c.getresponse().read())["sent"]
-                asked += 100
-                i += 1
-            elapsed = time.monotonic() - t0
-            for c in conns:
-                c.close()
-        consumer = Consumer(ctx.kafka_settings(), ctx.unique("hostile-chk"))
-        consumer.assign(
-            [
-                TopicPartitionOffset(topics.precompute_requests.name, part, OFFSET_BEGINNING)
-                for part in range(topics.precompute_requests.partitions)
-            ]
-        )
-        on_topic, quiet = 0, time.monotonic()
-        while time.monotonic() - quiet < 3.0:
-            msgs = consumer.consume(1000, 0.2)
-            if msgs:
-                on_topic += len(msgs)
-                quiet = time.monotonic()
-        consumer.close()
-        if not on_topic or not sent:  # no request came through: a rate of 0 would lie
-            raise RuntimeError(f"prefetch flood: {on_topic} requests on the topic, {sent} sent")
-        # The bucket starts full: its burst may go at once, the rest is paced at the budget.
-        rate = max(0, on_topic - BUDGET_BURST) / elapsed
-        progress(
-            f"prefetch flood: {asked:,} devices asked, {on_topic:,} requests in {elapsed:.1f}s"
-        )
-        rows.append(
-            [
-                f"one client, 2 replicas, budget {BUDGET_PER_S}/s (burst {BUDGET_BURST})",
-                f"{asked:,} devices named in {elapsed:.1f} s",
-                f"{rate:.1f} requests/s past the burst ({on_topic / elapsed:.1f} with it)",
-                f"{on_topic:,} on the topic ({sent:,} answered sent)",
-            ]
-        )
-        figs["precompute"] = rate
+        if want("poison"):
+            _poison(ctx, _env(ctx, prefix, 3, "granian"), topics.predictions.name, rows, figs)
+        if want("budget"):
+            _budget(ctx, prefix, topics, doc, p, rows, figs)
     finally:
         admin.delete_topics([t.name for t in topics])
+    out = _report(figs, rows, idle_n, streams_n)
+    if only:
+        out.section = "hostile:" + "+".join(sorted(only))
+        out.notes.append(
+            f"A partial run: {ONLY_ENV}={','.join(sorted(only))} python -m bench hostile"
+        )
+    return out
+
+
+def _budget(
+    ctx: Context, prefix: str, topics: Any, doc: dict, p: Any, rows: list[list], figs: dict
+) -> None:
+    from opsctl.stack.process import free_port
+    from precast.kafka import OFFSET_BEGINNING, Consumer, TopicPartitionOffset
+
+    # One client floods prefetch with devices, alternating two replicas that share the
+    # budget; per-client limits set out of the way so only the shared ceiling holds it.
+    # Only a device the store knows, with an answer no longer valid, may cost a precompute
+    # (docs/api.md, unknown devices): the flood names a pool of such devices, each expired
+    # a second before the replicas start and kept by a long grace.
+    pool = [f"flood-{j}" for j in range(3_000 if ctx.quick else 10_000)]
+    expired = int(time.time() * 1000) - 1_000
+    for d in pool:
+        p.produce(
+            topics.predictions.name,
+            d.encode(),
+            orjson.dumps(
+                {
+                    **doc,
+                    "device_id": d,
+                    "computed_at_ms": expired - 60_000,
+                    "produced_at_ms": expired - 60_000,
+                    "valid_until_ms": expired,
+                }
+            ),
+        )
+    p.flush(30)
+    ports = [free_port(), free_port()]
+    env = _env(
+        ctx,
+        prefix,
+        3,
+        "granian",
+        precompute_budget_per_s=BUDGET_PER_S,
+        precompute_burst=BUDGET_BURST,
+        client_prefetch_per_s=1_000_000,
+        client_prefetch_burst=1_000_000,
+        request_window_s=600,
+        grace_s=3_600,
+    )
+    seconds = 3.0 if ctx.quick else 8.0
+    with api_process(ports[0], env), api_process(ports[1], env):
+        conns = [http.client.HTTPConnection("127.0.0.1", pt, timeout=10) for pt in ports]
+        asked = sent = i = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            at = (i * 100) % len(pool)
+            ids = pool[at : at + 100]
+            c = conns[i % 2]
+            c.request(
+                "POST",
+                "/v1/prefetch",
+                orjson.dumps({"device_ids": ids}),
+                {"content-type": "application/json"},
+            )
+            sent += orjson.loads(c.getresponse().read())["sent"]
+            asked += 100
+            i += 1
+        elapsed = time.monotonic() - t0
+        for c in conns:
+            c.close()
+    consumer = Consumer(ctx.kafka_settings(), ctx.unique("hostile-chk"))
+    consumer.assign(
+        [
+            TopicPartitionOffset(topics.precompute_requests.name, part, OFFSET_BEGINNING)
+            for part in range(topics.precompute_requests.partitions)
+        ]
+    )
+    on_topic, quiet = 0, time.monotonic()
+    while time.monotonic() - quiet < 3.0:
+        msgs = consumer.consume(1000, 0.2)
+        if msgs:
+            on_topic += len(msgs)
+            quiet = time.monotonic()
+    consumer.close()
+    if not on_topic or not sent:  # no request came through: a rate of 0 would lie
+        raise RuntimeError(f"prefetch flood: {on_topic} requests on the topic, {sent} sent")
+    # The bucket starts full: its burst may go at once, the rest is paced at the budget.
+    rate = max(0, on_topic - BUDGET_BURST) / elapsed
+    progress(f"prefetch flood: {asked:,} devices asked, {on_topic:,} requests in {elapsed:.1f}s")
+    rows.append(
+        [
+            f"one client, 2 replicas, budget {BUDGET_PER_S}/s (burst {BUDGET_BURST})",
+            f"{asked:,} devices named in {elapsed:.1f} s",
+            f"{rate:.1f} requests/s past the burst ({on_topic / elapsed:.1f} with it)",
+            f"{on_topic:,} on the topic ({sent:,} answered sent)",
+        ]
+    )
+    figs["precompute"] = rate
+
+
+def _report(figs: dict[str, float], rows: list[list], idle_n: int, streams_n: int) -> Report:
     poison_cond = (
         "one granian replica with Redis; alternated rounds of sequential keep-alive GETs over "
         "the live devices, without and during a paced burst into all 3 partitions"
     )
     cond = f"{idle_n:,} idle loopback sockets + {streams_n:,} event streams, sequential keep-alive GETs"
-    return Report(
+    report = Report(
         title="Read API under hostile clients (loopback, one replica unless said)",
         columns=["scenario", "measured", "ratio / rate", "held"],
         rows=rows,
         figures=[
             Figure(
                 "api_idle_connections_held",
-                figs["idle"],
+                figs.get("idle", NAN),
                 "connections",
                 "target >= 10,000 (granian default had 127)",
                 cond,
             ),
             Figure(
                 "api_p99_under_idle_flood_vs_unloaded",
-                figs["ratio"],
+                figs.get("ratio", NAN),
                 "x",
                 "unloaded p99 of the same replica, same run (target <= 2)",
                 cond,
             ),
-            Figure("sse_streams_held", figs["streams"], "streams", "target >= 1,000", cond),
+            Figure(
+                "sse_streams_held", figs.get("streams", NAN), "streams", "target >= 1,000", cond
+            ),
             Figure(
                 "sse_cap_overrun",
-                figs["overrun"],
+                figs.get("overrun", NAN),
                 "streams",
                 "cap 20; 60 concurrent opens got 37 before (target 0)",
                 "60 streams opened at once, 3 rounds",
             ),
             Figure(
                 "poison_records_rejected",
-                figs["poison_rejected"],
+                figs.get("poison_rejected", NAN),
                 "records",
-                f"poison sent: {figs['poison_sent']:,.0f} (must be equal; before issue 36 the "
+                f"poison sent: {figs.get('poison_sent', 0):,.0f} (must be equal; before issue 36 the "
                 "first record nested 5,000 deep stopped the materializer for good)",
                 poison_cond,
             ),
             Figure(
                 "poison_valid_answers_newest",
-                figs["poison_newest"],
+                figs.get("poison_newest", NAN),
                 "fraction",
                 "answers during the bursts that were the newest published 1 s before (target 1)",
                 poison_cond,
             ),
             Figure(
                 "api_p99_during_poison_vs_clean",
-                figs["poison_ratio"],
+                figs.get("poison_ratio", NAN),
                 "x",
                 "GET p99 without the burst, same replica, same run (target <= 1.2)",
                 poison_cond,
             ),
             Figure(
                 "precompute_requests_per_s_one_client",
-                figs["precompute"],
+                figs.get("precompute", NAN),
                 "requests/s",
                 f"configured budget {BUDGET_PER_S}/s (requests past the initial burst of "
                 f"{BUDGET_BURST}, per second of the run)",
@@ -350,7 +383,9 @@ def run(ctx: Context) -> Report:
             "Poison: records nested 5,000 deep (in an ignored field and whole), not JSON, "
             "invalid UTF-8, 2**70 and 1e400 timestamps, a number as device ID, a CR/LF model "
             "version, a foreign key, a broken validity lease, headers of any bytes; each must be "
-            "counted once by the replica (`precast_records_rejected_total`) and dead-lettered.",
+            "counted once by the replica (`precast_records_rejected_total`) and dead-lettered "
+            "(since 2026-12-04 11:30 UTC a bounded letter: the 10-30 KB ones as their first "
+            "4 KiB with size and SHA-256, docs/events.md).",
             "Poison p99: the same rounds with the burst written to a topic the replica does not "
             "read gave 0.99x (a control, 2026-12-04 06:00 UTC, 3 rounds): what the ratio shows is "
             "the replica's own work (fetching, rejecting and dead-lettering 10 KB records) on the "
@@ -361,3 +396,6 @@ def run(ctx: Context) -> Report:
             "IDs wrote 2,000 precompute requests in 0.06 s (issue 17).",
         ],
     )
+    # a partial run has only its own parts' figures
+    report.figures = [f for f in report.figures if not math.isnan(f.value)]
+    return report
