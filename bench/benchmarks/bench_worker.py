@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -84,11 +85,29 @@ def _inference_rows_per_s(sizes: list[int]) -> dict[int, float]:
     return out
 
 
+ONLY_ENV = "PRECAST_BENCH_WORKER_ONLY"  # "tracing": only the tracing rows (issue 39)
+
+
+def _tracing_only(ctx: Context, admin: Any, devices: int, rounds: int) -> Report:
+    """A partial run: the tracing rows and figures alone, in their own section."""
+    rows, figures, notes = tracing_figures(ctx, admin, devices, rounds, run_worker)
+    return Report(
+        title="Precompute worker: tracing (one process, CPU)",
+        columns=["run", "events/s (or value)", "ratio to passthrough", "notes"],
+        rows=rows,
+        figures=figures,
+        notes=[*notes, f"A partial run: {ONLY_ENV}=tracing python -m bench worker"],
+        section="worker:tracing",
+    )
+
+
 def run(ctx: Context) -> Report:
     from precast.kafka import Admin, Consumer
 
     admin = Admin(ctx.kafka_settings())
     devices, rounds = (20_000, 3) if ctx.quick else (100_000, 3)
+    if os.environ.get(ONLY_ENV) == "tracing":
+        return _tracing_only(ctx, admin, devices, rounds)
     fresh_s = 4.0 if ctx.quick else 10.0
     topics = worker_catalog(ctx, admin)
     hb = topics.heartbeats.name
