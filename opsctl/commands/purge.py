@@ -4,12 +4,15 @@ It finds the newest entry per device whose model version the selector matches (s
 `precast.models.versions`), writes a purge marker for each to the predictions topic (so the
 compacted topic, every replica's view and any rebuild keep them purged), waits until the
 markers are acknowledged, and then deletes the entries from the shared store (compare-and-
-delete: an entry a newer prediction replaced meanwhile is kept). A newer real prediction
-later wins over the marker as usual. `--schedule` repeats it (e.g. daily at 04:00 UTC).
+delete: an entry a newer prediction replaced meanwhile is kept), and last purges the edge
+caches of PRECAST_EDGE__PURGE_URLS by surrogate key (a line's `ml:` key, else each matched
+version's `mv:` key: precast.edge_cache.keys), so a copy the edge fetches again is the
+fallback. A newer real prediction later wins over the marker as usual. `--schedule` repeats
+it (e.g. daily at 04:00 UTC).
 
 Without `--yes` it is a dry run: it prints what it would touch (the predictions topic, each
-matching version with its device count and when it last produced an answer, the store) and
-writes nothing."""
+matching version with its device count and when it last produced an answer, the store, the
+edge keys) and writes nothing."""
 
 from __future__ import annotations
 
