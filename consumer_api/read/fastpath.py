@@ -40,6 +40,7 @@ class FastPath:
         self._resolve = view.resolve if view is not None else None
         self._open = not service.auth_enabled
         self._note = service.hints.note if service.hints is not None else None
+        self._spans = service.read_spans
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -71,6 +72,8 @@ class FastPath:
                     return await self.checked(scope, send, device, auth, inm, t0)
                 body, headers, etag, _ = fresh(device, e, now, t1 - t0, t2 - t1)
                 count_read(PRECOMPUTED)
+                if self._spans is not None:  # tracing on (consumer_api.read.read_spans)
+                    self._spans.read(device, e, PRECOMPUTED, t0, headers)
                 if self._note is not None:
                     self._note(device)
                 if inm is not None and etag_matches(inm, etag):
