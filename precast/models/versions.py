@@ -40,7 +40,7 @@ def parse_version(text: str) -> semver.Version | None:
         return None
 
 
-def _line_parts(text: str) -> tuple[int, ...] | None:
+def line_parts(text: str) -> tuple[int, ...] | None:
     m = _LINE.match(text.strip())
     if not m:
         return None
@@ -91,7 +91,7 @@ class Selector:
 
 
 def _bounds_for(op: str, operand: str, selector: str) -> list[Bound]:
-    parts = _line_parts(operand)
+    parts = line_parts(operand)
     if parts is not None:  # a line as a bound
         lo, hi = _floor(parts), _next_line(parts)
         return {
@@ -113,7 +113,7 @@ def parse_selector(text: str) -> Selector:
             f"model-version selector {text!r} selects nothing or everything; "
             f"name a line (1.3), a version (=1.3.7) or a range (>=1.2 <1.4)"
         )
-    parts = _line_parts(s)
+    parts = line_parts(s)
     if parts is not None:
         return Selector(text, (Bound(">=", _floor(parts)), Bound("<", _next_line(parts))))
     hyphen = re.fullmatch(r"(\S+)\s+-\s+(\S+)", s)
@@ -138,8 +138,8 @@ def parse_selector(text: str) -> Selector:
                 v = parse_version(operand)
                 if (
                     v is None
-                    or _line_parts(operand) is not None
-                    and len(_line_parts(operand) or ()) < 3
+                    or line_parts(operand) is not None
+                    and len(line_parts(operand) or ()) < 3
                 ):
                     raise ConfigError(
                         f"exact selector needs a full version (e.g. =1.3.7), got {text!r}"
