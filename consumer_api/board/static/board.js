@@ -489,8 +489,27 @@ function showDevice(id, a, det) {
     tr(fmtTime(h.computed_at_ms), h.candidates[0]?.strategy ?? "–", (h.candidates[0]?.score ?? 0).toFixed(3), h.trigger ?? "–", h.model_version)));
 }
 
-// The records the lineage names, read back from Kafka by the API.
+// The records the lineage names, read back from Kafka by the API. One request at a time: the
+// API admits one lineage read per client (a 503 past it), and a read can take seconds, so an
+// operator opening devices quickly gets the newest one read next, never a refused request.
+const events = { busy: false, wanted: null };
+
 async function showEvents(id) {
+  events.wanted = id;
+  if (events.busy) return; // the read in flight, then the newest device wanted
+  events.busy = true;
+  try {
+    while (events.wanted != null) {
+      const next = events.wanted;
+      events.wanted = null;
+      if (state.open === next) await loadEvents(next).catch(() => {});
+    }
+  } finally {
+    events.busy = false;
+  }
+}
+
+async function loadEvents(id) {
   const res = await api(`/v1/board/devices/${encodeURIComponent(id)}/events`);
   if (!res.ok || state.open !== id) return;
   const doc = await res.json();
