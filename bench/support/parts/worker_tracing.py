@@ -249,7 +249,8 @@ def tracing_figures(
                     mains.append(_timed(ctx, tree, topics, ends))
                     progress(f"tracing pair {rnd}/{PAIRS}: this worker, tracing off, own process")
                     offs.append(_timed(ctx, ROOT, topics, ends))
-                cpu_ratio = statistics.median(m[1] / o[1] for m, o in zip(mains, offs, strict=True))
+                pairs = [m[1] / o[1] for m, o in zip(mains, offs, strict=True)]
+                cpu_ratio = statistics.median(pairs)
                 wall_ratio = statistics.median(
                     o[0] / m[0] for m, o in zip(mains, offs, strict=True)
                 )
@@ -267,7 +268,8 @@ def tracing_figures(
                         statistics.median(o[0] for o in offs),
                         "-",
                         f"CPU {statistics.median(o[1] for o in offs):.2f} s; ratio {cpu_ratio:.3f} "
-                        f"by CPU, {wall_ratio:.3f} by wall",
+                        f"by CPU (pairs {', '.join(f'{r:.3f}' for r in pairs)}), "
+                        f"{wall_ratio:.3f} by wall",
                     ]
                 )
                 figures.append(
