@@ -330,7 +330,11 @@ def tracing_figures(
     notes = [
         "Tracing: tracing_off_worker_ratio times this tree's worker with tracing off against main's "
         "worker (the tree exported at the commit before the tracing spans), each a bounded run in a "
-        "process of its own over the same backlog, alternated three times, the better of each kept; "
+        "process of its own over the same backlog, in 5 alternated pairs; the figure is events per "
+        "CPU second (main's CPU over this one's, the median of the pairs: CPU per event hardly "
+        "moves with other work on the machine, wall rates do; with tracing off the worker pays one "
+        "attribute check per batch, so a pair below 1 is the machine's noise, which the listed "
+        "pairs show); "
         "tracing_sampled_worker_ratio runs in this process, off and sampled alternated twice; the "
         "backlog was published with 1 % head sampling, so about 1 % of inputs carry a sampled context. "
         "trace_completeness counts, per answer and sampled input heartbeat, whether the batch span "
