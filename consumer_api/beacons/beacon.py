@@ -2,8 +2,12 @@
 measures of precast.telemetry.objectives and aggregates them per client (consumer_api.beacons.client_signals).
 
 A view's *wait* (input to the answer on screen) by origin:
-  network_qoe = network_ms - (wait.read + wait.db_lock)   (the fetch, less the server's time)
-  read, db_lock = the answer's `wait.read` / `wait.db_lock` Server-Timing entries, echoed
+  network_qoe = network_ms - (wait.read + wait.db_lock + wait.edge)   (the fetch, less the
+                server's and the edge cache's time)
+  read, db_lock = the answer's `wait.read` / `wait.db_lock` Server-Timing entries, echoed (0 on
+                an edge cache's hit: those entries are the fetch that filled the cache)
+  edge        = an edge cache's own time (its `edge` Server-Timing entry, less read and db_lock
+                on a miss); 0 without an edge
   model       = wait.model: on a miss, the fallback shown until the computed answer replaced it
   front_jank  = input_to_shown_ms - network_ms - wait.model   (the page's own time)
 so the origins add up to input_to_shown_ms. The shown answer's *age* by origin is its
@@ -60,6 +64,11 @@ class _Strict(BaseModel):
 class Wait(_Strict):
     read: Ms = Field(default=0, description="the answer's wait.read Server-Timing entry")
     db_lock: Ms = Field(default=0, description="the answer's wait.db_lock Server-Timing entry")
+    edge: Ms = Field(
+        default=0,
+        description="an edge cache's own time: its `edge` Server-Timing entry (less read and "
+        "db_lock on a miss); 0 without an edge",
+    )
     model: Ms = Field(
         default=0,
         description="on a miss: from the fallback shown to the computed answer shown "
@@ -114,10 +123,11 @@ def split(t: Timing) -> tuple[dict[str, float], dict[str, float] | None]:
     """One view's wait by origin and, when its answer had data, its age by origin (ms)."""
     w = t.wait
     wait = {
-        "network_qoe": max(0.0, t.network_ms - w.read - w.db_lock),
+        "network_qoe": max(0.0, t.network_ms - w.read - w.db_lock - w.edge),
         "front_jank": max(0.0, t.input_to_shown_ms - t.network_ms - w.model),
         "read": w.read,
         "db_lock": w.db_lock,
+        "edge": w.edge,
         "model": w.model,
     }
     a = t.age if t.age is not None else t.__dict__["server_timing"]  # no deprecation warning

@@ -133,6 +133,9 @@ sub vcl_deliver {
     # RFC 9211 Cache-Status, and the edge's own time in Server-Timing: the API's entries (from
     # when the copy was fetched) pass through, `edge` is this request's time in Varnish.
     if (req.http.x-precast-edge == "hit" || req.http.x-precast-edge == "stale") {
+        # The read span a traceresponse names was the read that filled the cache, not this
+        # one: a board echoing it would hang its render under someone else's read.
+        unset resp.http.traceresponse;
         set resp.http.cache-status = "precast-edge; hit; ttl=" + std.integer(duration=obj.ttl, fallback=0);
         if (req.http.x-precast-edge == "stale") {
             # within the grace: served while one background fetch refreshes it

@@ -6,7 +6,9 @@ from __future__ import annotations
 from opsctl.observe.panels import P, W, q
 from precast.telemetry.objectives import AGE_OBJECTIVE_S, SHARE_THRESHOLD, WAIT_OBJECTIVE_S
 
-_WAIT = "Wait (input to answer shown): network_qoe, front_jank, read, db_lock, model on a miss"
+_WAIT = (
+    "Wait (input to answer shown): network_qoe, front_jank, read, db_lock, edge, model on a miss"
+)
 _AGE = "Age of the answers shown: queue, model, kafka, cache (time in the store)"
 
 SIGNALS: dict[str, tuple[str, dict[str, list[P]]]] = {

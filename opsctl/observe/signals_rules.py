@@ -81,7 +81,8 @@ def rules_document() -> dict[str, Any]:
                 f"{SHARE_THRESHOLD:.0%} from below over the {BASELINE} before (or its wait "
                 f"per view grew {GROWTH:g}x), and the wait's p95 is past its {wait_ms} "
                 "objective. network_qoe: the network; front_jank: the page; read: the API's "
-                "event loop; db_lock: the store (Redis); model: misses waiting for inference.",
+                "event loop; db_lock: the store (Redis); edge: an edge cache in front; model: "
+                "misses waiting for inference.",
                 "runbook": _runbook("PrecastWaitOriginRising"),
             },
         },

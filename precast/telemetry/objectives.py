@@ -5,8 +5,10 @@ and `precast observe generate` (the Prometheus rules), so the banner and the ale
 - *wait*: what a person waits for between an input and the answer on screen. Its origins:
   `network_qoe` (the request on the network), `front_jank` (the page's own time), `read` (the
   server's own time for the read), `db_lock` (the read waiting for the store: the Redis round
-  trip, or the in-process view's lookup), and on a miss `model` (the fallback was shown; the
-  wait until the computed answer replaced it: the precompute request and the inference).
+  trip, or the in-process view's lookup), `edge` (an edge cache's own time for the request, when
+  one is in front: its Server-Timing `edge` entry, less the server's read on a miss; on a hit the
+  server did nothing), and on a miss `model` (the fallback was shown; the wait until the
+  computed answer replaced it: the precompute request and the inference).
 - *age*: how old the shown answer's data is. Its origins: `queue` (the event waiting for a
   worker), `model` (the worker's inference), `kafka` (the prediction in Kafka until the
   materializer read it) and `cache` (the answer held by the store until the read). In a
@@ -23,7 +25,7 @@ share alone says nothing, a share that changed while people wait too long says w
 
 from __future__ import annotations
 
-WAIT_ORIGINS = ("network_qoe", "front_jank", "read", "db_lock", "model")
+WAIT_ORIGINS = ("network_qoe", "front_jank", "read", "db_lock", "edge", "model")
 AGE_ORIGINS = ("queue", "model", "kafka", "cache")
 
 SHARE_THRESHOLD = 0.30

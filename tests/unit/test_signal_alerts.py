@@ -42,8 +42,8 @@ def _series(
     inst = 'instance="api-1",job="precast-api"'
     out = []
     for o in WAIT_ORIGINS:
-        shares = [(n, v[o] / sum(v.values())) for n, v in phases]
-        per_view = [(n, v[o] / 1000) for n, v in phases]
+        shares = [(n, v.get(o, 0.0) / sum(v.values())) for n, v in phases]
+        per_view = [(n, v.get(o, 0.0) / 1000) for n, v in phases]  # no edge: 0
         out.append(
             {
                 "series": f'precast_wait_origin_share{{{inst},origin="{o}"}}',

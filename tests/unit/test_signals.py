@@ -34,8 +34,19 @@ def test_a_view_splits_into_wait_origins_that_add_up_and_an_age():
     )
     wait, age = split(t)
     # the fetch's time less the server's: the network; the rest of input to shown: the page
-    assert wait == {"network_qoe": 79.5, "front_jank": 200, "read": 0.5, "db_lock": 20, "model": 0}
+    assert wait == {
+        "network_qoe": 79.5,
+        "front_jank": 200,
+        "read": 0.5,
+        "db_lock": 20,
+        "edge": 0,
+        "model": 0,
+    }
     assert sum(wait.values()) == 300
+    # behind an edge cache: its own time is apart from the network's, and still adds up
+    via_edge = _timing(input_to_shown_ms=300, network_ms=100, wait={"edge": 30})
+    wait, _ = split(via_edge)
+    assert wait["edge"] == 30 and wait["network_qoe"] == 70 and sum(wait.values()) == 300
     assert age == {"queue": 12, "model": 1, "kafka": 3, "cache": 4_000}
     # a miss: the fallback was shown, the computed answer came 900 ms later: the model's wait
     miss = _timing(input_to_shown_ms=960, network_ms=20, wait={"model": 900})

@@ -471,7 +471,8 @@ function showDevice(id, a, det) {
     const g = t?.age;
     if (g) why.push(`Age: queue ${fmtAge(g.queue)} · model ${fmtAge(g.model)} · kafka ${fmtAge(g.kafka)} · in the store ${fmtAge(g.cache)}`);
   }
-  if (t) why.push(`Wait on the server: read ${t.wait.read.toFixed(3)} ms · store ${t.wait.db_lock.toFixed(3)} ms`);
+  if (t?.edge) why.push(`Wait at the edge cache: ${t.wait.edge.toFixed(3)} ms (${t.edge.desc})`);
+  if (t && !(t.edge && t.wait.read === 0 && t.wait.db_lock === 0)) why.push(`Wait on the server: read ${t.wait.read.toFixed(3)} ms · store ${t.wait.db_lock.toFixed(3)} ms`);
   $("d-why").replaceChildren(...why.map((w) => { const li = document.createElement("li"); li.textContent = w; return li; }));
   const refs = a.lineage || [];
   $("d-lineage").replaceChildren(...refs.map((l) => tr(`${l.topic} ${l.partition}:${l.offset}`, "…", l.event_id ?? "–")));
@@ -547,20 +548,28 @@ function scheduleVisibleHints() {
 }
 
 // The answer's Server-Timing, its two measures apart: wait.* (the read on the server) and
-// age.* (absent for a fallback, which has no data).
+// age.* (absent for a fallback, which has no data). Behind an edge cache (deploy/edge), its
+// `edge` entry is the edge's time for this request: on a hit the server was not asked (the
+// wait.* entries are the fetch that filled the cache), on a miss the edge's time includes them.
 function serverTimingOf(path) {
   const entries = performance.getEntriesByName(new URL(path, location.href).href);
   const e = entries[entries.length - 1];
   if (!e) return null;
-  const wait = { read: 0, db_lock: 0 };
-  let age = null;
+  const wait = { read: 0, db_lock: 0, edge: 0 };
+  let age = null, edge = null;
   for (const s of e.serverTiming || []) {
     const [measure, origin] = s.name.split(".");
     const ms = Math.max(0, s.duration);
     if (measure === "wait" && origin in wait) wait[origin] = ms;
     else if (measure === "age" && ["queue", "model", "kafka", "cache"].includes(origin)) (age ??= { queue: 0, model: 0, kafka: 0, cache: 0 })[origin] = ms;
+    else if (s.name === "edge") edge = { desc: s.description, ms };
   }
-  return { entry: e, wait, age };
+  if (edge) {
+    const hit = edge.desc === "hit" || edge.desc === "stale";
+    if (hit) { wait.read = 0; wait.db_lock = 0; }
+    wait.edge = Math.max(0, edge.ms - wait.read - wait.db_lock);
+  }
+  return { entry: e, wait, age, edge };
 }
 
 function timingFor(path, inputToShown) {
