@@ -9,7 +9,6 @@ in the units it uses them."""
 from __future__ import annotations
 
 import ipaddress
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,7 +17,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from precast.errors import ConfigError
 from precast.http.settings import HttpLimits
-from precast.settings import CommonSettings, EdgeSettings
+from precast.settings import CommonSettings, EdgeSettings, text_list
 from precast.tokens import check_token
 
 
@@ -254,16 +253,7 @@ class ApiOptions(HttpLimits):
                 raise ValueError(str(exc)) from None
         return v
 
-    @field_validator("trusted_proxies", "allowed_hosts", mode="before")
-    @classmethod
-    def _list_of_names(cls, v: object) -> object:
-        # the environment gives JSON; a compose file or a test may give the same as a string
-        if isinstance(v, str):
-            text = v.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [x.strip() for x in text.split(",") if x.strip()]
-        return v
+    _list_of_names = field_validator("trusted_proxies", "allowed_hosts", mode="before")(text_list)
 
     @field_validator("trusted_proxies")
     @classmethod

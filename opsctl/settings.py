@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from precast.audit.settings import AuditSettings
-from precast.settings import CommonSettings, EdgeSettings, KafkaSettings, Section
+from precast.settings import CommonSettings, EdgeSettings, KafkaSettings, Section, text_list
 
 
 class StackSettings(Section):
@@ -118,13 +117,7 @@ class StackSettings(Section):
     # Where resolved Kafka jars are kept, shared by every clone on this machine.
     jar_cache: Path = Path.home() / ".cache" / "precast" / "kafka"
 
-    @field_validator("edge_backends", mode="before")
-    @classmethod
-    def _backend_list(cls, v: object) -> object:
-        if isinstance(v, str):
-            text = v.strip()
-            return json.loads(text) if text.startswith("[") else text.split(",")
-        return v
+    _backend_list = field_validator("edge_backends", mode="before")(text_list)
 
     @field_validator("edge_backends")
     @classmethod

@@ -148,6 +148,17 @@ class TracingSettings(Section):
         return v
 
 
+def text_list(cls: type, v: object) -> object:
+    """A list setting given as text: JSON (the environment) or comma-separated (a compose file,
+    a test); anything else passes to the field's own validation."""
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [x.strip() for x in text.split(",") if x.strip()]
+    return v
+
+
 class EdgeSettings(Section):
     """An edge cache in front of the read API (Varnish with xkey: `precast stack up --edge`,
     deploy/edge/): where the API replicas and `precast purge` send purges (docs/api.md,
@@ -160,15 +171,7 @@ class EdgeSettings(Section):
     purge_interval_ms: int = Field(default=100, ge=10, le=10_000)
     purge_timeout_s: float = Field(default=2.0, gt=0, le=60)
 
-    @field_validator("purge_urls", mode="before")
-    @classmethod
-    def _url_list(cls, v: object) -> object:
-        if isinstance(v, str):
-            text = v.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [x.strip() for x in text.split(",") if x.strip()]
-        return v
+    _url_list = field_validator("purge_urls", mode="before")(text_list)
 
     @field_validator("purge_urls")
     @classmethod

@@ -27,15 +27,19 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+def answers(kafka_settings, topics, items: list[tuple[str, bytes]]) -> None:
+    publish(kafka_settings, topics.predictions.name, items)
+
+
 def get(client: httpx2.Client, device: str, **headers: str) -> httpx2.Response:
     return client.get(PATH.format(device), headers=headers)
 
 
 def test_cached_answers_carry_age_cache_status_and_server_timing(kafka_settings, topics, tmp_path):
     now = _now()
-    publish(
+    answers(
         kafka_settings,
-        topics.predictions.name,
+        topics,
         [("dev-1", prediction_value("dev-1", now - 100, now - 50, version="1.3.7-rc.1"))],
     )
     with (
@@ -80,11 +84,7 @@ def test_cached_answers_carry_age_cache_status_and_server_timing(kafka_settings,
 
 def test_a_newer_answer_replaces_the_cached_one_within_the_bound(kafka_settings, topics, tmp_path):
     now = _now()
-    publish(
-        kafka_settings,
-        topics.predictions.name,
-        [("dev-n", prediction_value("dev-n", now - 1_000, now - 900))],
-    )
+    answers(kafka_settings, topics, [("dev-n", prediction_value("dev-n", now - 1_000, now - 900))])
     settings = edge_settings(tmp_path, ["127.0.0.1:1"])  # the port is known before the API
     edge_url = f"http://127.0.0.1:{settings.edge_port}"
     with api_process(
@@ -100,10 +100,8 @@ def test_a_newer_answer_replaces_the_cached_one_within_the_bound(kafka_settings,
             assert r.headers["cache-status"].startswith("precast-edge; hit")
             old = r.json()["computed_at_ms"]
             newer = _now()
-            publish(
-                kafka_settings,
-                topics.predictions.name,
-                [("dev-n", prediction_value("dev-n", newer, newer + 5))],
+            answers(
+                kafka_settings, topics, [("dev-n", prediction_value("dev-n", newer, newer + 5))]
             )
             wait_for(
                 lambda: c.get(api + PATH.format("dev-n")).json()["computed_at_ms"] == newer,
@@ -133,9 +131,9 @@ def test_no_copy_outlives_valid_until_and_expiry_revalidates_by_etag(
         httpx2.Client(base_url=edge.url, timeout=5) as c,
     ):
         now = _now()  # after the start: the answer is valid for 3.9 s from now
-        publish(
+        answers(
             kafka_settings,
-            topics.predictions.name,
+            topics,
             [("dev-v", prediction_value("dev-v", now, now + 5, horizon_ms=3_900))],
         )
         valid_until = now + 3_900
@@ -176,9 +174,9 @@ PURGED = {"dev-a", "dev-b", "dev-c", "dev-d"}
 
 def test_precast_purge_reaches_the_edge_exactly(kafka_settings, topics, tmp_path):
     now = _now()
-    publish(
+    answers(
         kafka_settings,
-        topics.predictions.name,
+        topics,
         [(d, prediction_value(d, now - 100, now - 50, version=v)) for d, v in VERSIONS.items()],
     )
     # The API sends no purges of its own here: what leaves the edge is the command's doing.
@@ -216,9 +214,9 @@ def test_precast_purge_reaches_the_edge_exactly(kafka_settings, topics, tmp_path
 
 def test_purge_to_an_unreachable_edge_fails_with_one_line(kafka_settings, topics, tmp_path):
     now = _now()
-    publish(
+    answers(
         kafka_settings,
-        topics.predictions.name,
+        topics,
         [("dev-x", prediction_value("dev-x", now - 100, now - 50, version="2.0.0"))],
     )
     env = cli_env(
@@ -237,11 +235,7 @@ def test_purge_to_an_unreachable_edge_fails_with_one_line(kafka_settings, topics
 
 def test_one_clients_answer_is_never_served_to_another(kafka_settings, topics, tmp_path):
     now = _now()
-    publish(
-        kafka_settings,
-        topics.predictions.name,
-        [("dev-t", prediction_value("dev-t", now - 100, now - 50))],
-    )
+    answers(kafka_settings, topics, [("dev-t", prediction_value("dev-t", now - 100, now - 50))])
     reader, other_reader, no_read = new_token(), new_token(), new_token()
     tokens = tmp_path / "tokens"
     tokens.write_text(
