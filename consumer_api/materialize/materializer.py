@@ -70,6 +70,12 @@ REPLAYS = Counter(
     "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
 )
 
+# Dead letters are flushed at most this often, not after every batch: this reader commits no
+# offset (every start reads the topic from the beginning, so a letter still queued when the
+# process dies is written again), and a flush per batch cost a broker round trip per batch
+# of a poison burst (BENCHMARKS.md, the poison rows). librdkafka sends them within its linger.
+DEAD_LETTER_FLUSH_S = 1.0
+
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 OnLeased = Callable[[list[Lease]], None]
 
@@ -106,6 +112,8 @@ class Materializer:
         )
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
+        self._letters_unflushed = False
+        self._letters_flushed_at = 0.0
         # Bounded letters (schemas.deadletters): the record stays at its offset, so a letter of
         # a megabyte value need not copy it through this replica's producer and the broker.
         self._dead = (
@@ -143,6 +151,10 @@ class Materializer:
         self._stop.set()
         self._thread.join(timeout=10)
         self._consumer.close()
+        try:
+            self._flush_letters(force=True)
+        except Exception as exc:  # noqa: BLE001 - stopping: say what was not confirmed, go on
+            log.warning("dead letters not confirmed at stop: %s", exc)
 
     @property
     def ready(self) -> bool:
@@ -227,10 +239,24 @@ class Materializer:
                 self._trace_stored(msgs, started_ns)
         if leases:
             self._apply_leases(leases, now)
-        if rejected and self._producer is not None:
-            self._producer.flush()  # dead letters are durable before we move on
+        if rejected:
+            self._letters_unflushed = True
+        self._flush_letters(force=False)
         self._housekeeping(now)
         return len(msgs)
+
+    def _flush_letters(self, *, force: bool) -> None:
+        """Wait for queued dead letters (raising if any failed) when DEAD_LETTER_FLUSH_S has
+        passed since the last wait, or on `force`; otherwise only serve delivery reports."""
+        if self._producer is None or not self._letters_unflushed:
+            return
+        mono = time.monotonic()
+        if force or mono - self._letters_flushed_at >= DEAD_LETTER_FLUSH_S:
+            self._letters_unflushed = False
+            self._letters_flushed_at = mono
+            self._producer.flush()
+        else:
+            self._producer.poll(0)
 
     def _trace_stored(self, msgs: list[KafkaMessage], started_ns: int) -> None:
         """A `store` span per stored prediction whose record continues a sampled trace (the

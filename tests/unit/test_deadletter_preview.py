@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import threading
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from consumer_api.materialize import materializer
 from consumer_api.materialize.materializer import Materializer
 from opsctl.commands import deadletters, redrive
 from precast.deadletter import (
@@ -140,11 +142,16 @@ def test_list_marks_a_truncated_letter_and_export_says_where_the_record_is(monke
 class _Producer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]] = []
+        self.flushes = self.polls = 0
 
     def produce(self, topic: str, key: bytes, value: bytes | None, headers: Any = None) -> None:
         self.sent.append((topic, key, value, headers))
 
-    def flush(self, *_: object) -> int:
+    def flush(self, *_: object) -> None:
+        self.flushes += 1
+
+    def poll(self, *_: object) -> int:
+        self.polls += 1
         return 0
 
 
@@ -160,9 +167,8 @@ class _Consumer:
         return
 
 
-def test_the_materializer_letters_are_bounded():
-    producer = _Producer()
-    mat = Materializer(
+def _materializer(producer: _Producer) -> Materializer:
+    return Materializer(
         KafkaSettings(bootstrap_servers="127.0.0.1:9"),  # nothing is ever sent or read
         PREDICTIONS,
         3,
@@ -170,6 +176,11 @@ def test_the_materializer_letters_are_bounded():
         producer=producer,  # type: ignore[arg-type]
         dead_letter_topic="pv.dead-letters",
     )
+
+
+def test_the_materializer_letters_are_bounded():
+    producer = _Producer()
+    mat = _materializer(producer)
     big, small = b'{"x":' * 6000 + b"1" + b"}" * 6000, b"not json"
     mat._consumer = _Consumer(  # type: ignore[assignment]
         [Record(PREDICTIONS, 0, 0, b"dev-1", big), Record(PREDICTIONS, 0, 1, b"dev-1", small)]
@@ -182,3 +193,33 @@ def test_the_materializer_letters_are_bounded():
     info = dead_letter_info(producer.sent[0][3])
     assert is_truncated(info) and info["value.size"] == str(len(big))
     assert not is_truncated(dead_letter_info(producer.sent[1][3]))
+
+
+def test_the_materializer_waits_for_its_letters_once_a_second_and_at_stop(monkeypatch):
+    """Not after every batch (a broker round trip per batch of a poison burst): once per
+    DEAD_LETTER_FLUSH_S while letters are queued, and at stop; never without letters."""
+    clock = [1_000.0]
+    monkeypatch.setattr(materializer.time, "monotonic", lambda: clock[0])
+    producer = _Producer()
+    mat = _materializer(producer)
+    consumer = _Consumer([])
+    mat._consumer = consumer  # type: ignore[assignment]
+    mat.run_once(0)
+    assert producer.flushes == 0  # nothing rejected: nothing to wait for
+    for i in range(5):  # five batches with a rejection within the same second
+        consumer.queue = [Record(PREDICTIONS, 0, i, b"dev-1", b"not json")]
+        mat.run_once(0)
+        clock[0] += 0.1
+    assert (producer.flushes, len(producer.sent)) == (1, 5)  # the first, then only polls
+    assert producer.polls == 4
+    clock[0] += materializer.DEAD_LETTER_FLUSH_S
+    mat.run_once(0)  # an empty batch still waits for the letters queued since
+    assert producer.flushes == 2
+    mat.run_once(0)
+    assert producer.flushes == 2  # none queued since
+    consumer.queue = [Record(PREDICTIONS, 0, 9, b"dev-1", b"not json")]
+    mat.run_once(0)
+    mat._thread = threading.Thread(target=lambda: None)  # the loop itself is not under test
+    mat._thread.start()
+    mat.stop()
+    assert producer.flushes == 3  # the one queued last, confirmed at stop
