@@ -164,12 +164,21 @@ class EdgeSettings(Section):
     deploy/edge/): where the API replicas and `precast purge` send purges (docs/api.md,
     "Behind a cache or CDN"). Empty: no edge, nothing is sent."""
 
-    # Each edge node's address; a purge goes to every one (JSON list or comma-separated).
-    purge_urls: list[str] = Field(default=[])
-    # How long an API replica gathers the devices whose answer changed before one purge
-    # request: the newest-wins bound at the edge is this plus the purge's round trip.
-    purge_interval_ms: int = Field(default=100, ge=10, le=10_000)
-    purge_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    purge_urls: list[str] = Field(
+        default=[],
+        description="each edge node's http(s) URL; every purge goes to every one (JSON list); "
+        "empty: no edge, nothing is sent",
+    )
+    purge_interval_ms: int = Field(
+        default=100,
+        ge=10,
+        le=10_000,
+        description="how long an API replica gathers the devices whose answer changed before "
+        "one purge: the newest-wins bound at the edge is this plus the purge's round trip",
+    )
+    purge_timeout_s: float = Field(
+        default=2.0, gt=0, le=60, description="one purge request's timeout per edge node"
+    )
 
     _url_list = field_validator("purge_urls", mode="before")(text_list)
 
