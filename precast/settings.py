@@ -179,6 +179,22 @@ class EdgeSettings(Section):
     purge_timeout_s: float = Field(
         default=2.0, gt=0, le=60, description="one purge request's timeout per edge node"
     )
+    lease_ttl_s: int = Field(
+        default=0,
+        ge=0,
+        le=300,
+        description="an answer a validity lease extends may stay at the edge this long "
+        "(s-maxage, surrogate key lp:N for partition N) while the replicas purge a partition's copies before "
+        "its lease would lapse; 0: the edge keeps nothing past the answer's current validity "
+        "(docs/api.md, Behind a cache or CDN)",
+    )
+    lease_guard_ms: int = Field(
+        default=500,
+        ge=50,
+        le=10_000,
+        description="a partition's leased copies are purged this long before its newest lease "
+        "ends with no newer one stored (and at once when the lease's generation changes)",
+    )
 
     _url_list = field_validator("purge_urls", mode="before")(text_list)
 

@@ -63,10 +63,19 @@ def build_materializer(
 
 def build_edge_purger(edge: EdgeSettings, mat: Materializer) -> NewestPurger | None:
     """The replica's newest-wins purges at the edge cache, when one is configured: the devices
-    whose newest answer it stored, batched (precast.edge_cache.purge)."""
+    whose newest answer it stored, batched (precast.edge_cache.purge); with
+    PRECAST_EDGE__LEASE_TTL_S and an in-process view, also its partitions' leased copies
+    before a lease would lapse (`leases_watched`)."""
     if not edge.purge_urls:
         return None
-    return NewestPurger(EdgePurge(edge, "api"), edge.purge_interval_ms, lambda: mat.ready)
+    book = mat.view.leases if mat.view is not None and edge.lease_ttl_s else None
+    return NewestPurger(
+        EdgePurge(edge, "api"),
+        edge.purge_interval_ms,
+        lambda: mat.ready,
+        leases=book.leases if book is not None else None,
+        lease_guard_ms=edge.lease_guard_ms,
+    )
 
 
 def probes(mat: Materializer) -> tuple[Probe, Probe]:

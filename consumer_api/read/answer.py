@@ -90,12 +90,21 @@ def wait_timing(wait: Wait) -> bytes:
 
 
 def fresh(
-    device_id: str, e: Entry, now_ms: int, read_ns: int = 0, lock_ns: int = 0
+    device_id: str,
+    e: Entry,
+    now_ms: int,
+    read_ns: int = 0,
+    lock_ns: int = 0,
+    edge_lease_s: int = 0,
+    edge_lease_min_ms: int = 1_000,
 ) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
     """(body, headers, etag, max_age) of a precomputed answer: the hot path's rendering, kept to
     a handful of operations (it runs once per read; profile in BENCHMARKS.md). Its
-    `Surrogate-Key` names what an edge cache can purge it by (precast.edge_cache.keys)."""
+    `Surrogate-Key` names what an edge cache can purge it by (precast.edge_cache.keys).
+    `edge_lease_s` (PRECAST_EDGE__LEASE_TTL_S, with a replica that watches leases): an answer
+    a lease extends may stay that long at the edge (`s-maxage`, key `lp:<partition>`)."""
     x = e.extension
+    shared = lease_key = b""
     if x is None:
         since = e.computed_at_ms
         model = e.inference_ms if e.inference_ms > 0 else 0
@@ -106,6 +115,9 @@ def fresh(
         since, model, queue = x.certified_at_ms, 0, 0
         kafka = x.received_at_ms - x.produced_at_ms
         cache = now_ms - since - (kafka if kafka > 0 else 0)
+        if edge_lease_s:
+            shared = lease_shared(e, now_ms, edge_lease_s, edge_lease_min_ms)
+            lease_key = b" lp:%d" % x.partition if shared else b""
     seg = (queue if queue > 0 else 0, model, kafka if kafka > 0 else 0, cache if cache > 0 else 0)
     org = _ORIGINS[seg.index(max(seg))]  # the first of equal segments, as `origin`
     r, k = read_ns // 1000, lock_ns // 1000  # microseconds
@@ -120,10 +132,10 @@ def fresh(
         body,
         [
             _JSON,
-            (b"cache-control", b"max-age=%d" % max_age),
+            (b"cache-control", b"max-age=%d%s" % (max_age, shared)),
             (b"etag", etag),
             (b"x-model-version", e.model_version.encode()),
-            (b"surrogate-key", answer_keys(device_id, e.model_version)),
+            (b"surrogate-key", answer_keys(device_id, e.model_version) + lease_key),
             (
                 b"server-timing",
                 _FULL
@@ -142,6 +154,18 @@ def fresh(
     )
 
 
+def lease_shared(e: Entry, now_ms: int, cap_s: int, min_left_ms: int = 1_000) -> bytes:
+    """`, s-maxage=N` for an answer a lease extends: up to `cap_s`, never past its terms' end
+    (no lease extends it further); b"" when its lease ends within `min_left_ms` (twice the
+    replicas' purge guard: a copy made now could miss the lapse purge) or when that is no
+    longer than its own max-age."""
+    if e.valid_until_ms - now_ms <= min_left_ms:
+        return b""
+    end_s = (e.until_ms - now_ms) // 1000
+    s = cap_s if cap_s < end_s else end_s
+    return b", s-maxage=%d" % s if s * 1000 > e.valid_until_ms - now_ms else b""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     source: str
@@ -156,7 +180,15 @@ class Answer:
 class Renderer:
     def __init__(self, default_strategy: str, expired: str) -> None:
         self.serve_stale = expired == "stale"
+        # Set by the entry point when an edge keeps leased answers (`lease_at_edge`).
+        self.edge_lease_s, self.edge_lease_min_ms = 0, 0
         self._fallback_candidates = b'[{"strategy":"%s","score":1.0}]' % default_strategy.encode()
+
+    def lease_at_edge(self, ttl_s: int, guard_ms: int) -> None:
+        """Leased answers may stay at an edge up to `ttl_s` (`s-maxage`), except within twice
+        the replicas' purge guard of their lease's end: a copy made after the lapse purge
+        must not outlive the answer (precast.edge_cache.purge)."""
+        self.edge_lease_s, self.edge_lease_min_ms = ttl_s, 2 * guard_ms
 
     def classify(self, e: Entry | None, now_ms: int) -> tuple[str, str | None]:
         """(source, reason): reason is the precompute-request reason, or why it is a fallback."""
@@ -177,7 +209,9 @@ class Renderer:
             return self.fallback(device_id, reason or UNKNOWN_DEVICE, wait)
         assert e is not None
         if source == PRECOMPUTED:
-            body, headers, etag, max_age = fresh(device_id, e, now_ms, *(wait or (0, 0)))
+            body, headers, etag, max_age = fresh(
+                device_id, e, now_ms, *(wait or (0, 0)), self.edge_lease_s
+            )
             if wait is None:  # nothing measured: no wait entries
                 headers[-1] = (b"server-timing", _TIMING % segments(e, now_ms))
             return Answer(source, body, headers, etag, None, max_age)

@@ -77,7 +77,9 @@ sub vcl_backend_response {
     if (bereq.url ~ "^/v1/devices/[^/]+/prediction$" && beresp.status == 200 &&
         beresp.http.surrogate-key && beresp.ttl > 0s) {
         set beresp.http.xkey = beresp.http.surrogate-key;
-        # The API's max-age ends at the answer's valid_until: ttl + grace must too, so the
+        # The API's max-age ends at the answer's valid_until (its s-maxage, for an answer a
+        # validity lease extends, while the replicas purge lp:<partition> before a lease
+        # would lapse: PRECAST_EDGE__LEASE_TTL_S): ttl + grace must end there too, so the
         # stale-while-revalidate window (grace: served while one background fetch refreshes
         # it) is the second half of the validity, never added after it.
         if (beresp.ttl > 1s) {

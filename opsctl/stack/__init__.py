@@ -94,6 +94,8 @@ class LocalStack:
         if self.edge.running():
             # The API replicas purge it; its X-Forwarded-For names the client (loopback).
             env["PRECAST_EDGE__PURGE_URLS"] = json.dumps([self.edge.url])
+            # leased answers stay at the edge while the replicas watch their leases
+            env["PRECAST_EDGE__LEASE_TTL_S"] = "30"
             env["PRECAST_API__TRUSTED_PROXIES"] = '["127.0.0.1/32", "::1/128"]'
         if self.jaeger.running():
             env["PRECAST_TRACING__ENABLED"] = "true"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from prometheus_client import Counter, Gauge
 
 from precast.edge_cache.keys import ALL, device_key
 from precast.hygiene import printable
+from precast.serving.leases import Lease
 from precast.settings import EdgeSettings
 from precast.supervise import Supervised
 
@@ -170,11 +172,16 @@ class NewestPurger:
         ready: Callable[[], bool] = lambda: True,
         *,
         purge_all_when_ready: bool = True,
+        leases: Callable[[], list[Lease]] | None = None,
+        lease_guard_ms: int = 500,
     ) -> None:
         self.edge = edge
         self._ready = ready
         self._was_ready = False
         self._purge_all_when_ready = purge_all_when_ready
+        self._leases, self._guard = leases, lease_guard_ms
+        self._generation: dict[int, int] = {}  # partition -> generation of its newest lease
+        self._lapsing: set[tuple[int, int, int]] = set()  # leases already purged for
         self._interval = interval_ms / 1000
         self._lock = threading.Lock()
         self._pending: set[str] = set()
@@ -191,6 +198,33 @@ class NewestPurger:
                 self._pending = {ALL}
             PENDING.set(len(self._pending))
 
+    @property
+    def leases_watched(self) -> bool:
+        """Leased answers may stay at the edge past their current validity (PRECAST_EDGE__
+        LEASE_TTL_S): this replica purges them before a lease would lapse."""
+        return self._leases is not None
+
+    def watch_leases(self, leases: list[Lease], now_ms: int) -> None:
+        """Copies an edge keeps of leased answers (`lp:<partition>`, PRECAST_EDGE__LEASE_TTL_S)
+        are valid only while leases keep coming: purge a partition's copies when its newest
+        lease is within the guard of its end (no newer one came in time) or changed generation
+        (a new owner's leases need not extend the old owner's answers)."""
+        keys: list[str] = []
+        for x in leases:
+            seen = self._generation.get(x.partition)
+            self._generation[x.partition] = x.generation
+            lapsing = x.valid_until_ms - now_ms <= self._guard
+            if seen is not None and seen != x.generation:
+                keys.append(f"lp:{x.partition}")
+            elif lapsing and (x.partition, x.generation, x.certified_at_ms) not in self._lapsing:
+                self._lapsing.add((x.partition, x.generation, x.certified_at_ms))
+                keys.append(f"lp:{x.partition}")
+        if len(self._lapsing) > 10_000:  # offsets of leases long replaced
+            self._lapsing.clear()
+        if keys:
+            with self._lock:
+                self._pending.update(keys)
+
     def note_all(self) -> None:
         """Everything: a replica that was not storing may have missed newer answers."""
         with self._lock:
@@ -206,6 +240,8 @@ class NewestPurger:
             self._was_ready = True
             if self._purge_all_when_ready:
                 self.note_all()
+        if self._leases is not None:
+            self.watch_leases(self._leases(), int(time.time() * 1000))
         with self._lock:
             keys, self._pending = self._pending, set()
         if not keys:
@@ -213,7 +249,8 @@ class NewestPurger:
         ordered = [ALL] if ALL in keys else sorted(keys)
         report = self.edge.purge(ordered)
         if not report.ok:
-            self.note([(k[2:], None) for k in ordered if k != ALL])
+            with self._lock:
+                self._pending.update(k for k in ordered if k != ALL)
             if ALL in keys:
                 self.note_all()
             error = "; ".join(f"{n.url}: {n.error}" for n in report.nodes if n.error)

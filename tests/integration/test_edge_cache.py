@@ -293,3 +293,92 @@ def test_other_methods_pass_to_the_api(kafka_settings, topics, tmp_path, method)
     ):
         r = httpx2.request(method, edge.url + PATH.format("dev-1"), timeout=5)
     assert r.status_code == 405 and "bypass" in r.headers["cache-status"]
+
+
+def _leased(device: str, computed: int, partition: int, generation: int) -> bytes:
+    return orjson.dumps(
+        {
+            "schema_version": 1,
+            "device_id": device,
+            "candidates": [{"strategy": "monitor_only", "score": 0.5}],
+            "model_version": "1.0.0",
+            "computed_at_ms": computed,
+            "valid_until_ms": computed + 2_000,
+            "produced_at_ms": computed + 5,
+            "trigger": "heartbeat",
+            "lineage": [],
+            "lease": {
+                "partition": partition,
+                "generation": generation,
+                "until_ms": computed + 600_000,
+            },
+        }
+    )
+
+
+def _lease(partition: int, generation: int, certified: int, valid_for_ms: int) -> bytes:
+    return orjson.dumps(
+        {
+            "schema_version": 1,
+            "kind": "validity_lease",
+            "partition": partition,
+            "generation": generation,
+            "certified_at_ms": certified,
+            "valid_until_ms": certified + valid_for_ms,
+            "produced_at_ms": certified + 1,
+            "devices": 1,
+        }
+    )
+
+
+def test_a_leased_answer_stays_at_the_edge_while_leases_come_and_goes_before_they_lapse(
+    kafka_settings, topics, tmp_path
+):
+    from precast.kafka import Producer
+    from schemas.leases import lease_key
+
+    settings = edge_settings(tmp_path, ["127.0.0.1:1"])
+    edge_url = f"http://127.0.0.1:{settings.edge_port}"
+    with api_process(
+        kafka_settings,
+        topics,
+        tmp_path / "api.log",
+        PRECAST_EDGE__PURGE_URLS=json.dumps([edge_url]),
+        PRECAST_EDGE__LEASE_TTL_S="30",
+        PRECAST_EDGE__LEASE_GUARD_MS="500",
+    ) as api:
+        settings = settings.model_copy(update={"edge_backends": [backend_of(api)]})
+        with edge_node(settings), httpx2.Client(base_url=edge_url, timeout=5) as c:
+            p = Producer(kafka_settings)
+            now = _now()
+            p.produce(
+                topics.predictions.name, b"dev-l", _leased("dev-l", now - 1_000, 0, 7), partition=0
+            )
+            p.produce(topics.predictions.name, lease_key(0), _lease(0, 7, now, 2_500), partition=0)
+            p.flush()
+            wait_for(
+                lambda: c.get(api + PATH.format("dev-l")).json().get("extended_by") is not None,
+                10,
+                0.02,
+                what="the API serves it under the lease",
+            )
+            first = get(c, "dev-l")
+            assert "s-maxage=" in first.headers["cache-control"], first.headers
+            first_end = first.json()["valid_until_ms"]
+            # a renewal before the end: the copy stays at the edge past its first validity
+            certified = _now()
+            p.produce(
+                topics.predictions.name, lease_key(0), _lease(0, 7, certified, 4_000), partition=0
+            )
+            p.flush()
+            renewed_end = certified + 4_000
+            seen: list[tuple[int, str, str]] = []
+            while _now() < renewed_end + 1_500:
+                asked = _now()
+                r = get(c, "dev-l")
+                seen.append((asked, r.json()["source"], r.headers["cache-status"]))
+                time.sleep(0.05)
+    hits_after_first_end = [s for t, _, s in seen if t > first_end + 200 and " hit" in s]
+    assert hits_after_first_end, "the renewed lease kept the copy at the edge"
+    late = [(t, s) for t, src, s in seen if src == "precomputed" and t >= renewed_end]
+    assert not late, f"served past the lease's end: {late[:3]}"

@@ -74,3 +74,49 @@ def test_purge_urls_are_http(url):
 def test_purge_urls_from_a_comma_separated_string():
     s = EdgeSettings(purge_urls="http://a:1/, http://b:2")  # type: ignore[arg-type]
     assert s.purge_urls == ["http://a:1", "http://b:2"]
+
+
+def test_a_leased_answer_may_stay_at_the_edge_only_with_a_lease_watch():
+    from consumer_api.read.answer import fresh
+    from precast.serving import MemoryStore
+    from tests.serving_cases import BASE_MS, HORIZON_MS, lease, leased
+
+    store, now = MemoryStore(), BASE_MS + 6_000
+    store.put_if_newer("d", leased("d", BASE_MS, BASE_MS + 40, 1, partition=2), BASE_MS)
+    store.put_leases([lease(2, 1, BASE_MS + 4_000, BASE_MS + 4_300)], BASE_MS + 4_300)
+    served = store.get("d", now)
+    assert served.extension is not None  # extended by the lease until certified + horizon
+    _, plain, _, max_age = fresh("d", served, now)
+    assert dict(plain)[b"cache-control"] == b"max-age=%d" % max_age
+    assert b"lp:" not in dict(plain)[b"surrogate-key"]
+    _, shared, _, _ = fresh("d", served, now, edge_lease_s=30)
+    h = dict(shared)
+    assert h[b"cache-control"] == b"max-age=%d, s-maxage=30" % max_age
+    assert h[b"surrogate-key"].endswith(b" lp:2")
+    assert max_age * 1000 <= BASE_MS + 4_000 + HORIZON_MS - now  # browsers: its own validity
+    # within twice the purge guard of the lease's end: a copy made now could miss the purge
+    late = BASE_MS + 4_000 + HORIZON_MS - 900
+    _, near_end, _, _ = fresh("d", store.get("d", late), late, edge_lease_s=30)
+    assert b"s-maxage" not in dict(near_end)[b"cache-control"]
+    # an answer no lease extends keeps its own validity, at the edge too
+    store.put_if_newer("e", leased("e", now - 100, now - 50, 1, partition=3), now)
+    _, own, _, _ = fresh("e", store.get("e", now), now, edge_lease_s=30)
+    assert b"s-maxage" not in dict(own)[b"cache-control"]
+
+
+def test_a_lapsing_or_reowned_partition_purges_its_leased_copies():
+    from tests.serving_cases import BASE_MS, HORIZON_MS, lease
+
+    purger = NewestPurger(
+        EdgePurge(UNREACHABLE, "test"), 100, purge_all_when_ready=False, lease_guard_ms=500
+    )
+    healthy = lease(0, 1, BASE_MS, BASE_MS + 10)
+    purger.watch_leases([healthy], BASE_MS + 1_000)
+    assert purger._pending == set()  # 4 s left: nothing to do
+    purger.watch_leases([healthy], BASE_MS + HORIZON_MS - 400)  # within the guard, no newer
+    assert purger._pending == {"lp:0"}
+    purger._pending.clear()
+    purger.watch_leases([healthy], BASE_MS + HORIZON_MS - 300)
+    assert purger._pending == set()  # once per lease
+    purger.watch_leases([lease(0, 2, BASE_MS + 1_000, BASE_MS + 1_010)], BASE_MS + 1_100)
+    assert purger._pending == {"lp:0"}  # a new owner: its leases need not cover the old answers
