@@ -119,16 +119,22 @@ class ClientLimits:
         return out or ["a:-"]
 
     def address(self, conn: HTTPConnection) -> str:
-        """The peer's address; behind a trusted proxy (a peer inside one of the
-        `trusted_proxies` ranges), the one that proxy appended to X-Forwarded-For (the
-        right-most entry: those to its left are the client's own claims)."""
+        """The peer's address; behind trusted proxies (peers inside the `trusted_proxies`
+        ranges), the address the outermost of them saw: X-Forwarded-For read from the right,
+        past every entry that is itself a trusted proxy (an edge cache behind the TLS proxy
+        appends the proxy's address), stopping at the first that is not (those to its left are
+        the client's own claims)."""
         peer = conn.client.host if conn.client else "-"
-        if self._proxies and in_networks(peer, self._proxies):
-            forwarded = conn.headers.get("x-forwarded-for", "")
-            last = forwarded.rsplit(",", 1)[-1].strip()
-            if last:
-                return last[:64]
-        return peer
+        if not (self._proxies and in_networks(peer, self._proxies)):
+            return peer
+        hops = [h.strip() for h in conn.headers.get("x-forwarded-for", "").split(",")[-8:]]
+        for hop in reversed(hops):
+            if not hop:
+                break
+            if not in_networks(hop, self._proxies):
+                return hop[:64]
+            peer = hop
+        return peer[:64]
 
     def open_stream(self, keys: list[str]) -> float:
         """Count one more stream for each key, or 0 counted and a retry hint when one is full."""

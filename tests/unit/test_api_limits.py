@@ -80,6 +80,25 @@ def test_forwarded_for_counts_only_from_a_trusted_proxy():
     assert key("10.0.0.2", "192.168.0.9") == ["a:10.0.0.2"]  # anyone else: the header is a claim
 
 
+def test_behind_two_trusted_hops_the_client_is_the_first_untrusted_from_the_right():
+    # compose: client -> TLS proxy -> edge cache -> API, both proxies in the front network
+    limits = ClientLimits(ApiOptions(trusted_proxies=["172.30.52.0/27"]))
+
+    def key(peer: str, xff: str) -> list[str]:
+        scope = {
+            "type": "http",
+            "headers": [(b"x-forwarded-for", xff.encode())],
+            "client": (peer, 1),
+        }
+        return limits.keys(Request(scope))
+
+    edge, proxy = "172.30.52.3", "172.30.52.2"
+    assert key(edge, f"198.51.100.7, {proxy}") == ["a:198.51.100.7"]
+    assert key(edge, f"6.6.6.6, 198.51.100.7, {proxy}") == ["a:198.51.100.7"]  # a claim, left
+    assert key(edge, proxy) == [f"a:{proxy}"]  # only proxies: the outermost one
+    assert key(edge, "") == [f"a:{edge}"]
+
+
 def test_stream_slots_per_client_and_per_replica():
     limits = ClientLimits(ApiOptions(client_max_streams=2))
     assert limits.open_stream(["a:1"]) == 0 and limits.open_stream(["a:1"]) == 0
