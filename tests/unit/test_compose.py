@@ -108,8 +108,10 @@ def test_commands_and_env_exist_in_code(name):
 def test_ports_and_healthchecks_match_settings():
     api = COMPOSE["services"]["api"]
     port = api["environment"]["PRECAST_API__PORT"]
-    assert "ports" not in api  # reached through the proxy only
-    assert f"proxy_pass http://api:{port};" in NGINX
+    assert "ports" not in api  # reached through the proxy and the edge cache only
+    assert "proxy_pass http://cache:6081;" in NGINX
+    backends = (ROOT / "deploy" / "edge" / "compose-backends.vcl").read_text()
+    assert f'.host = "api";\n    .port = "{port}";' in backends
     auditor = COMPOSE["services"]["auditor"]["environment"]["PRECAST_AUDIT__PORT"]
     assert f"proxy_pass http://auditor:{auditor}/v1/checkpoint;" in NGINX
     assert f":{port}/readyz" in " ".join(api["healthcheck"]["test"])
@@ -209,10 +211,11 @@ def test_everything_else_stays_on_internal_networks(name):
         if n == "proxy-tls":
             assert svc["network_mode"] == "none" and "networks" not in svc
             continue
-        assert "internal" in svc["networks"] or n == "proxy", n
+        assert "internal" in svc["networks"] or n in ("proxy", "cache"), n
         assert ("edge" in svc["networks"]) is (n == "proxy"), n
-        # the front network (trusted for X-Forwarded-For) holds the proxy and the API only
-        assert ("front" in svc["networks"]) is (n in ("proxy", "api")), n
+        # the front network (trusted for X-Forwarded-For) holds the proxy, the edge cache and
+        # the API only
+        assert ("front" in svc["networks"]) is (n in ("proxy", "api", "cache")), n
     # the proxy reaches the API on `front` only, so the API sees it there
     assert "internal" not in doc["services"]["proxy"]["networks"]
 
@@ -240,3 +243,53 @@ def test_grafana_has_a_login_and_sits_behind_the_proxy():
     assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
     assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
     assert "proxy_pass http://grafana:3000;" in NGINX
+
+
+def test_the_edge_cache_sits_between_the_proxy_and_the_api():
+    """compose's edge: the shipped VCL with compose's backends.vcl, on the front network only,
+    no published port; the API purges it, answers its Host, and trusts its X-Forwarded-For."""
+    import subprocess
+
+    cache = COMPOSE["services"]["cache"]
+    assert cache["build"]["dockerfile"] == "compose/Dockerfile.edge"
+    assert "ports" not in cache and cache["networks"] == ["front"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in cache["volumes"]}
+    assert mounts["/etc/varnish/precast/precast.vcl"] == "../deploy/edge/precast.vcl"
+    assert mounts["/etc/varnish/precast/backends.vcl"] == "../deploy/edge/compose-backends.vcl"
+    docker = (ROOT / "compose" / "Dockerfile.edge").read_text()
+    assert "varnish-modules" in docker and "vcl_path=/etc/varnish/precast" in docker
+    env = interpolate(COMPOSE["services"]["api"]["environment"])
+    s = ApiSettings(
+        api={"allowed_hosts": env["PRECAST_API__ALLOWED_HOSTS"]},
+        edge={
+            "purge_urls": env["PRECAST_EDGE__PURGE_URLS"],
+            "lease_ttl_s": env["PRECAST_EDGE__LEASE_TTL_S"],
+        },
+    )
+    assert s.edge.purge_urls == ["http://cache:6081"] and s.edge.lease_ttl_s > 0
+    assert "cache" in s.api.allowed_hosts
+    # the purgers ACL is the front network, where the replicas are
+    backends = (ROOT / "deploy" / "edge" / "compose-backends.vcl").read_text()
+    subnet = COMPOSE["networks"]["front"]["ipam"]["config"][0]["subnet"]
+    net, bits = interpolate(subnet).split("/")
+    assert f'"{net}"/{bits};' in backends
+    # both VCL files compile (the service name resolves only under compose: loopback here)
+    tmp = Path(__import__("tempfile").mkdtemp())
+    (tmp / "backends.vcl").write_text(backends.replace('"api"', '"127.0.0.1"'))
+    out = subprocess.run(
+        [
+            "varnishd",
+            "-C",
+            "-j",
+            "none",  # the compiler reads the files as this user (a temporary folder is 0700)
+            "-n",
+            str(tmp / "n"),
+            "-p",
+            f"vcl_path={tmp}:{ROOT / 'deploy' / 'edge'}",
+            "-f",
+            str(ROOT / "deploy" / "edge" / "precast.vcl"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
