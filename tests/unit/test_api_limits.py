@@ -65,8 +65,8 @@ def test_client_keys_follow_the_setting():
     assert keys("token_and_address", None) == ["a:10.0.0.7"]
 
 
-def test_forwarded_for_counts_only_from_a_trusted_proxy():
-    limits = ClientLimits(ApiOptions(trusted_proxies=["10.0.0.1"]))
+def _keys_via(limits: ClientLimits):
+    """keys(peer, X-Forwarded-For) of a request from `peer`."""
 
     def key(peer: str, xff: str) -> list[str]:
         scope = {
@@ -75,6 +75,12 @@ def test_forwarded_for_counts_only_from_a_trusted_proxy():
             "client": (peer, 1),
         }
         return limits.keys(Request(scope))
+
+    return key
+
+
+def test_forwarded_for_counts_only_from_a_trusted_proxy():
+    key = _keys_via(ClientLimits(ApiOptions(trusted_proxies=["10.0.0.1"])))
 
     assert key("10.0.0.1", "1.2.3.4, 192.168.0.9") == ["a:192.168.0.9"]
     assert key("10.0.0.2", "192.168.0.9") == ["a:10.0.0.2"]  # anyone else: the header is a claim
@@ -82,16 +88,7 @@ def test_forwarded_for_counts_only_from_a_trusted_proxy():
 
 def test_behind_two_trusted_hops_the_client_is_the_first_untrusted_from_the_right():
     # compose: client -> TLS proxy -> edge cache -> API, both proxies in the front network
-    limits = ClientLimits(ApiOptions(trusted_proxies=["172.30.52.0/27"]))
-
-    def key(peer: str, xff: str) -> list[str]:
-        scope = {
-            "type": "http",
-            "headers": [(b"x-forwarded-for", xff.encode())],
-            "client": (peer, 1),
-        }
-        return limits.keys(Request(scope))
-
+    key = _keys_via(ClientLimits(ApiOptions(trusted_proxies=["172.30.52.0/27"])))
     edge, proxy = "172.30.52.3", "172.30.52.2"
     assert key(edge, f"198.51.100.7, {proxy}") == ["a:198.51.100.7"]
     assert key(edge, f"6.6.6.6, 198.51.100.7, {proxy}") == ["a:198.51.100.7"]  # a claim, left
