@@ -131,13 +131,6 @@ class EdgePurge:
         self.source = source
         self._nodes = [_Node(u, settings.purge_timeout_s) for u in settings.purge_urls]
 
-    @property
-    def urls(self) -> list[str]:
-        return [n.url for n in self._nodes]
-
-    def __bool__(self) -> bool:
-        return bool(self._nodes)
-
     def purge(self, keys: Sequence[str]) -> PurgeReport:
         report = PurgeReport()
         values = batches(keys)
