@@ -189,7 +189,7 @@ class EdgeSettings(Section):
         "(docs/api.md, Behind a cache or CDN)",
     )
     lease_guard_ms: int = Field(
-        default=500,
+        default=200,
         ge=50,
         le=10_000,
         description="a partition's leased copies are purged this long before its newest lease "

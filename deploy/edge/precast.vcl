@@ -23,8 +23,15 @@ sub vcl_recv {
         if (client.ip !~ purgers) {
             return (synth(403, "purge refused from this address"));
         }
+        # xkey-softpurge: the replicas' newest-wins purges. The copy stays usable 0.5 s more
+        # (req.grace below): a read then gets it while one background fetch brings the newer
+        # answer, instead of every reader waiting for it.
+        if (req.http.xkey-softpurge) {
+            set req.http.x-purged = xkey.softpurge(req.http.xkey-softpurge);
+            return (synth(200, "purged " + req.http.x-purged));
+        }
         if (!req.http.xkey-purge) {
-            return (synth(400, "PURGE needs an xkey-purge header of surrogate keys"));
+            return (synth(400, "PURGE needs an xkey-purge or xkey-softpurge header of surrogate keys"));
         }
         set req.http.x-purged = xkey.purge(req.http.xkey-purge);
         return (synth(200, "purged " + req.http.x-purged));
@@ -35,6 +42,11 @@ sub vcl_recv {
     if ((req.method == "GET" || req.method == "HEAD") &&
         req.url ~ "^/v1/devices/[A-Za-z0-9][A-Za-z0-9._:-]{0,127}/prediction$") {
         unset req.http.cookie;  # answers never depend on cookies
+        # stale-while-revalidate for at most 0.5 s past a copy's ttl: after its natural ttl,
+        # or after a replica soft-purged it for a newer answer (ttl set to now), one read gets
+        # it while one background fetch brings the newer one; later reads wait for the origin
+        # (docs/api.md, "The bounds": newest wins within 1 s)
+        set req.grace = 0.5s;
         return (hash);  # cached even with Authorization: see vcl_hash
     }
     return (pass);
@@ -80,14 +92,18 @@ sub vcl_backend_response {
         # The API's max-age ends at the answer's valid_until (its s-maxage, for an answer a
         # validity lease extends, while the replicas purge lp:<partition> before a lease
         # would lapse: PRECAST_EDGE__LEASE_TTL_S): ttl + grace must end there too, so the
-        # stale-while-revalidate window (grace: served while one background fetch refreshes
-        # it) is the second half of the validity, never added after it.
-        if (beresp.ttl > 1s) {
+        # grace is taken from the end of the validity, never added after it: the last 2 s
+        # (half of a shorter one), early enough that a conditional refresh (a 304 that may
+        # carry a lease's longer max-age) still gets a copy worth storing. vcl_recv's
+        # req.grace serves a copy stale only for the first 0.5 s of its grace.
+        if (beresp.ttl > 4s) {
+            set beresp.grace = 2s;
+        } else if (beresp.ttl > 1s) {
             set beresp.grace = beresp.ttl * 0.5;
-            set beresp.ttl = beresp.ttl - beresp.grace;
         } else {
             set beresp.grace = 0s;
         }
+        set beresp.ttl = beresp.ttl - beresp.grace;
         # A copy fetched with credentials lives at most 2 s, grace included: a revoked token
         # reads no longer at the edge than at the API (its tokens file is re-read every second).
         if (bereq.http.authorization && beresp.ttl + beresp.grace > 2s) {

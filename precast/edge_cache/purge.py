@@ -1,12 +1,16 @@
 """Purges sent to edge caches: `PURGE /` with an `xkey-purge: k1 k2 ...` header to every node
-(deploy/edge/precast.vcl answers `200 purged N`). Two users:
+(deploy/edge/precast.vcl answers `200 purged N`), or `xkey-softpurge` for a soft purge (the
+copy stays usable for its grace, at most 0.5 s, while one background fetch replaces it). Two
+users:
 
-- `EdgePurge.purge(keys)`: one call, every node, every key (`precast purge`);
+- `EdgePurge.purge(keys)`: one call, every node, every key (`precast purge`: hard);
 - `NewestPurger`: an API replica's background batcher. The materializer hands it the devices
   whose stored answer changed (a newer answer, a purge marker); every `purge_interval_ms` it
-  purges their `d:` keys, so the edge holds no answer older than the newest by more than that
-  interval plus one round trip once the replica has stored the newer one (each replica purges
-  after its own store, so a copy fetched from a replica that lags is purged when it catches up).
+  soft-purges their `d:` keys, so the edge serves no answer older than the newest by more than
+  that interval plus one round trip plus the grace once the replica has stored the newer one
+  (each replica purges after its own store, so a copy fetched from a replica that lags is
+  purged when it catches up). Leased copies whose lease would lapse (`lp:`) and everything
+  (`precast`) are purged hard: they must not be served at all.
 
 A node that cannot be reached keeps its keys pending (retried next round, deduplicated; past
 `MAX_PENDING` keys they collapse into the one key `precast`, everything: correct and bounded).
@@ -41,11 +45,19 @@ PURGED_KEYS = Counter(
 PURGED_OBJECTS = Counter(
     "precast_edge_purged_objects_total", "cached objects the edge said a purge removed", ["source"]
 )
+LEASE_PURGES = Counter(
+    "precast_edge_lease_purges_total",
+    "partitions whose leased edge copies a replica purged (lapsing: no newer lease within the "
+    "guard; generation: a new owner)",
+    ["reason"],
+)
 PENDING = Gauge("precast_edge_purge_pending_keys", "device keys waiting for the next edge purge")
 
-HEADER = "xkey-purge"
+HEADER, SOFT_HEADER = "xkey-purge", "xkey-softpurge"
 MAX_HEADER = 6000  # bytes of keys per request (Varnish's default header limit is 8 KB)
 MAX_PENDING = 50_000
+DEVICE = device_key("")  # the prefix of every device's key: soft-purged
+LAPSE_TAIL_MS = 1_000  # a lapsing partition's copies are purged each round until this past its end
 
 
 def batches(keys: Iterable[str], limit: int = MAX_HEADER) -> list[str]:
@@ -101,11 +113,11 @@ class _Node:
             self._conn = cls(self._host, self._port, timeout=self._timeout)
         return self._conn
 
-    def purge(self, value: str) -> int:
+    def purge(self, value: str, soft: bool = False) -> int:
         """Objects removed; raises OSError/HTTPException/ValueError when the node refused."""
         conn = self._connection()
         try:
-            conn.request("PURGE", "/", headers={HEADER: value})
+            conn.request("PURGE", "/", headers={SOFT_HEADER if soft else HEADER: value})
             resp = conn.getresponse()
             body = resp.read(512)
         except (OSError, http.client.HTTPException):
@@ -131,14 +143,14 @@ class EdgePurge:
         self.source = source
         self._nodes = [_Node(u, settings.purge_timeout_s) for u in settings.purge_urls]
 
-    def purge(self, keys: Sequence[str]) -> PurgeReport:
+    def purge(self, keys: Sequence[str], soft: bool = False) -> PurgeReport:
         report = PurgeReport()
         values = batches(keys)
         for node in self._nodes:
             result = NodeResult(node.url)
             try:
                 for value in values:
-                    result.purged += node.purge(value)
+                    result.purged += node.purge(value, soft)
                 PURGES.labels(self.source, "ok").inc(len(values))
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 result.error = printable(f"{type(exc).__name__}: {exc}", 200)
@@ -166,7 +178,7 @@ class NewestPurger:
         *,
         purge_all_when_ready: bool = True,
         leases: Callable[[], list[Lease]] | None = None,
-        lease_guard_ms: int = 500,
+        lease_guard_ms: int = 200,
     ) -> None:
         self.edge = edge
         self._ready = ready
@@ -174,7 +186,8 @@ class NewestPurger:
         self._purge_all_when_ready = purge_all_when_ready
         self._leases, self._guard = leases, lease_guard_ms
         self._generation: dict[int, int] = {}  # partition -> generation of its newest lease
-        self._lapsing: set[tuple[int, int, int]] = set()  # leases already purged for
+        self._lapsing: set[tuple[int, int, int]] = set()  # lapses counted
+        self._next_lapse_ms: int | None = None  # the earliest lease's end less the guard
         self._interval = interval_ms / 1000
         self._lock = threading.Lock()
         self._pending: set[str] = set()
@@ -201,18 +214,29 @@ class NewestPurger:
         """Copies an edge keeps of leased answers (`lp:<partition>`, PRECAST_EDGE__LEASE_TTL_S)
         are valid only while leases keep coming: purge a partition's copies when its newest
         lease is within the guard of its end (no newer one came in time) or changed generation
-        (a new owner's leases need not extend the old owner's answers)."""
+        (a new owner's leases need not extend the old owner's answers). A lapsing partition is
+        purged again every round until a second past its lease's end: a copy whose fetch
+        began before the guard but reached the edge after the first purge goes with the next."""
         keys: list[str] = []
+        self._next_lapse_ms = None
         for x in leases:
             seen = self._generation.get(x.partition)
             self._generation[x.partition] = x.generation
-            lapsing = x.valid_until_ms - now_ms <= self._guard
+            left = x.valid_until_ms - now_ms
             if seen is not None and seen != x.generation:
                 keys.append(f"lp:{x.partition}")
-            elif lapsing and (x.partition, x.generation, x.certified_at_ms) not in self._lapsing:
-                self._lapsing.add((x.partition, x.generation, x.certified_at_ms))
+                LEASE_PURGES.labels("generation").inc()
+            elif -LAPSE_TAIL_MS < left <= self._guard:
                 keys.append(f"lp:{x.partition}")
-        if len(self._lapsing) > 10_000:  # offsets of leases long replaced
+                lapse = (x.partition, x.generation, x.certified_at_ms)
+                if lapse not in self._lapsing:
+                    self._lapsing.add(lapse)
+                    LEASE_PURGES.labels("lapsing").inc()
+            elif left > self._guard:  # when to look again if no newer lease comes
+                at = x.valid_until_ms - self._guard
+                if self._next_lapse_ms is None or at < self._next_lapse_ms:
+                    self._next_lapse_ms = at
+        if len(self._lapsing) > 10_000:  # leases long replaced
             self._lapsing.clear()
         if keys:
             with self._lock:
@@ -239,11 +263,16 @@ class NewestPurger:
             keys, self._pending = self._pending, set()
         if not keys:
             return None
-        ordered = [ALL] if ALL in keys else sorted(keys)
-        report = self.edge.purge(ordered)
+        # Hard first: leased copies whose lease would lapse must go before anything else.
+        hard = [ALL] if ALL in keys else sorted(k for k in keys if not k.startswith(DEVICE))
+        soft = [] if ALL in keys else sorted(k for k in keys if k.startswith(DEVICE))
+        report = PurgeReport()
+        for ordered, is_soft in ((hard, False), (soft, True)):
+            if ordered:
+                report.nodes += self.edge.purge(ordered, soft=is_soft).nodes
         if not report.ok:
             with self._lock:
-                self._pending.update(k for k in ordered if k != ALL)
+                self._pending.update(k for k in hard + soft if k != ALL)
             if ALL in keys:
                 self.note_all()
             error = "; ".join(f"{n.url}: {n.error}" for n in report.nodes if n.error)
@@ -258,8 +287,16 @@ class NewestPurger:
         return report
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        # Every interval, and at the moment a lease would enter its guard: the lapse purge
+        # is then sent on time (not up to an interval late), so the guard needs no room for it.
+        while not self._stop.wait(self._wait_s()):
             self.run_once()
+
+    def _wait_s(self) -> float:
+        at = self._next_lapse_ms
+        if at is None:
+            return self._interval
+        return min(self._interval, max(0.002, (at - time.time() * 1000) / 1000))
 
     def start(self) -> None:
         self._thread = self.supervised.thread(self._run, self._stop)

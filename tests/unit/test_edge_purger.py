@@ -4,6 +4,7 @@ cannot be reached, when the first purge is sent, and what VCL the settings can p
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
 from opsctl.settings import StackSettings
@@ -77,31 +78,51 @@ def test_purge_urls_from_a_comma_separated_string():
 
 
 def test_a_leased_answer_may_stay_at_the_edge_only_with_a_lease_watch():
-    from consumer_api.read.answer import fresh
+    from consumer_api.read.answer import EdgeLeases, fresh
     from precast.serving import MemoryStore
     from tests.serving_cases import BASE_MS, HORIZON_MS, lease, leased
 
     store, now = MemoryStore(), BASE_MS + 6_000
+    edge = EdgeLeases(30, 500, store.leases.get)  # guard 250 ms: no s-maxage within 500 ms
     store.put_if_newer("d", leased("d", BASE_MS, BASE_MS + 40, 1, partition=2), BASE_MS)
     store.put_leases([lease(2, 1, BASE_MS + 4_000, BASE_MS + 4_300)], BASE_MS + 4_300)
+    lease_end = BASE_MS + 4_000 + HORIZON_MS
     served = store.get("d", now)
     assert served.extension is not None  # extended by the lease until certified + horizon
     _, plain, _, max_age = fresh("d", served, now)
     assert dict(plain)[b"cache-control"] == b"max-age=%d" % max_age
     assert b"lp:" not in dict(plain)[b"surrogate-key"]
-    _, shared, _, _ = fresh("d", served, now, edge_lease_s=30)
+    _, shared, _, _ = fresh("d", served, now, edge=edge)
     h = dict(shared)
     assert h[b"cache-control"] == b"max-age=%d, s-maxage=30" % max_age
     assert h[b"surrogate-key"].endswith(b" lp:2")
-    assert max_age * 1000 <= BASE_MS + 4_000 + HORIZON_MS - now  # browsers: its own validity
+    assert max_age * 1000 <= lease_end - now  # browsers: its own validity
     # within twice the purge guard of the lease's end: a copy made now could miss the purge
-    late = BASE_MS + 4_000 + HORIZON_MS - 900
-    _, near_end, _, _ = fresh("d", store.get("d", late), late, edge_lease_s=30)
+    late = lease_end - 400
+    _, near_end, _, _ = fresh("d", store.get("d", late), late, edge=edge)
     assert b"s-maxage" not in dict(near_end)[b"cache-control"]
-    # an answer no lease extends keeps its own validity, at the edge too
-    store.put_if_newer("e", leased("e", now - 100, now - 50, 1, partition=3), now)
-    _, own, _, _ = fresh("e", store.get("e", now), now, edge_lease_s=30)
-    assert b"s-maxage" not in dict(own)[b"cache-control"]
+    _, before, _, _ = fresh("d", store.get("d", late - 200), late - 200, edge=edge)
+    assert b"s-maxage=30" in dict(before)[b"cache-control"]
+
+    def edge_header(device: str, e, at: int) -> bytes:
+        store.put_if_newer(device, e, at)
+        return dict(fresh(device, store.get(device, at), at, edge=edge)[1])[b"cache-control"]
+
+    # a new answer the lease does not extend yet (its own validity is longer): the lease chain
+    # extends it in time, or lapses and its purge drops the copy
+    fresh_one = leased("f", now - 100, now - 50, 1, partition=2)
+    assert b"s-maxage=30" in edge_header("f", fresh_one, now)
+    # no lease watched for its partition, a newer generation than the lease's, no terms:
+    # nothing would purge a longer copy, so the edge keeps its own validity
+    assert b"s-maxage" not in edge_header(
+        "e", leased("e", now - 100, now - 50, 1, partition=3), now
+    )
+    assert b"s-maxage" not in edge_header(
+        "g", leased("g", now - 100, now - 50, 2, partition=2), now
+    )
+    assert b"s-maxage" not in edge_header(
+        "h", leased("h", now - 100, now - 50, None, partition=2), now
+    )
 
 
 def test_a_lapsing_or_reowned_partition_purges_its_leased_copies():
@@ -116,7 +137,85 @@ def test_a_lapsing_or_reowned_partition_purges_its_leased_copies():
     purger.watch_leases([healthy], BASE_MS + HORIZON_MS - 400)  # within the guard, no newer
     assert purger._pending == {"lp:0"}
     purger._pending.clear()
-    purger.watch_leases([healthy], BASE_MS + HORIZON_MS - 300)
-    assert purger._pending == set()  # once per lease
+    # again each round until a second past its end: a copy whose fetch began before the
+    # guard and reached the edge after the first purge goes with the next one
+    for late in (-300, 0, 900):
+        purger.watch_leases([healthy], BASE_MS + HORIZON_MS + late)
+        assert purger._pending == {"lp:0"}, late
+        purger._pending.clear()
+    purger.watch_leases([healthy], BASE_MS + HORIZON_MS + 1_000)
+    assert purger._pending == set()  # long lapsed: its answers are expired at the replica too
+    lapses = REGISTRY.get_sample_value("precast_edge_lease_purges_total", {"reason": "lapsing"})
+    assert lapses is not None and lapses >= 1
     purger.watch_leases([lease(0, 2, BASE_MS + 1_000, BASE_MS + 1_010)], BASE_MS + 1_100)
     assert purger._pending == {"lp:0"}  # a new owner: its leases need not cover the old answers
+
+
+def test_newer_answers_are_soft_purged_and_lapsing_leases_hard_first():
+    """A newer answer's copy may be served once more within its grace while the edge fetches
+    the newer one (soft); a lapsing lease's copies must not be served at all (hard, first)."""
+    import http.server
+    import threading
+
+    from tests.serving_cases import BASE_MS, HORIZON_MS, lease
+
+    got: list[tuple[str, str]] = []
+
+    class Edge(http.server.BaseHTTPRequestHandler):
+        def do_PURGE(self) -> None:  # noqa: N802 (the method's name is the HTTP verb)
+            for h in ("xkey-purge", "xkey-softpurge"):
+                if self.headers.get(h):
+                    got.append((h, self.headers[h]))
+            body = b"purged 1\n"
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Edge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        edge = EdgeSettings(purge_urls=[f"http://127.0.0.1:{server.server_port}"])
+        purger = NewestPurger(
+            EdgePurge(edge, "test"),
+            100,
+            purge_all_when_ready=False,
+            leases=lambda: [lease(4, 1, BASE_MS, BASE_MS + 10)],
+            lease_guard_ms=250,
+        )
+        purger.note([("dev-2", None), ("dev-1", None)])
+        purger.watch_leases([lease(4, 1, BASE_MS, BASE_MS + 10)], BASE_MS + HORIZON_MS - 100)
+        with purger._lock:
+            keys = set(purger._pending)
+        assert keys == {"d:dev-1", "d:dev-2", "lp:4"}
+        purger._leases = None  # the round below sends what is pending, nothing more
+        report = purger.run_once()
+        assert report is not None and report.ok and report.purged == 2
+        assert got == [("xkey-purge", "lp:4"), ("xkey-softpurge", "d:dev-1 d:dev-2")]
+        got.clear()
+        purger.note_all()
+        purger.note([("dev-3", None)])
+        purger.run_once()
+        assert got == [("xkey-purge", "precast")]  # everything, hard, covers the device too
+        purger.edge.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_purger_wakes_when_a_lease_enters_its_guard_not_an_interval_later():
+    import time
+
+    from tests.serving_cases import HORIZON_MS, lease
+
+    purger = NewestPurger(EdgePurge(UNREACHABLE, "test"), 5_000, lease_guard_ms=200)
+    assert purger._wait_s() == 5.0  # no lease watched: the interval
+    now = int(time.time() * 1000)
+    certified = now - HORIZON_MS + 1_000  # the lease ends in 1 s: its guard begins in 0.8 s
+    purger.watch_leases([lease(1, 1, certified, certified + 5)], now)
+    assert 0.7 <= purger._wait_s() <= 0.8
+    purger.watch_leases([lease(1, 1, certified, certified + 5)], now + 900)  # within it
+    assert purger._pending == {"lp:1"} and purger._wait_s() == 5.0
