@@ -80,8 +80,10 @@ def build(settings: ApiSettings) -> Built:
     feed = board.feed if board is not None else None
     if edge_purger is not None:
         svc.parts.append(edge_purger.supervised)  # /readyz names it if it gives up
-        if edge_purger.leases_watched:  # only then may the edge keep leased answers longer
-            svc.renderer.lease_at_edge(settings.edge.lease_ttl_s, settings.edge.lease_guard_ms)
+        if edge_purger.leases_watched and stores.view is not None:  # it watches their leases
+            svc.renderer.lease_at_edge(
+                settings.edge.lease_ttl_s, settings.edge.lease_guard_ms, stores.view.leases.get
+            )
     return Built(svc, mat, create_app(svc, board), feed, board, edge_purger)
 
 

@@ -24,10 +24,12 @@ Two measures, kept apart (precast.telemetry.objectives), both in the Server-Timi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from precast.edge_cache.keys import answer_keys
 from precast.serving import Entry
+from precast.serving.leases import Lease
 
 PRECOMPUTED, STALE, FALLBACK = "precomputed", "stale", "fallback"
 # Why an answer is the fallback (the `reason` field).
@@ -89,20 +91,29 @@ def wait_timing(wait: Wait) -> bytes:
     return _WAIT % (_ms(wait[0] // 1000), _ms(wait[1] // 1000))
 
 
+@dataclass(frozen=True, slots=True)
+class EdgeLeases:
+    """Answers with lease terms may stay at an edge up to `ttl_s` (`s-maxage`, key
+    `lp:<partition>`) while a replica watches their partition's leases and purges the key
+    before one would lapse (precast.edge_cache.purge; PRECAST_EDGE__LEASE_TTL_S)."""
+
+    ttl_s: int
+    min_left_ms: int  # no s-maxage when the partition's lease ends sooner than this
+    lease_of: Callable[[int], Lease | None]  # the replica's newest lease of a partition
+
+
 def fresh(
     device_id: str,
     e: Entry,
     now_ms: int,
     read_ns: int = 0,
     lock_ns: int = 0,
-    edge_lease_s: int = 0,
-    edge_lease_min_ms: int = 1_000,
+    edge: EdgeLeases | None = None,
 ) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, int]:
     """(body, headers, etag, max_age) of a precomputed answer: the hot path's rendering, kept to
     a handful of operations (it runs once per read; profile in BENCHMARKS.md). Its
-    `Surrogate-Key` names what an edge cache can purge it by (precast.edge_cache.keys).
-    `edge_lease_s` (PRECAST_EDGE__LEASE_TTL_S, with a replica that watches leases): an answer
-    a lease extends may stay that long at the edge (`s-maxage`, key `lp:<partition>`)."""
+    `Surrogate-Key` names what an edge cache can purge it by (precast.edge_cache.keys); with
+    `edge`, an answer a lease extends or will extend may stay there longer (`lease_shared`)."""
     x = e.extension
     shared = lease_key = b""
     if x is None:
@@ -115,9 +126,10 @@ def fresh(
         since, model, queue = x.certified_at_ms, 0, 0
         kafka = x.received_at_ms - x.produced_at_ms
         cache = now_ms - since - (kafka if kafka > 0 else 0)
-        if edge_lease_s:
-            shared = lease_shared(e, now_ms, edge_lease_s, edge_lease_min_ms)
-            lease_key = b" lp:%d" % x.partition if shared else b""
+    t = e.terms
+    if edge is not None and t is not None:
+        shared = lease_shared(e, edge.lease_of(t.partition), now_ms, edge.ttl_s, edge.min_left_ms)
+        lease_key = b" lp:%d" % t.partition if shared else b""
     seg = (queue if queue > 0 else 0, model, kafka if kafka > 0 else 0, cache if cache > 0 else 0)
     org = _ORIGINS[seg.index(max(seg))]  # the first of equal segments, as `origin`
     r, k = read_ns // 1000, lock_ns // 1000  # microseconds
@@ -154,12 +166,21 @@ def fresh(
     )
 
 
-def lease_shared(e: Entry, now_ms: int, cap_s: int, min_left_ms: int = 1_000) -> bytes:
-    """`, s-maxage=N` for an answer a lease extends: up to `cap_s`, never past its terms' end
-    (no lease extends it further); b"" when its lease ends within `min_left_ms` (twice the
-    replicas' purge guard: a copy made now could miss the lapse purge) or when that is no
-    longer than its own max-age."""
-    if e.valid_until_ms - now_ms <= min_left_ms:
+def lease_shared(
+    e: Entry, lease: Lease | None, now_ms: int, cap_s: int, min_left_ms: int = 500
+) -> bytes:
+    """`, s-maxage=N` for an answer with lease terms that its partition's current lease
+    extends now or will extend when its own validity ends (same partition, a generation not
+    newer than the lease's): up to `cap_s`, never past its terms' end. b"" without such a
+    lease, when the lease ends within `min_left_ms` (twice the replicas' purge guard: a copy
+    made now could miss the lapse purge), or when that is no longer than its own max-age.
+    An answer the lease does not extend yet is covered all the same: the lease chain goes on
+    (and extends it in time) or lapses (and its purge drops the copy); a device the worker
+    stops covering gets a newer answer first, and its `d:` purge."""
+    t = e.terms
+    if t is None or lease is None or lease.partition != t.partition:
+        return b""
+    if t.generation > lease.generation or lease.valid_until_ms - now_ms <= min_left_ms:
         return b""
     end_s = (e.until_ms - now_ms) // 1000
     s = cap_s if cap_s < end_s else end_s
@@ -181,14 +202,16 @@ class Renderer:
     def __init__(self, default_strategy: str, expired: str) -> None:
         self.serve_stale = expired == "stale"
         # Set by the entry point when an edge keeps leased answers (`lease_at_edge`).
-        self.edge_lease_s, self.edge_lease_min_ms = 0, 0
+        self.edge: EdgeLeases | None = None
         self._fallback_candidates = b'[{"strategy":"%s","score":1.0}]' % default_strategy.encode()
 
-    def lease_at_edge(self, ttl_s: int, guard_ms: int) -> None:
-        """Leased answers may stay at an edge up to `ttl_s` (`s-maxage`), except within twice
-        the replicas' purge guard of their lease's end: a copy made after the lapse purge
+    def lease_at_edge(
+        self, ttl_s: int, guard_ms: int, lease_of: Callable[[int], Lease | None]
+    ) -> None:
+        """Answers with lease terms may stay at an edge up to `ttl_s` (`s-maxage`), except within
+        twice the replicas' purge guard of their lease's end: a copy made after the lapse purge
         must not outlive the answer (precast.edge_cache.purge)."""
-        self.edge_lease_s, self.edge_lease_min_ms = ttl_s, 2 * guard_ms
+        self.edge = EdgeLeases(ttl_s, 2 * guard_ms, lease_of)
 
     def classify(self, e: Entry | None, now_ms: int) -> tuple[str, str | None]:
         """(source, reason): reason is the precompute-request reason, or why it is a fallback."""
@@ -210,7 +233,11 @@ class Renderer:
         assert e is not None
         if source == PRECOMPUTED:
             body, headers, etag, max_age = fresh(
-                device_id, e, now_ms, *(wait or (0, 0)), self.edge_lease_s
+                device_id,
+                e,
+                now_ms,
+                *(wait or (0, 0)),
+                self.edge,
             )
             if wait is None:  # nothing measured: no wait entries
                 headers[-1] = (b"server-timing", _TIMING % segments(e, now_ms))

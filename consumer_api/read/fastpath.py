@@ -39,7 +39,7 @@ class FastPath:
         self._peek = view.peek if view is not None else None
         self._resolve = view.resolve if view is not None else None
         self._open = not service.auth_enabled
-        self._lease = (service.renderer.edge_lease_s, service.renderer.edge_lease_min_ms)
+        self._edge = service.renderer.edge
         self._note = service.hints.note if service.hints is not None else None
         self._spans = service.read_spans
 
@@ -71,7 +71,7 @@ class FastPath:
                 t2 = perf_counter_ns()
                 if e is None or e.purge or now >= e.valid_until_ms:
                     return await self.checked(scope, send, device, auth, inm, t0)
-                body, headers, etag, _ = fresh(device, e, now, t1 - t0, t2 - t1, *self._lease)
+                body, headers, etag, _ = fresh(device, e, now, t1 - t0, t2 - t1, self._edge)
                 count_read(PRECOMPUTED)
                 if self._spans is not None:  # tracing on (consumer_api.read.read_spans)
                     self._spans.read(device, e, PRECOMPUTED, t0, headers)
