@@ -91,9 +91,15 @@ def _pin(cpus: str | None) -> list[str]:
 
 
 def wrk(
-    url: str, paths: list[str], seconds: float, connections: int = 32, cpus: str | None = None
+    url: str,
+    paths: list[str],
+    seconds: float,
+    connections: int = 32,
+    cpus: str | None = None,
+    threads: int = 1,
 ) -> tuple[float, int]:
-    """Saturation throughput: (req/s, requests), requests spread over `paths`."""
+    """Saturation throughput: (req/s, requests), requests spread over `paths` (each of the
+    `threads` goes through them in order)."""
     need("wrk", "wrk")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(
@@ -102,7 +108,16 @@ def wrk(
             "  return wrk.format(nil, paths[i])\nend\n"
         )
     out = subprocess.run(
-        [*_pin(cpus), "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name, url],
+        [
+            *_pin(cpus),
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds:g}s",
+            "-s",
+            f.name,
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,
