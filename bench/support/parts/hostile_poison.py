@@ -9,19 +9,22 @@ against the poison sent."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import multiprocessing
+import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import orjson
 
-from bench.support.harness import Context, progress
+from bench.support.harness import Context, listener_pid, pin, progress
 from bench.support.loads.hostile_load import ApiProcess, get
 
 DEVICES = [f"live-{i:03d}" for i in range(20)]
@@ -178,11 +181,41 @@ class PoisonResult:
         return self.poison_p99 / self.clean_p99
 
 
+@contextlib.contextmanager
+def apart(ctx: Context, api: ApiProcess) -> Iterator[str]:
+    """The broker on CPU 0, the replica and this process (the probe, the live writer) on the
+    other cores, as in production where brokers run on machines of their own: the ratio then
+    shows what the replica's own work on the poison costs its reads, not the broker's share of
+    2 cores (the burst writer is put beside the broker). Yields the replica's cores; restored
+    on the way out."""
+    n = os.cpu_count() or 1
+    everything, replica = f"0-{n - 1}", ("1" if n == 2 else f"1-{n - 1}")
+    if n < 2:
+        yield everything
+        return
+    broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
+    pin(broker, "0")
+    pin(api.proc.pid, replica)
+    pin(os.getpid(), replica)
+    try:
+        yield replica
+    finally:
+        for pid in (broker, api.proc.pid, os.getpid()):
+            pin(pid, everything)
+
+
 def run_poison(
     ctx: Context, api: ApiProcess, topic: str, partitions: int, burst_topic: str | None = None
 ) -> PoisonResult:
     """`burst_topic`: write the burst there instead (a control: what the burst costs the
     machine, without the replica reading it)."""
+    with apart(ctx, api):
+        return _run_poison(ctx, api, topic, partitions, burst_topic)
+
+
+def _run_poison(
+    ctx: Context, api: ApiProcess, topic: str, partitions: int, burst_topic: str | None
+) -> PoisonResult:
     rounds = 3 if ctx.quick else 5
     seconds = 2.0 if ctx.quick else 4.0
     per_round = 1_000 if ctx.quick else 3_000
@@ -208,6 +241,7 @@ def run_poison(
                 daemon=True,
             )
             burst.start()
+            pin(burst.pid, "0")  # beside the broker (apart)
             lat, c, s = _reads(api.port, seconds, writer)
             burst.join(60)
             if burst.exitcode != 0:
