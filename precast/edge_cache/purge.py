@@ -76,6 +76,16 @@ def batches(keys: Iterable[str], limit: int = MAX_HEADER) -> list[str]:
     return out
 
 
+def split(keys: set[str], marked: set[str]) -> tuple[list[str], list[str]]:
+    """(hard, soft) purges of a round: device keys soft unless `marked` (purge markers'),
+    everything else hard (lapsing leases' `lp:`, `precast`), which goes first."""
+    if ALL in keys:
+        return [ALL], []
+    hard = sorted(k for k in keys if not k.startswith(DEVICE) or k in marked)
+    soft = sorted(k for k in keys if k.startswith(DEVICE) and k not in marked)
+    return hard, soft
+
+
 @dataclass
 class NodeResult:
     url: str
@@ -191,17 +201,23 @@ class NewestPurger:
         self._interval = interval_ms / 1000
         self._lock = threading.Lock()
         self._pending: set[str] = set()
+        self._hard: set[str] = set()  # device keys of purge markers among the pending
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.supervised = Supervised("edge-purger")
         self._last_error: str | None = None
 
     def note(self, items: Iterable[tuple[str, object]]) -> None:
+        """A purge marker's device is purged hard: a purged answer is not served once more."""
         with self._lock:
             pending = self._pending
-            pending.update(device_key(d) for d, _ in items)
+            for d, e in items:
+                key = device_key(d)
+                pending.add(key)
+                if getattr(e, "purge", False):
+                    self._hard.add(key)
             if len(pending) > MAX_PENDING:
-                self._pending = {ALL}
+                self._pending, self._hard = {ALL}, set()
             PENDING.set(len(self._pending))
 
     @property
@@ -245,7 +261,7 @@ class NewestPurger:
     def note_all(self) -> None:
         """Everything: a replica that was not storing may have missed newer answers."""
         with self._lock:
-            self._pending = {ALL}
+            self._pending, self._hard = {ALL}, set()
 
     def run_once(self) -> PurgeReport | None:
         if not self._was_ready:
@@ -261,11 +277,10 @@ class NewestPurger:
             self.watch_leases(self._leases(), int(time.time() * 1000))
         with self._lock:
             keys, self._pending = self._pending, set()
+            marked, self._hard = self._hard, set()
         if not keys:
             return None
-        # Hard first: leased copies whose lease would lapse must go before anything else.
-        hard = [ALL] if ALL in keys else sorted(k for k in keys if not k.startswith(DEVICE))
-        soft = [] if ALL in keys else sorted(k for k in keys if k.startswith(DEVICE))
+        hard, soft = split(keys, marked)
         report = PurgeReport()
         for ordered, is_soft in ((hard, False), (soft, True)):
             if ordered:
@@ -273,6 +288,7 @@ class NewestPurger:
         if not report.ok:
             with self._lock:
                 self._pending.update(k for k in hard + soft if k != ALL)
+                self._hard.update(k for k in hard if k.startswith(DEVICE))
             if ALL in keys:
                 self.note_all()
             error = "; ".join(f"{n.url}: {n.error}" for n in report.nodes if n.error)

@@ -156,6 +156,7 @@ def test_newer_answers_are_soft_purged_and_lapsing_leases_hard_first():
     the newer one (soft); a lapsing lease's copies must not be served at all (hard, first)."""
     import http.server
     import threading
+    import types
 
     from tests.serving_cases import BASE_MS, HORIZON_MS, lease
 
@@ -195,6 +196,12 @@ def test_newer_answers_are_soft_purged_and_lapsing_leases_hard_first():
         report = purger.run_once()
         assert report is not None and report.ok and report.purged == 2
         assert got == [("xkey-purge", "lp:4"), ("xkey-softpurge", "d:dev-1 d:dev-2")]
+        got.clear()
+        # a purge marker's device goes hard: a purged answer is never served once more
+        marker = types.SimpleNamespace(purge=True)
+        purger.note([("dev-5", marker), ("dev-4", None)])
+        purger.run_once()
+        assert got == [("xkey-purge", "d:dev-5"), ("xkey-softpurge", "d:dev-4")]
         got.clear()
         purger.note_all()
         purger.note([("dev-3", None)])
