@@ -9,8 +9,8 @@ users:
   soft-purges their `d:` keys, so the edge serves no answer older than the newest by more than
   that interval plus one round trip plus the grace once the replica has stored the newer one
   (each replica purges after its own store, so a copy fetched from a replica that lags is
-  purged when it catches up). Leased copies whose lease would lapse (`lp:`) and everything
-  (`precast`) are purged hard: they must not be served at all.
+  purged when it catches up). A purge marker's device, leased copies whose lease would lapse
+  (`lp:`) and everything (`precast`) are purged hard: they must not be served at all.
 
 A node that cannot be reached keeps its keys pending (retried next round, deduplicated; past
 `MAX_PENDING` keys they collapse into the one key `precast`, everything: correct and bounded).
