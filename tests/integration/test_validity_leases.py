@@ -31,11 +31,15 @@ from tests.worker_events import heartbeat
 DEVICES = [f"dev-{i:03d}" for i in range(120)]
 QUITS = "dev-quits"  # stops sending after QUITS_AFTER_S
 QUITS_AFTER_S, SECONDS, HORIZON_MS = 4.0, 16.0, 5_000
+# Twice a second: a device whose beats come more than half the lease slack apart (1.5 s at a
+# 5 s horizon) is renewed per answer instead of leased, as designed; at one beat a second a
+# half-second stall of this thread on a loaded machine was enough to republish one (CI, 12-04).
+PERIOD_S = 0.5
 
 
 class Beats(threading.Thread):
-    """Stable heartbeats (the same readings every time) once a second per device, event time =
-    the wall clock, as live devices send them."""
+    """Stable heartbeats (the same readings every time) every PERIOD_S per device, event time
+    = the wall clock, as live devices send them."""
 
     def __init__(self, kafka, topic: str, seconds: float = SECONDS) -> None:
         super().__init__(daemon=True)
@@ -54,7 +58,7 @@ class Beats(threading.Thread):
                 if QUITS in devices:
                     self.last_quits_ms = now
                 self.p.flush()
-                time.sleep(max(0.0, 1.0 - (time.monotonic() - start - elapsed)))
+                time.sleep(max(0.0, PERIOD_S - (time.monotonic() - start - elapsed)))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the test
             self.error = exc
 
