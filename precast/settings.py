@@ -174,7 +174,8 @@ class EdgeSettings(Section):
         ge=10,
         le=10_000,
         description="how long an API replica gathers the devices whose answer changed before "
-        "one purge: the newest-wins bound at the edge is this plus the purge's round trip",
+        "one purge: the newest-wins bound at the edge is this plus the purge's round trip plus "
+        "the 0.5 s a soft-purged copy stays usable",
     )
     purge_timeout_s: float = Field(
         default=2.0, gt=0, le=60, description="one purge request's timeout per edge node"
@@ -183,10 +184,11 @@ class EdgeSettings(Section):
         default=0,
         ge=0,
         le=300,
-        description="an answer a validity lease extends may stay at the edge this long "
-        "(s-maxage, surrogate key lp:N for partition N) while the replicas purge a partition's copies before "
-        "its lease would lapse; 0: the edge keeps nothing past the answer's current validity "
-        "(docs/api.md, Behind a cache or CDN)",
+        description="an answer its partition's validity lease extends, now or when its own "
+        "validity ends, may stay at the edge this long (s-maxage, surrogate key lp:N for "
+        "partition N) while the replicas purge a partition's copies before its lease would "
+        "lapse; 0: the edge keeps nothing past the answer's current validity (docs/api.md, "
+        "Behind a cache or CDN)",
     )
     lease_guard_ms: int = Field(
         default=200,

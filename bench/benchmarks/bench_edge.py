@@ -65,12 +65,13 @@ def _varnishstat(workdir: Path) -> dict[str, int]:
     }
 
 
-def _api_counters(api: str) -> dict[str, float]:
-    """The replica's counters that explain edge misses: answers it stored, what its purger sent
-    (device keys, partitions of leased copies), objects the edge said it removed."""
+def _miss_counters(url: str) -> dict[str, float]:
+    """The counters that explain edge misses, from a replica's or the worker's /metrics:
+    answers stored, what the purger sent (device keys, partitions of leased copies), objects
+    the edge said it removed, the worker's decisions (which of them publish a new answer)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"{api}/metrics", timeout=5) as r:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -270,6 +271,7 @@ def _load_rounds(
             sat[name].append(rps)
             if dbg is not None:
                 dbg.terminate()
+                dbg.wait(10)
                 dbg = None
             progress(f"wrk round {rnd + 1}: {name}: {rps:,.0f} req/s")
         for name, url in (("edge", edge), ("direct", api)):
@@ -373,13 +375,13 @@ def run(ctx: Context) -> Report:
         )
         ev0, t_ev0 = _end_offsets(admin, topics.heartbeats.name, 6), time.monotonic()
         wk = f"http://127.0.0.1:{worker_port}"
-        vs0, ac0 = _varnishstat(node.workdir), _api_counters(api) | _api_counters(wk)
+        vs0, ac0 = _varnishstat(node.workdir), _miss_counters(api) | _miss_counters(wk)
         cpu0 = {"varnish": _tree_cpu_s(node.proc.pid()), "api": cpu_s(api_proc.pid)}
         sampler.start()
         sat, lat, at_max = _load_rounds(node.workdir, edge, api, paths[:20_000], seconds)
         stop.set()
         sampler.join(10)
-        vs1, ac1 = _varnishstat(node.workdir), _api_counters(api) | _api_counters(wk)
+        vs1, ac1 = _varnishstat(node.workdir), _miss_counters(api) | _miss_counters(wk)
         ev1, t_ev1 = _end_offsets(admin, topics.heartbeats.name, 6), time.monotonic()
         cpu1 = {"varnish": _tree_cpu_s(node.proc.pid()), "api": cpu_s(api_proc.pid)}
         window = t_ev1 - t_ev0

@@ -167,7 +167,7 @@ def fresh(
 
 
 def lease_shared(
-    e: Entry, lease: Lease | None, now_ms: int, cap_s: int, min_left_ms: int = 500
+    e: Entry, lease: Lease | None, now_ms: int, cap_s: int, min_left_ms: int
 ) -> bytes:
     """`, s-maxage=N` for an answer with lease terms that its partition's current lease
     extends now or will extend when its own validity ends (same partition, a generation not

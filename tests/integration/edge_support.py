@@ -3,6 +3,7 @@ real `precast-api` process, for the edge-cache tests and the edge benchmark's ch
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,3 +87,21 @@ def edge_node(settings: StackSettings) -> Iterator[VarnishNode]:
 
 def backend_of(url: str) -> str:
     return url.removeprefix("http://")
+
+
+@contextmanager
+def api_purging_its_edge(
+    kafka: KafkaSettings, topics: Topics, home: Path, **extra: str
+) -> Iterator[tuple[str, str]]:
+    """A replica that purges an edge and that edge in front of it: (API URL, edge URL). The
+    edge's ports are taken first: the replica is told where to purge before it starts."""
+    settings = edge_settings(home, ["127.0.0.1:1"])
+    edge_url = f"http://127.0.0.1:{settings.edge_port}"
+    purge = json.dumps([edge_url])
+    with (
+        api_process(
+            kafka, topics, home / "api.log", PRECAST_EDGE__PURGE_URLS=purge, **extra
+        ) as api,
+        edge_node(settings.model_copy(update={"edge_backends": [backend_of(api)]})),
+    ):
+        yield api, edge_url

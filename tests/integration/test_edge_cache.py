@@ -13,12 +13,19 @@ import orjson
 
 from precast.tokens import line_for, new_token
 from tests.integration.api_helpers import prediction_value, publish, wait_for
-from tests.integration.edge_support import api_process, backend_of, edge_node, edge_settings
+from tests.integration.edge_support import (
+    api_process,
+    api_purging_its_edge,
+    backend_of,
+    edge_node,
+    edge_settings,
+)
 from tests.integration.ops_support import cli_env, precast
 
 PATH = "/v1/devices/{}/prediction"
 # docs/api.md, "Behind a cache or CDN": a newer answer replaces the cached one within this long
-# of the replica storing it (the purge interval, 100 ms by default, plus one round trip).
+# of the replica storing it (the purge interval, 100 ms by default, plus one round trip, plus
+# the 0.5 s a soft-purged copy stays usable while the edge fetches the newer one).
 NEWEST_BOUND_S = 1.0
 
 
@@ -88,41 +95,33 @@ def test_cached_answers_carry_age_cache_status_and_server_timing(kafka_settings,
 def test_a_newer_answer_replaces_the_cached_one_within_the_bound(kafka_settings, topics, tmp_path):
     now = _now()
     answers(kafka_settings, topics, [("dev-n", prediction_value("dev-n", now - 1_000, now - 900))])
-    settings = edge_settings(tmp_path, ["127.0.0.1:1"])  # the port is known before the API
-    edge_url = f"http://127.0.0.1:{settings.edge_port}"
-    with api_process(
-        kafka_settings,
-        topics,
-        tmp_path / "api.log",
-        PRECAST_EDGE__PURGE_URLS=json.dumps([edge_url]),
-    ) as api:
-        settings = settings.model_copy(update={"edge_backends": [backend_of(api)]})
-        with edge_node(settings), httpx2.Client(timeout=5) as c:
-            for _ in range(2):
-                r = c.get(edge_url + PATH.format("dev-n"))
-            assert r.headers["cache-status"].startswith("precast-edge; hit")
-            old = r.json()["computed_at_ms"]
-            newer = _now()
-            answers(
-                kafka_settings, topics, [("dev-n", prediction_value("dev-n", newer, newer + 5))]
-            )
-            wait_for(
-                lambda: c.get(api + PATH.format("dev-n")).json()["computed_at_ms"] == newer,
-                20,
-                0.005,
-                what="the API stores the newer answer",
-            )
-            stored_at = time.monotonic()
-            served: list[tuple[float, int]] = []
+    with (
+        api_purging_its_edge(kafka_settings, topics, tmp_path) as (api, edge_url),
+        httpx2.Client(timeout=5) as c,
+    ):
+        for _ in range(2):
+            r = c.get(edge_url + PATH.format("dev-n"))
+        assert r.headers["cache-status"].startswith("precast-edge; hit")
+        old = r.json()["computed_at_ms"]
+        newer = _now()
+        answers(kafka_settings, topics, [("dev-n", prediction_value("dev-n", newer, newer + 5))])
+        wait_for(
+            lambda: c.get(api + PATH.format("dev-n")).json()["computed_at_ms"] == newer,
+            20,
+            0.005,
+            what="the API stores the newer answer",
+        )
+        stored_at = time.monotonic()
+        served: list[tuple[float, int]] = []
 
-            def edge_has_it() -> bool:
-                computed = c.get(edge_url + PATH.format("dev-n")).json()["computed_at_ms"]
-                served.append((time.monotonic() - stored_at, computed))
-                return computed == newer
+        def edge_has_it() -> bool:
+            computed = c.get(edge_url + PATH.format("dev-n")).json()["computed_at_ms"]
+            served.append((time.monotonic() - stored_at, computed))
+            return computed == newer
 
-            wait_for(edge_has_it, 10, 0.01, what="the edge serves the newer answer")
-            late = [(t, v) for t, v in served if v == old and t > NEWEST_BOUND_S]
-            assert not late, f"older answer served past the bound: {late[:3]}"
+        wait_for(edge_has_it, 10, 0.01, what="the edge serves the newer answer")
+        late = [(t, v) for t, v in served if v == old and t > NEWEST_BOUND_S]
+        assert not late, f"older answer served past the bound: {late[:3]}"
 
 
 def test_no_copy_outlives_valid_until_and_expiry_revalidates_by_etag(
@@ -330,47 +329,45 @@ def test_a_leased_answer_stays_at_the_edge_while_leases_come_and_goes_before_the
     from precast.kafka import Producer
     from schemas.leases import lease_key
 
-    settings = edge_settings(tmp_path, ["127.0.0.1:1"])
-    edge_url = f"http://127.0.0.1:{settings.edge_port}"
-    with api_process(
-        kafka_settings,
-        topics,
-        tmp_path / "api.log",
-        PRECAST_EDGE__PURGE_URLS=json.dumps([edge_url]),
-        PRECAST_EDGE__LEASE_TTL_S="30",
-        PRECAST_EDGE__LEASE_GUARD_MS="500",
-    ) as api:
-        settings = settings.model_copy(update={"edge_backends": [backend_of(api)]})
-        with edge_node(settings), httpx2.Client(base_url=edge_url, timeout=5) as c:
-            p = Producer(kafka_settings)
-            now = _now()
-            p.produce(
-                topics.predictions.name, b"dev-l", _leased("dev-l", now - 1_000, 0, 7), partition=0
-            )
-            p.produce(topics.predictions.name, lease_key(0), _lease(0, 7, now, 2_500), partition=0)
-            p.flush()
-            wait_for(
-                lambda: c.get(api + PATH.format("dev-l")).json().get("extended_by") is not None,
-                10,
-                0.02,
-                what="the API serves it under the lease",
-            )
-            first = get(c, "dev-l")
-            assert "s-maxage=" in first.headers["cache-control"], first.headers
-            first_end = first.json()["valid_until_ms"]
-            # a renewal before the end: the copy stays at the edge past its first validity
-            certified = _now()
-            p.produce(
-                topics.predictions.name, lease_key(0), _lease(0, 7, certified, 4_000), partition=0
-            )
-            p.flush()
-            renewed_end = certified + 4_000
-            seen: list[tuple[int, str, str]] = []
-            while _now() < renewed_end + 1_500:
-                asked = _now()
-                r = get(c, "dev-l")
-                seen.append((asked, r.json()["source"], r.headers["cache-status"]))
-                time.sleep(0.05)
+    with (
+        api_purging_its_edge(
+            kafka_settings,
+            topics,
+            tmp_path,
+            PRECAST_EDGE__LEASE_TTL_S="30",
+            PRECAST_EDGE__LEASE_GUARD_MS="500",
+        ) as (api, edge_url),
+        httpx2.Client(base_url=edge_url, timeout=5) as c,
+    ):
+        p = Producer(kafka_settings)
+        now = _now()
+        p.produce(
+            topics.predictions.name, b"dev-l", _leased("dev-l", now - 1_000, 0, 7), partition=0
+        )
+        p.produce(topics.predictions.name, lease_key(0), _lease(0, 7, now, 2_500), partition=0)
+        p.flush()
+        wait_for(
+            lambda: c.get(api + PATH.format("dev-l")).json().get("extended_by") is not None,
+            10,
+            0.02,
+            what="the API serves it under the lease",
+        )
+        first = get(c, "dev-l")
+        assert "s-maxage=" in first.headers["cache-control"], first.headers
+        first_end = first.json()["valid_until_ms"]
+        # a renewal before the end: the copy stays at the edge past its first validity
+        certified = _now()
+        p.produce(
+            topics.predictions.name, lease_key(0), _lease(0, 7, certified, 4_000), partition=0
+        )
+        p.flush()
+        renewed_end = certified + 4_000
+        seen: list[tuple[int, str, str]] = []
+        while _now() < renewed_end + 1_500:
+            asked = _now()
+            r = get(c, "dev-l")
+            seen.append((asked, r.json()["source"], r.headers["cache-status"]))
+            time.sleep(0.05)
     hits_after_first_end = [s for t, _, s in seen if t > first_end + 200 and " hit" in s]
     assert hits_after_first_end, "the renewed lease kept the copy at the edge"
     late = [(t, s) for t, src, s in seen if src == "precomputed" and t >= renewed_end]
