@@ -166,9 +166,7 @@ def fresh(
     )
 
 
-def lease_shared(
-    e: Entry, lease: Lease | None, now_ms: int, cap_s: int, min_left_ms: int
-) -> bytes:
+def lease_shared(e: Entry, lease: Lease | None, now_ms: int, cap_s: int, min_left_ms: int) -> bytes:
     """`, s-maxage=N` for an answer with lease terms that its partition's current lease
     extends now or will extend when its own validity ends (same partition, a generation not
     newer than the lease's): up to `cap_s`, never past its terms' end. b"" without such a
