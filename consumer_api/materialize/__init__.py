@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
+from consumer_api.materialize.materializer import (
+    LETTERS_LINGER_MS,
+    Materializer,
+    OnLeased,
+    OnStored,
+    UndeliveredLetters,
+)
 from consumer_api.settings import MaterializeOptions
 from precast.edge_cache.purge import EdgePurge, NewestPurger
 from precast.kafka import Producer
@@ -16,6 +23,7 @@ from precast.telemetry.tracing import Tracing
 from schemas.topics import Topics
 
 Probe = Callable[[], tuple[bool, dict]]
+LETTERS_PRODUCER: dict[str, Any] = {"linger.ms": LETTERS_LINGER_MS}
 
 
 @dataclass
@@ -50,7 +58,12 @@ def build_materializer(
         view=stores.view,
         shared=stores.shared,
         group_prefix=opts.group_id,
-        producer=Producer(kafka),
+        # letters are never waited for (materializer.LETTERS_LINGER_MS): batch them
+        producer=Producer(
+            kafka,
+            on_delivery_error=UndeliveredLetters(),
+            **LETTERS_PRODUCER,
+        ),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         on_leased=on_leased,

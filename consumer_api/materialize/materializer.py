@@ -70,11 +70,38 @@ REPLAYS = Counter(
     "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
 )
 
-# Dead letters are flushed at most this often, not after every batch: this reader commits no
-# offset (every start reads the topic from the beginning, so a letter still queued when the
-# process dies is written again), and a flush per batch cost a broker round trip per batch
-# of a poison burst (BENCHMARKS.md, the poison rows). librdkafka sends them within its linger.
-DEAD_LETTER_FLUSH_S = 1.0
+# Dead letters never hold up the read path. This reader commits no offset (every start reads
+# the topic from the beginning), so there is nothing to confirm before going on: letters go out
+# within the letters producer's linger (LETTERS_LINGER_MS, `build_materializer`), the delivery
+# reports of queued ones are served after each batch without waiting, and one that fails is
+# counted (precast_producer_delivery_failures_total) and logged here at most once a
+# LETTER_LOG_EVERY_S. Only `stop` waits, for at most STOP_FLUSH_S. A blocking flush once a
+# second used to stall the view for as long as the broker took to take letters (a fresh
+# broker's producer ID, a restart).
+LETTERS_LINGER_MS = 100
+LETTER_LOG_EVERY_S = 60.0
+STOP_FLUSH_S = 5.0
+
+
+class UndeliveredLetters:
+    """The letters producer's delivery-error callback (served inside `poll`, on the
+    materializer's thread): one log line a LETTER_LOG_EVERY_S, with how many failed since the
+    last (each is also counted by the producer)."""
+
+    def __init__(self, every_s: float = LETTER_LOG_EVERY_S) -> None:
+        self._every, self._failed, self._logged_at = every_s, 0, -every_s
+
+    def __call__(self, failure: Exception) -> None:
+        self._failed += 1
+        mono = time.monotonic()
+        if mono - self._logged_at >= self._every:
+            log.warning(
+                "%d dead letter(s) not delivered (their records stay at their offsets); last: %s",
+                self._failed,
+                failure,
+            )
+            self._failed, self._logged_at = 0, mono
+
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
 OnLeased = Callable[[list[Lease]], None]
@@ -112,8 +139,6 @@ class Materializer:
         )
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
-        self._letters_unflushed = False
-        self._letters_flushed_at = 0.0
         # Bounded letters (schemas.deadletters): the record stays at its offset, so a letter of
         # a megabyte value need not copy it through this replica's producer and the broker.
         self._dead = (
@@ -151,10 +176,11 @@ class Materializer:
         self._stop.set()
         self._thread.join(timeout=10)
         self._consumer.close()
-        try:
-            self._flush_letters(force=True)
-        except Exception as exc:  # noqa: BLE001 - stopping: say what was not confirmed, go on
-            log.warning("dead letters not confirmed at stop: %s", exc)
+        if self._producer is not None and self._producer.pending():
+            try:
+                self._producer.flush(STOP_FLUSH_S)
+            except Exception as exc:  # noqa: BLE001 - stopping: say what was not confirmed, go on
+                log.warning("dead letters not confirmed at stop: %s", exc)
 
     @property
     def ready(self) -> bool:
@@ -239,24 +265,10 @@ class Materializer:
                 self._trace_stored(msgs, started_ns)
         if leases:
             self._apply_leases(leases, now)
-        if rejected:
-            self._letters_unflushed = True
-        self._flush_letters(force=False)
+        if self._producer is not None and (rejected or self._producer.pending()):
+            self._producer.poll(0)  # delivery reports only: never a wait (see LETTERS_LINGER_MS)
         self._housekeeping(now)
         return len(msgs)
-
-    def _flush_letters(self, *, force: bool) -> None:
-        """Wait for queued dead letters (raising if any failed) when DEAD_LETTER_FLUSH_S has
-        passed since the last wait, or on `force`; otherwise only serve delivery reports."""
-        if self._producer is None or not self._letters_unflushed:
-            return
-        mono = time.monotonic()
-        if force or mono - self._letters_flushed_at >= DEAD_LETTER_FLUSH_S:
-            self._letters_unflushed = False
-            self._letters_flushed_at = mono
-            self._producer.flush()
-        else:
-            self._producer.poll(0)
 
     def _trace_stored(self, msgs: list[KafkaMessage], started_ns: int) -> None:
         """A `store` span per stored prediction whose record continues a sampled trace (the

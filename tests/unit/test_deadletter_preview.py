@@ -142,13 +142,19 @@ def test_list_marks_a_truncated_letter_and_export_says_where_the_record_is(monke
 class _Producer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]] = []
-        self.flushes = self.polls = 0
+        self.flushes = self.polls = self.queued = 0
+        self.flush_timeouts: list[float] = []
 
     def produce(self, topic: str, key: bytes, value: bytes | None, headers: Any = None) -> None:
         self.sent.append((topic, key, value, headers))
 
-    def flush(self, *_: object) -> None:
+    def flush(self, timeout: float = 30.0) -> None:
         self.flushes += 1
+        self.flush_timeouts.append(timeout)
+        self.queued = 0
+
+    def pending(self) -> int:
+        return self.queued
 
     def poll(self, *_: object) -> int:
         self.polls += 1
@@ -195,31 +201,40 @@ def test_the_materializer_letters_are_bounded():
     assert not is_truncated(dead_letter_info(producer.sent[1][3]))
 
 
-def test_the_materializer_waits_for_its_letters_once_a_second_and_at_stop(monkeypatch):
-    """Not after every batch (a broker round trip per batch of a poison burst): once per
-    DEAD_LETTER_FLUSH_S while letters are queued, and at stop; never without letters."""
-    clock = [1_000.0]
-    monkeypatch.setattr(materializer.time, "monotonic", lambda: clock[0])
+def test_the_materializer_never_waits_for_its_letters_until_it_stops():
+    """A wait for letters would stall the view for as long as the broker takes them: batches
+    only serve delivery reports (while letters are queued), and stop waits, bounded."""
     producer = _Producer()
     mat = _materializer(producer)
     consumer = _Consumer([])
     mat._consumer = consumer  # type: ignore[assignment]
     mat.run_once(0)
-    assert producer.flushes == 0  # nothing rejected: nothing to wait for
-    for i in range(5):  # five batches with a rejection within the same second
+    assert (producer.flushes, producer.polls) == (0, 0)  # nothing rejected, nothing queued
+    for i in range(5):
         consumer.queue = [Record(PREDICTIONS, 0, i, b"dev-1", b"not json")]
         mat.run_once(0)
-        clock[0] += 0.1
-    assert (producer.flushes, len(producer.sent)) == (1, 5)  # the first, then only polls
-    assert producer.polls == 4
-    clock[0] += materializer.DEAD_LETTER_FLUSH_S
-    mat.run_once(0)  # an empty batch still waits for the letters queued since
-    assert producer.flushes == 2
+    assert (producer.flushes, producer.polls, len(producer.sent)) == (0, 5, 5)
+    producer.queued = 5  # not delivered yet: an empty batch still serves their reports
     mat.run_once(0)
-    assert producer.flushes == 2  # none queued since
-    consumer.queue = [Record(PREDICTIONS, 0, 9, b"dev-1", b"not json")]
-    mat.run_once(0)
+    assert (producer.flushes, producer.polls) == (0, 6)
     mat._thread = threading.Thread(target=lambda: None)  # the loop itself is not under test
     mat._thread.start()
     mat.stop()
-    assert producer.flushes == 3  # the one queued last, confirmed at stop
+    assert producer.flush_timeouts == [materializer.STOP_FLUSH_S]
+
+
+def test_undelivered_letters_are_logged_once_a_minute_with_a_count(monkeypatch, caplog):
+    clock = [1_000.0]
+    monkeypatch.setattr(materializer.time, "monotonic", lambda: clock[0])
+    failed = materializer.UndeliveredLetters(every_s=60)
+    with caplog.at_level("WARNING", logger="precast.api.materializer"):
+        for _ in range(3):
+            failed(RuntimeError("broker down"))
+            clock[0] += 10
+        clock[0] += 40
+        failed(RuntimeError("still down"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "1 dead letter(s) not delivered (their records stay at their offsets); last: broker down",
+        "3 dead letter(s) not delivered (their records stay at their offsets); last: still down",
+    ]
