@@ -21,6 +21,7 @@ turns readiness false and ends the process).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -79,6 +80,7 @@ REPLAYS = Counter(
 # second used to stall the view for as long as the broker took to take letters (a fresh
 # broker's producer ID, a restart).
 LETTERS_LINGER_MS = 100
+SWEEP_EVERY_MS = 250  # the view drops expired entries at most this often
 LETTER_LOG_EVERY_S = 60.0
 STOP_FLUSH_S = 5.0
 
@@ -161,6 +163,7 @@ class Materializer:
         self._redis_dirty = False  # a write failed or the data was lost: replay when it answers
         self._redis_loading = shared is not None
         self._last_check = 0.0
+        self._swept_at = 0
         self.guard = Guard("api-materializer", log, self._dead)
         self.tracing = tracing or Tracing.off()
         self.supervised = supervised or Supervised("api-materializer")
@@ -311,9 +314,11 @@ class Materializer:
         except Exception as not_lease:  # noqa: BLE001 - whatever a record causes
             why = not_lease
         done = self._reject(m, why, m.offset() >= self._live_from.get(m.partition(), 0))
-        # A rejection costs 20-100 us of Python; a read waiting for the GIL behind a burst of
+        # A rejection costs 10-40 us of Python; a read waiting for the GIL behind a burst of
         # them would wait out the whole switch interval (1 ms): let it in after each one.
-        time.sleep(0)
+        # sched_yield releases the GIL like sleep(0) does, for 0.3 us of CPU instead of 27
+        # (sleep(0) arms a timer: two thirds of a rejection's cost, measured on this VM).
+        os.sched_yield()
         return done
 
     def _reject(self, m: KafkaMessage, bad: BaseException, live: bool) -> int:
@@ -370,7 +375,10 @@ class Materializer:
         REDIS_OK.set(0)
 
     def _housekeeping(self, now: int) -> None:
-        if self.view is not None:
+        if self.view is not None and now - self._swept_at >= SWEEP_EVERY_MS:
+            # not per batch: a burst brings hundreds of small batches a second, and reads
+            # already check validity; a sweep only returns memory
+            self._swept_at = now
             self.view.sweep(now)
             DEVICES.set(len(self.view))
         LAG.set(self.lag)

@@ -238,3 +238,19 @@ def test_undelivered_letters_are_logged_once_a_minute_with_a_count(monkeypatch, 
         "1 dead letter(s) not delivered (their records stay at their offsets); last: broker down",
         "3 dead letter(s) not delivered (their records stay at their offsets); last: still down",
     ]
+
+
+def test_a_burst_of_small_batches_sweeps_the_view_at_most_every_quarter_second(monkeypatch):
+    """Hundreds of poison batches a second must not each walk the view's expiry buckets."""
+    clock = [1_000_000]
+    monkeypatch.setattr(materializer.time, "time", lambda: clock[0] / 1000)
+    mat = _materializer(_Producer())
+    swept: list[int] = []
+    mat.view.sweep = lambda now=None, budget=0: swept.append(now) or 0  # type: ignore[union-attr, method-assign]
+    consumer = _Consumer([])
+    mat._consumer = consumer  # type: ignore[assignment]
+    for i in range(100):  # 100 batches over 500 ms
+        consumer.queue = [Record(PREDICTIONS, 0, i, b"dev-1", b"not json")]
+        mat.run_once(0)
+        clock[0] += 5
+    assert swept == [1_000_000, 1_000_250]
