@@ -81,6 +81,7 @@ REPLAYS = Counter(
 # broker's producer ID, a restart).
 LETTERS_LINGER_MS = 100
 SWEEP_EVERY_MS = 250  # the view drops expired entries at most this often
+YIELD_EVERY_S = 0.0002  # the longest run of rejections a read may wait behind (see _not_prediction)
 LETTER_LOG_EVERY_S = 60.0
 STOP_FLUSH_S = 5.0
 
@@ -164,6 +165,7 @@ class Materializer:
         self._redis_loading = shared is not None
         self._last_check = 0.0
         self._swept_at = 0
+        self._held_since = 0.0
         self.guard = Guard("api-materializer", log, self._dead)
         self.tracing = tracing or Tracing.off()
         self.supervised = supervised or Supervised("api-materializer")
@@ -240,6 +242,7 @@ class Materializer:
         # Returns as soon as a prediction is there (a full-batch wait would add up to `timeout`
         # to every answer's freshness at low rates).
         msgs = self._consumer.consume_available(self._batch, timeout)
+        self._held_since = time.perf_counter()  # consume let go of the GIL
         now = int(time.time() * 1000)
         items: list[tuple[str, Entry]] = []
         leases: list[Lease] = []
@@ -314,11 +317,14 @@ class Materializer:
         except Exception as not_lease:  # noqa: BLE001 - whatever a record causes
             why = not_lease
         done = self._reject(m, why, m.offset() >= self._live_from.get(m.partition(), 0))
-        # A rejection costs 10-40 us of Python; a read waiting for the GIL behind a burst of
-        # them would wait out the whole switch interval (1 ms): let it in after each one.
-        # sched_yield releases the GIL like sleep(0) does, for 0.3 us of CPU instead of 27
-        # (sleep(0) arms a timer: two thirds of a rejection's cost, measured on this VM).
-        os.sched_yield()
+        # A read waiting for the GIL behind a run of rejections would wait out the switch
+        # interval (1 ms): let it in every YIELD_EVERY_S of them. sched_yield releases the GIL
+        # for 0.3 us of CPU (sleep(0) arms a timer: 27 us on this VM, two thirds of a
+        # rejection); not after each one, since a yield also hands the core to any other
+        # runnable process: on a saturated core that took a full time slice per record.
+        if time.perf_counter() - self._held_since >= YIELD_EVERY_S:
+            os.sched_yield()
+            self._held_since = time.perf_counter()
         return done
 
     def _reject(self, m: KafkaMessage, bad: BaseException, live: bool) -> int:
