@@ -5,25 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from consumer_api.materialize.materializer import (
-    LETTERS_LINGER_MS,
-    Materializer,
-    OnLeased,
-    OnStored,
-    UndeliveredLetters,
-)
+from consumer_api.materialize.letters import letters_producer
+from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
 from consumer_api.settings import MaterializeOptions
 from precast.edge_cache.purge import EdgePurge, NewestPurger
-from precast.kafka import Producer
 from precast.serving import MemoryStore, RedisStore
 from precast.settings import EdgeSettings, KafkaSettings, RedisSettings
 from precast.telemetry.tracing import Tracing
 from schemas.topics import Topics
 
 Probe = Callable[[], tuple[bool, dict]]
-LETTERS_PRODUCER: dict[str, Any] = {"linger.ms": LETTERS_LINGER_MS}
 
 
 @dataclass
@@ -58,12 +50,7 @@ def build_materializer(
         view=stores.view,
         shared=stores.shared,
         group_prefix=opts.group_id,
-        # letters are never waited for (materializer.LETTERS_LINGER_MS): batch them
-        producer=Producer(
-            kafka,
-            on_delivery_error=UndeliveredLetters(),
-            **LETTERS_PRODUCER,
-        ),
+        producer=letters_producer(kafka),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         on_leased=on_leased,

@@ -71,39 +71,11 @@ REPLAYS = Counter(
     "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
 )
 
-# Dead letters never hold up the read path. This reader commits no offset (every start reads
-# the topic from the beginning), so there is nothing to confirm before going on: letters go out
-# within the letters producer's linger (LETTERS_LINGER_MS, `build_materializer`), the delivery
-# reports of queued ones are served after each batch without waiting, and one that fails is
-# counted (precast_producer_delivery_failures_total) and logged here at most once a
-# LETTER_LOG_EVERY_S. Only `stop` waits, for at most STOP_FLUSH_S. A blocking flush once a
-# second used to stall the view for as long as the broker took to take letters (a fresh
-# broker's producer ID, a restart).
-LETTERS_LINGER_MS = 100
+# Dead letters never hold up the read path (`letters`): batches only serve their delivery
+# reports, and only `stop` waits for them, at most STOP_FLUSH_S.
 SWEEP_EVERY_MS = 250  # the view drops expired entries at most this often
 YIELD_EVERY_S = 0.0002  # the longest run of rejections a read may wait behind (see _not_prediction)
-LETTER_LOG_EVERY_S = 60.0
 STOP_FLUSH_S = 5.0
-
-
-class UndeliveredLetters:
-    """The letters producer's delivery-error callback (served inside `poll`, on the
-    materializer's thread): one log line a LETTER_LOG_EVERY_S, with how many failed since the
-    last (each is also counted by the producer)."""
-
-    def __init__(self, every_s: float = LETTER_LOG_EVERY_S) -> None:
-        self._every, self._failed, self._logged_at = every_s, 0, -every_s
-
-    def __call__(self, failure: Exception) -> None:
-        self._failed += 1
-        mono = time.monotonic()
-        if mono - self._logged_at >= self._every:
-            log.warning(
-                "%d dead letter(s) not delivered (their records stay at their offsets); last: %s",
-                self._failed,
-                failure,
-            )
-            self._failed, self._logged_at = 0, mono
 
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
@@ -272,7 +244,7 @@ class Materializer:
         if leases:
             self._apply_leases(leases, now)
         if self._producer is not None and (rejected or self._producer.pending()):
-            self._producer.poll(0)  # delivery reports only: never a wait (see LETTERS_LINGER_MS)
+            self._producer.poll(0)  # delivery reports only: never a wait (see `letters`)
         self._housekeeping(now)
         return len(msgs)
 

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer_api.materialize import materializer
+from consumer_api.materialize import letters, materializer
 from consumer_api.materialize.materializer import Materializer
 from opsctl.commands import deadletters, redrive
 from precast.deadletter import (
@@ -225,8 +225,8 @@ def test_the_materializer_never_waits_for_its_letters_until_it_stops():
 
 def test_undelivered_letters_are_logged_once_a_minute_with_a_count(monkeypatch, caplog):
     clock = [1_000.0]
-    monkeypatch.setattr(materializer.time, "monotonic", lambda: clock[0])
-    failed = materializer.UndeliveredLetters(every_s=60)
+    monkeypatch.setattr(letters.time, "monotonic", lambda: clock[0])
+    failed = letters.UndeliveredLetters(every_s=60)
     with caplog.at_level("WARNING", logger="precast.api.materializer"):
         for _ in range(3):
             failed(RuntimeError("broker down"))
