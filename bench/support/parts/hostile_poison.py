@@ -204,18 +204,12 @@ def apart(ctx: Context, api: ApiProcess) -> Iterator[str]:
             pin(pid, everything)
 
 
-def run_poison(
-    ctx: Context, api: ApiProcess, topic: str, partitions: int, burst_topic: str | None = None
-) -> PoisonResult:
-    """`burst_topic`: write the burst there instead (a control: what the burst costs the
-    machine, without the replica reading it)."""
+def run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
     with apart(ctx, api):
-        return _run_poison(ctx, api, topic, partitions, burst_topic)
+        return _run_poison(ctx, api, topic, partitions)
 
 
-def _run_poison(
-    ctx: Context, api: ApiProcess, topic: str, partitions: int, burst_topic: str | None
-) -> PoisonResult:
+def _run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
     rounds = 3 if ctx.quick else 5
     seconds = 2.0 if ctx.quick else 4.0
     per_round = 1_000 if ctx.quick else 3_000
@@ -237,7 +231,7 @@ def _run_poison(
             # latencies would then grow on the client's side, not the replica's
             burst = spawn.Process(
                 target=_burst,
-                args=(ctx.kafka_settings(), burst_topic or topic, per_round, seconds, partitions),
+                args=(ctx.kafka_settings(), topic, per_round, seconds, partitions),
                 daemon=True,
             )
             burst.start()
@@ -254,11 +248,7 @@ def _run_poison(
                 f"{c:,} answers checked, {s} stale, {rejected(api) - before:,.0f} rejected"
             )
         deadline = time.monotonic() + 60
-        while (
-            (got := rejected(api) - before) < sent
-            and burst_topic is None
-            and time.monotonic() < deadline
-        ):
+        while (got := rejected(api) - before) < sent and time.monotonic() < deadline:
             time.sleep(0.2)
         if writer.error is not None:
             raise RuntimeError(f"the live writer failed: {writer.error}")
@@ -266,7 +256,7 @@ def _run_poison(
         writer.stop()
     if checked == 0:  # no probe got an answer it could judge: no figure, a failure
         raise RuntimeError("no answer served during the bursts could be checked")
-    if got != sent and burst_topic is None:
+    if got != sent:
         raise RuntimeError(f"{sent:,} poison records sent, {got:,.0f} rejected by the replica")
     return PoisonResult(
         sent,
