@@ -183,33 +183,37 @@ class PoisonResult:
 
 @contextlib.contextmanager
 def apart(ctx: Context, api: ApiProcess) -> Iterator[str]:
-    """The broker on CPU 0, the replica and this process (the probe, the live writer) on the
-    other cores, as in production where brokers run on machines of their own: the ratio then
-    shows what the replica's own work on the poison costs its reads, not the broker's share of
-    2 cores (the burst writer is put beside the broker). Yields the replica's cores; restored
-    on the way out."""
-    n = os.cpu_count() or 1
-    everything, replica = f"0-{n - 1}", ("1" if n == 2 else f"1-{n - 1}")
-    if n < 2:
+    """The broker on the first core this bench may use, the replica and this process (the
+    probe, the live writer) on the others, as in production where brokers run on machines of
+    their own: the ratio then shows what the replica's own work on the poison costs its reads,
+    not the broker's share of 2 cores. Yields the broker's core (the burst writer goes beside
+    it); on one core (`taskset -c 0 python -m bench ...`) nothing is moved. Restored on the
+    way out."""
+    cpus = sorted(os.sched_getaffinity(0))  # what the bench was given, not the machine
+    everything = ",".join(map(str, cpus))
+    if len(cpus) < 2:
         yield everything
         return
+    first, rest = str(cpus[0]), ",".join(map(str, cpus[1:]))
     broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
-    pin(broker, "0")
-    pin(api.proc.pid, replica)
-    pin(os.getpid(), replica)
+    pin(broker, first)
+    pin(api.proc.pid, rest)
+    pin(os.getpid(), rest)
     try:
-        yield replica
+        yield first
     finally:
         for pid in (broker, api.proc.pid, os.getpid()):
             pin(pid, everything)
 
 
 def run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
-    with apart(ctx, api):
-        return _run_poison(ctx, api, topic, partitions)
+    with apart(ctx, api) as broker_cpu:
+        return _run_poison(ctx, api, topic, partitions, broker_cpu)
 
 
-def _run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
+def _run_poison(
+    ctx: Context, api: ApiProcess, topic: str, partitions: int, broker_cpu: str
+) -> PoisonResult:
     rounds = 3 if ctx.quick else 5
     seconds = 2.0 if ctx.quick else 4.0
     per_round = 1_000 if ctx.quick else 3_000
@@ -235,7 +239,7 @@ def _run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> P
                 daemon=True,
             )
             burst.start()
-            pin(burst.pid, "0")  # beside the broker (apart)
+            pin(burst.pid, broker_cpu)  # beside the broker (apart)
             lat, c, s = _reads(api.port, seconds, writer)
             burst.join(60)
             if burst.exitcode != 0:
