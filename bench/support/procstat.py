@@ -42,3 +42,18 @@ def wait_until_quiet(pid: int | None, busy: float = 0.15, limit_s: float = 30.0)
         time.sleep(1.0)
         if cpu_s(pid) - c0 < busy:
             return
+
+
+def cores_jiffies(cpus: str) -> tuple[int, int]:
+    """(busy, total) clock ticks so far of the CPUs listed in `cpus` ("1" or "1,2,3"), from
+    /proc/stat: two readings give how busy those cores were between them, whatever ran there."""
+    want = {f"cpu{c}" for c in cpus.split(",")}
+    busy = total = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *ticks = line.split()
+            if name in want:
+                t = [int(x) for x in ticks[:8]]  # user nice system idle iowait irq softirq steal
+                total += sum(t)
+                busy += sum(t) - t[3] - t[4]
+    return busy, total

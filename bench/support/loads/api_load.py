@@ -140,7 +140,34 @@ def fixed_rate(
     cpus: str | None = None,
     connections: int | None = None,
 ) -> dict[str, float]:
-    """Latency at a fixed request rate, from every request (h2load's per-request log).
+    """Latency at a fixed request rate, from every request (`fixed_rate_log`)."""
+    rows = fixed_rate_log(url, paths, rate, seconds, cpus, connections)
+    ok = rows[rows[:, 1] < 400]
+    lat_ms = ok[:, 2] / 1000.0
+    starts = np.sort(rows[:, 0])
+    span_s = (starts[-1] - starts[0]) / 1e6 if len(rows) > 1 else seconds
+    return {
+        "rate": rate,
+        "achieved": len(rows) / max(span_s, 1e-9),
+        "errors": int(len(rows) - len(ok)),
+        "p50": float(np.percentile(lat_ms, 50)),
+        "p99": float(np.percentile(lat_ms, 99)),
+        "p999": float(np.percentile(lat_ms, 99.9)),
+        "n": int(len(rows)),
+        "bunched": float((np.diff(starts) < 20).mean()) if len(rows) > 1 else 0.0,
+    }
+
+
+def fixed_rate_log(
+    url: str,
+    paths: list[str],
+    rate: int,
+    seconds: float,
+    cpus: str | None = None,
+    connections: int | None = None,
+) -> np.ndarray:
+    """Every request of a fixed request rate: h2load's per-request log, one row each of
+    (start us, HTTP status, latency us).
 
     h2load paces each connection with its own timer from the moment it connects; connections
     opened together fire together, so N connections at rate/N each send N requests at once
@@ -190,21 +217,7 @@ def fixed_rate(
             text=True,
             check=True,
         )
-        rows = np.loadtxt(log, dtype=np.int64, ndmin=2)
-    ok = rows[rows[:, 1] < 400]
-    lat_ms = ok[:, 2] / 1000.0
-    starts = np.sort(rows[:, 0])
-    span_s = (starts[-1] - starts[0]) / 1e6 if len(rows) > 1 else seconds
-    return {
-        "rate": rate,
-        "achieved": len(rows) / max(span_s, 1e-9),
-        "errors": int(len(rows) - len(ok)),
-        "p50": float(np.percentile(lat_ms, 50)),
-        "p99": float(np.percentile(lat_ms, 99)),
-        "p999": float(np.percentile(lat_ms, 99.9)),
-        "n": int(len(rows)),
-        "bunched": float((np.diff(starts) < 20).mean()) if len(rows) > 1 else 0.0,
-    }
+        return np.loadtxt(log, dtype=np.int64, ndmin=2)
 
 
 def zipf_paths(devices: list[str], n: int, s: float = 1.1, seed: int = 7) -> list[str]:

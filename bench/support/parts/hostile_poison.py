@@ -26,11 +26,15 @@ import orjson
 
 from bench.support.harness import Context, listener_pid, pin, progress
 from bench.support.loads.hostile_load import ApiProcess, get
+from bench.support.procstat import cores_jiffies, cpu_s
 
 DEVICES = [f"live-{i:03d}" for i in range(20)]
 spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Kafka client forked
 ROUND_S = 0.1  # the live writer's period: a new answer for every device each round
 SETTLED_S = 1.0  # an answer published this long before a read must be what the read gets
+# The second read load: `python -m bench api`'s lowest fixed rate, which leaves the replica's
+# core most of its time idle, as a replica sized with headroom runs.
+FIXED_RATE = 1_000
 
 
 def _prediction(device: str, computed: int) -> dict[str, Any]:
@@ -149,6 +153,57 @@ def _reads(port: int, seconds: float, writer: LiveWriter) -> tuple[np.ndarray, i
     return np.array(out), checked, stale
 
 
+def _checked(port: int, seconds: float, writer: LiveWriter, pause_s: float) -> tuple[int, int]:
+    """Answers checked against the writer's settled newest, one GET every `pause_s` (beside a
+    fixed-rate load that times the reads): (checked, stale)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    checked = stale = i = 0
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            d = DEVICES[i % len(DEVICES)]
+            i += 1
+            c.request("GET", f"/v1/devices/{d}/prediction")
+            r = c.getresponse()
+            body = r.read()
+            if r.status != 200:
+                raise RuntimeError(f"GET {d}: {r.status} {body[:200]!r}")
+            want = writer.settled(d, time.monotonic())
+            if want:
+                checked += 1
+                stale += orjson.loads(body)["computed_at_ms"] < want
+            time.sleep(pause_s)
+    finally:
+        c.close()
+    return checked, stale
+
+
+def _fixed_reads(
+    port: int, seconds: float, writer: LiveWriter, rate: int, cpus: str
+) -> tuple[np.ndarray, int, int]:
+    """GETs at a fixed rate (h2load, as `python -m bench api` times reads), with answers
+    checked for newest by a slow sequential reader beside it: (latencies ms, checked, stale)."""
+    from bench.support.loads.api_load import fixed_rate_log
+
+    out: list[tuple[int, int]] = []
+    checker = threading.Thread(
+        target=lambda: out.append(_checked(port, seconds, writer, 0.01)), daemon=True
+    )
+    checker.start()
+    rows = fixed_rate_log(
+        f"http://127.0.0.1:{port}",
+        [f"/v1/devices/{d}/prediction" for d in DEVICES],
+        rate,
+        seconds,
+        cpus=cpus,
+    )
+    checker.join(seconds + 30)
+    failed = int((rows[:, 1] >= 400).sum())
+    if failed or not out:
+        raise RuntimeError(f"fixed rate {rate}/s: {failed} of {len(rows)} GETs failed {out}")
+    return rows[:, 2] / 1000.0, *out[0]
+
+
 def _burst(kafka: Any, topic: str, n: int, seconds: float, partitions: int) -> None:
     """`n` poison records paced over `seconds`, spread over every partition."""
     from precast.kafka import Producer
@@ -167,22 +222,41 @@ def _burst(kafka: Any, topic: str, n: int, seconds: float, partitions: int) -> N
 
 
 @dataclass
-class PoisonResult:
-    sent: int
-    rejected: float
-    checked: int
-    stale: int
-    clean_p99: float
-    poison_p99: float
-    rounds: int
+class Probe:
+    """One kind of read load, measured in each round without the burst and during it."""
+
+    name: str
+    clean: list[float] = field(default_factory=list)  # p99 (ms) per round
+    dirty: list[float] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)  # the replica's cores, share busy (clean)
+    cpu_us: list[float] = field(default_factory=list)  # replica CPU per poison record
+
+    @property
+    def clean_p99(self) -> float:
+        return float(np.median(self.clean))
+
+    @property
+    def poison_p99(self) -> float:
+        return float(np.median(self.dirty))
 
     @property
     def ratio(self) -> float:
         return self.poison_p99 / self.clean_p99
 
 
+@dataclass
+class PoisonResult:
+    sent: int
+    rejected: float
+    checked: int
+    stale: int
+    rounds: int
+    saturated: Probe  # sequential GETs back to back: the replica's core never idle
+    fixed: Probe  # FIXED_RATE GETs/s, as `python -m bench api` times reads
+
+
 @contextlib.contextmanager
-def apart(ctx: Context, api: ApiProcess) -> Iterator[str]:
+def apart(ctx: Context, api: ApiProcess) -> Iterator[tuple[str, str]]:
     """The broker on the first core this bench may use, the replica and this process (the
     probe, the live writer) on the others, as in production where brokers run on machines of
     their own: the ratio then shows what the replica's own work on the poison costs its reads,
@@ -192,7 +266,7 @@ def apart(ctx: Context, api: ApiProcess) -> Iterator[str]:
     cpus = sorted(os.sched_getaffinity(0))  # what the bench was given, not the machine
     everything = ",".join(map(str, cpus))
     if len(cpus) < 2:
-        yield everything
+        yield everything, everything
         return
     first, rest = str(cpus[0]), ",".join(map(str, cpus[1:]))
     broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
@@ -200,23 +274,42 @@ def apart(ctx: Context, api: ApiProcess) -> Iterator[str]:
     pin(api.proc.pid, rest)
     pin(os.getpid(), rest)
     try:
-        yield first
+        yield first, rest
     finally:
         for pid in (broker, api.proc.pid, os.getpid()):
             pin(pid, everything)
 
 
 def run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
-    with apart(ctx, api) as broker_cpu:
-        return _run_poison(ctx, api, topic, partitions, broker_cpu)
+    with apart(ctx, api) as (broker_cpu, replica_cpus):
+        return _run_poison(ctx, api, topic, partitions, broker_cpu, replica_cpus)
 
 
 def _run_poison(
-    ctx: Context, api: ApiProcess, topic: str, partitions: int, broker_cpu: str
+    ctx: Context,
+    api: ApiProcess,
+    topic: str,
+    partitions: int,
+    broker_cpu: str,
+    replica_cpus: str,
 ) -> PoisonResult:
     rounds = 3 if ctx.quick else 5
     seconds = 2.0 if ctx.quick else 4.0
-    per_round = 1_000 if ctx.quick else 3_000
+    per_burst = 1_000 if ctx.quick else 3_000
+    saturated, fixed = Probe("back to back"), Probe(f"at {FIXED_RATE:,}/s")
+
+    def measure(probe: Probe, writer: LiveWriter) -> tuple[float, int, int, float, float]:
+        """(p99 ms, answers checked, stale, share of the replica's cores busy, replica CPU s)"""
+        b0, t0 = cores_jiffies(replica_cpus)
+        cpu0 = cpu_s(api.proc.pid)
+        if probe is fixed:
+            lat, c, s = _fixed_reads(api.port, seconds, writer, FIXED_RATE, replica_cpus)
+        else:
+            lat, c, s = _reads(api.port, seconds, writer)
+        b1, t1 = cores_jiffies(replica_cpus)
+        busy = (b1 - b0) / max(1, t1 - t0)
+        return float(np.percentile(lat, 99)), c, s, busy, cpu_s(api.proc.pid) - cpu0
+
     writer = LiveWriter(ctx.kafka_settings(), topic)
     writer.start()
     try:
@@ -226,31 +319,35 @@ def _run_poison(
                 raise RuntimeError(f"the live writer published nothing: {writer.error}")
             time.sleep(0.1)
         before = rejected(api)
-        clean, dirty = [], []
         checked = stale = sent = 0
         for rnd in range(rounds):
-            lat, _, _ = _reads(api.port, seconds, writer)
-            clean.append(float(np.percentile(lat, 99)))
-            # its own process: a thread here would take the GIL from the probe, whose
-            # latencies would then grow on the client's side, not the replica's
-            burst = spawn.Process(
-                target=_burst,
-                args=(ctx.kafka_settings(), topic, per_round, seconds, partitions),
-                daemon=True,
-            )
-            burst.start()
-            pin(burst.pid, broker_cpu)  # beside the broker (apart)
-            lat, c, s = _reads(api.port, seconds, writer)
-            burst.join(60)
-            if burst.exitcode != 0:
-                raise RuntimeError(f"the poison writer failed (exit {burst.exitcode})")
-            sent += per_round
-            dirty.append(float(np.percentile(lat, 99)))
-            checked, stale = checked + c, stale + s
-            progress(
-                f"poison round {rnd + 1}/{rounds}: p99 {clean[-1]:.3f} -> {dirty[-1]:.3f} ms, "
-                f"{c:,} answers checked, {s} stale, {rejected(api) - before:,.0f} rejected"
-            )
+            for probe in (saturated, fixed):
+                p99, _, _, busy, cpu_clean = measure(probe, writer)
+                probe.clean.append(p99)
+                probe.busy.append(busy)
+                # its own process: a thread here would take the GIL from the probe, whose
+                # latencies would then grow on the client's side, not the replica's
+                burst = spawn.Process(
+                    target=_burst,
+                    args=(ctx.kafka_settings(), topic, per_burst, seconds, partitions),
+                    daemon=True,
+                )
+                burst.start()
+                pin(burst.pid, broker_cpu)  # beside the broker (apart)
+                p99, c, s, _, cpu_dirty = measure(probe, writer)
+                burst.join(60)
+                if burst.exitcode != 0:
+                    raise RuntimeError(f"the poison writer failed (exit {burst.exitcode})")
+                sent += per_burst
+                probe.dirty.append(p99)
+                probe.cpu_us.append((cpu_dirty - cpu_clean) / per_burst * 1e6)
+                checked, stale = checked + c, stale + s
+                progress(
+                    f"poison round {rnd + 1}/{rounds}, {probe.name}: p99 {probe.clean[-1]:.3f} "
+                    f"-> {p99:.3f} ms (replica's core {busy:.0%} busy without the burst, its "
+                    f"CPU +{probe.cpu_us[-1]:.0f} us per poison record), "
+                    f"{c:,} answers checked, {s} stale, {rejected(api) - before:,.0f} rejected"
+                )
         deadline = time.monotonic() + 60
         while (got := rejected(api) - before) < sent and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -262,12 +359,4 @@ def _run_poison(
         raise RuntimeError("no answer served during the bursts could be checked")
     if got != sent:
         raise RuntimeError(f"{sent:,} poison records sent, {got:,.0f} rejected by the replica")
-    return PoisonResult(
-        sent,
-        got,
-        checked,
-        stale,
-        float(np.median(clean)),
-        float(np.median(dirty)),
-        rounds,
-    )
+    return PoisonResult(sent, got, checked, stale, rounds, saturated, fixed)
