@@ -322,7 +322,7 @@ def _budget(
 def _report(figs: dict[str, float], rows: list[list], idle_n: int, streams_n: int) -> Report:
     poison_cond = (
         "one granian replica with Redis; alternated rounds of reads over the live devices, "
-        "without and during a paced burst of 3,000 records into all 3 partitions"
+        "without and during paced bursts of 3,000 records each (1,000 quick) into all 3 partitions"
     )
     cond = f"{idle_n:,} idle loopback sockets + {streams_n:,} event streams, sequential keep-alive GETs"
     report = Report(
@@ -422,7 +422,7 @@ def _report(figs: dict[str, float], rows: list[list], idle_n: int, streams_n: in
             "sequential keep-alive GETs, on a shared 2-core machine; the poison rows' fixed-rate "
             "reads are h2load's, with a sequential reader at ~100 GETs/s beside it checking that "
             "each answer is the newest.",
-            "Poison p99 at a fixed rate (since 2026-12-04 20:30 UTC), beside the back-to-back "
+            "Poison p99 at a fixed rate (since 2026-12-04 19:40 UTC), beside the back-to-back "
             "rounds: back-to-back reads keep the replica's core 100 % busy, so any work beside "
             "them lengthens each read's wait for the core; at 1,000 GETs/s the core is mostly "
             "idle, and what a read waits for is the materializer's hold on the GIL and the "
