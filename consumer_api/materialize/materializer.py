@@ -274,7 +274,7 @@ class Materializer:
         one batch. A burst of records nobody can use, written a few at a time, brought a fetch
         response and a wake-up of this process per two or three records: 80-200 us of the
         replica's CPU per record against 27 us in a backlog, enough to raise the p99 of reads
-        sharing its core 1.3-1.5x; with the pause it is 10-40 us (BENCHMARKS.md,
+        sharing its core 1.3-1.5x; with the pauses it is 20-40 us (BENCHMARKS.md,
         hostile:poison). Only after a batch with rejections and only when caught up: answers
         written meanwhile wait at most COALESCE_S more, and a reader behind (a backlog,
         records too big for a fetch) reads on at full speed. Pausing keeps the position: what
