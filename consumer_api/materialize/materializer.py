@@ -15,9 +15,7 @@ stopped sending has its last, lease-free record stored before the lease that lea
 Whatever a record holds ends as a counted rejection (`precast.guard`: metric, bounded log line,
 dead letter), never a stopped thread; the loop runs under `precast.supervise` (a failure that
 is not a record's restarts it from the last batch it finished, counted; one that keeps failing
-turns readiness false and ends the process). A burst of such records, once caught up, is read
-in a few batches instead of one per record (`_coalesce`: the fetch pauses 5 ms after a batch
-with rejections), so that it costs the reads beside it little CPU.
+turns readiness false and ends the process).
 """
 
 from __future__ import annotations
@@ -72,19 +70,12 @@ REDIS_OK = Gauge("precast_api_redis_up", "1 while the shared store accepts write
 REPLAYS = Counter(
     "precast_api_replays_total", "replays of the predictions topic into Redis", ["why"]
 )
-PAUSES = Counter(
-    "precast_api_fetch_pauses_total",
-    "short pauses of the predictions fetch after a batch with rejections (see _coalesce)",
-)
 
 # Dead letters never hold up the read path (`letters`): batches only serve their delivery
 # reports, and only `stop` waits for them, at most STOP_FLUSH_S.
 SWEEP_EVERY_MS = 250  # the view drops expired entries at most this often
 YIELD_EVERY_S = 0.0002  # the longest run of rejections a read may wait behind (see _not_prediction)
 STOP_FLUSH_S = 5.0
-# After a batch with rejections, fetching pauses this long when caught up (`_coalesce`).
-COALESCE_S = 0.005
-COALESCE_MAX_LAG = 64  # records behind, in any partition, past which the reader never pauses
 
 
 OnStored = Callable[[list[tuple[str, Entry]]], None]
@@ -152,7 +143,6 @@ class Materializer:
         self.supervised = supervised or Supervised("api-materializer")
         self._runs = 0
         self._thread = self.supervised.thread(self._run, self._stop)
-        self._parts = [TopicPartitionOffset(topic, p) for p in range(partitions)]
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -217,7 +207,6 @@ class Materializer:
                     for p in range(self.partitions)
                 ]
             )
-            self._consumer.resume(self._parts)  # a failure inside `_coalesce` left them paused
         while not self._stop.is_set():
             self.run_once(self._wait_s)
 
@@ -230,7 +219,7 @@ class Materializer:
         items: list[tuple[str, Entry]] = []
         leases: list[Lease] = []
         append = items.append  # the loop runs once per record: a rebuild is 1M of them
-        rejected = unusable = tombstones = 0
+        rejected = tombstones = 0
         # with tracing on, an entry keeps its record's traceparent for the reads' spans
         traced: dict[bytes, bytes] | None = {} if self.tracing.enabled else None
         for m in msgs:
@@ -242,9 +231,7 @@ class Materializer:
                 trace = None if traced is None else _sampled_trace(m, traced)
                 append(prediction_item(value, now, m.key(), trace))
             except Exception as not_prediction:  # noqa: BLE001 - whatever a record causes
-                held = len(leases)  # a validity lease is read here too, and is no rejection
                 rejected += self._not_prediction(m, value, now, not_prediction, leases)
-                unusable += len(leases) == held
         if msgs:
             self._advance(msgs)
         if tombstones:
@@ -259,32 +246,7 @@ class Materializer:
         if self._producer is not None and (rejected or self._producer.pending()):
             self._producer.poll(0)  # delivery reports only: never a wait (see `letters`)
         self._housekeeping(now)
-        if unusable and self._caught_up_to(COALESCE_MAX_LAG):
-            self._coalesce()
         return len(msgs)
-
-    def _caught_up_to(self, records: int) -> bool:
-        """Whether every partition is at most `records` behind the end the last fetch saw (the
-        client's cached watermarks: no broker round trip)."""
-        lags = self._consumer.lag(self._parts)
-        return bool(lags) and all(0 <= lag <= records for _, lag in lags)
-
-    def _coalesce(self) -> None:
-        """Stop fetching for COALESCE_S, so that what arrives meanwhile comes in one fetch and
-        one batch. A burst of records nobody can use, written a few at a time, brought a fetch
-        response and a wake-up of this process per two or three records: 80-200 us of the
-        replica's CPU per record against 27 us in a backlog, enough to raise the p99 of reads
-        sharing its core 1.3-1.5x; with the pauses it is 20-40 us (BENCHMARKS.md,
-        hostile:poison). Only after a batch with rejections and only when caught up: answers
-        written meanwhile wait at most COALESCE_S more, and a reader behind (a backlog,
-        records too big for a fetch) reads on at full speed. Pausing keeps the position: what
-        was fetched and not yet consumed is fetched again (librdkafka)."""
-        PAUSES.inc()
-        try:
-            self._consumer.pause(self._parts)
-            self._stop.wait(COALESCE_S)
-        finally:
-            self._consumer.resume(self._parts)
 
     def _trace_stored(self, msgs: list[KafkaMessage], started_ns: int) -> None:
         """A `store` span per stored prediction whose record continues a sampled trace (the

@@ -12,7 +12,6 @@ import time
 import orjson
 
 from auditor.appender import Appender
-from consumer_api.materialize import materializer
 from consumer_api.materialize.materializer import Materializer
 from precast.audit.checkpoint import load_or_create_signer
 from precast.audit.store import LogStore
@@ -139,64 +138,3 @@ def test_a_poison_burst_stops_neither_reader(
         app.stop()
         runner.join(30)
         shared.clear()
-
-
-def test_a_paced_burst_beside_live_answers_is_rejected_once_each_while_answers_stay_newest(
-    kafka_settings, topic_factory
-):
-    """Live, not a backlog: poison written a few records at a time between answers, so the
-    materializer pauses its fetch after batches with rejections (`_coalesce`). The pauses must
-    neither lose nor repeat a record (what was fetched and not consumed is fetched again), and
-    the answers written between them must all be served."""
-    predictions = topic_factory("predictions", PARTITIONS)
-    dead = topic_factory("dead", 1)
-    now = int(time.time() * 1000)
-    kinds = [value for key, value, _, _ in poison(now) if key == b"dev-p"][:6]
-    view = MemoryStore()
-    mat = Materializer(
-        kafka_settings,
-        predictions,
-        PARTITIONS,
-        view=view,
-        producer=Producer(kafka_settings),
-        dead_letter_topic=dead,
-        wait_s=0.05,
-    )
-    paused = materializer.PAUSES._value.get()
-    mat.start()
-    producer = Producer(kafka_settings)
-    sent, newest = 0, {}
-    try:
-        wait_for(lambda: mat.ready, 60, 0.1, "the materializer ready")
-        for i in range(60):  # about 1.5 s: 5 poison records and an answer every 25 ms
-            for j in range(5):
-                producer.produce(
-                    predictions, b"dev-p", kinds[(i + j) % len(kinds)], partition=j % 3
-                )
-                sent += 1
-            device = f"dev-{i % 10:02d}"
-            newest[device] = now + i
-            producer.produce(
-                predictions,
-                device.encode(),
-                orjson.dumps(_prediction(device, now, computed_at_ms=now + i)),
-            )
-            producer.flush()
-            time.sleep(0.025)
-        wait_for(lambda: mat.guard.rejected >= sent, 60, 0.05, "every poison record rejected")
-        wait_for(
-            lambda: all(
-                (e := view.get(d)) is not None and e.computed_at_ms == at
-                for d, at in newest.items()
-            ),
-            30,
-            0.05,
-            "every device's newest answer",
-        )
-        time.sleep(0.5)  # a repeat would come within a fetch or two
-        assert mat.guard.rejected == sent
-        assert materializer.PAUSES._value.get() > paused  # the pauses did happen
-        assert mat.ready and mat.supervised.restarts == 0
-        assert sum(len(v) for v in read_all(kafka_settings, dead).values()) == sent
-    finally:
-        mat.stop()

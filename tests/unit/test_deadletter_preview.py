@@ -169,9 +169,6 @@ class _Consumer:
         out, self.queue = self.queue, []
         return out
 
-    def lag(self, parts: list[object]) -> list[object]:
-        return []  # not known: the materializer never pauses its fetch here
-
     def close(self) -> None:
         return
 

@@ -111,15 +111,6 @@ class FakeConsumer:
     def assign(self, parts: list[Any]) -> None:
         self.assigned.append(parts)
 
-    def lag(self, parts: list[Any]) -> list[Any]:
-        return []  # not known: the materializer never pauses its fetch here
-
-    def pause(self, parts: list[Any]) -> None:
-        return
-
-    def resume(self, parts: list[Any]) -> None:
-        self.resumed = parts
-
     def commit(self, *_: object, **__: object) -> None:
         return
 
