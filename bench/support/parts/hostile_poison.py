@@ -126,9 +126,12 @@ def rejected(api: ApiProcess, reader: str = "api-materializer") -> float:
     return sum(float(v) for labels, v in pat.findall(text) if f'reader="{reader}"' in labels)
 
 
-def _reads(port: int, seconds: float, writer: LiveWriter) -> tuple[np.ndarray, int, int]:
-    """GETs cycling the live devices for `seconds`: latencies (ms), answers checked against
-    the writer's settled newest, and how many of those were older than it."""
+def _reads(
+    port: int, seconds: float, writer: LiveWriter, pause_s: float = 0.0
+) -> tuple[np.ndarray, int, int]:
+    """GETs cycling the live devices for `seconds`, back to back or one every `pause_s` (beside
+    a fixed-rate load that times the reads): latencies (ms), answers checked against the
+    writer's settled newest, and how many of those were older than it."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     out: list[float] = []
     checked = stale = i = 0
@@ -148,34 +151,11 @@ def _reads(port: int, seconds: float, writer: LiveWriter) -> tuple[np.ndarray, i
             if want:
                 checked += 1
                 stale += orjson.loads(body)["computed_at_ms"] < want
+            if pause_s:
+                time.sleep(pause_s)
     finally:
         c.close()
     return np.array(out), checked, stale
-
-
-def _checked(port: int, seconds: float, writer: LiveWriter, pause_s: float) -> tuple[int, int]:
-    """Answers checked against the writer's settled newest, one GET every `pause_s` (beside a
-    fixed-rate load that times the reads): (checked, stale)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    checked = stale = i = 0
-    end = time.monotonic() + seconds
-    try:
-        while time.monotonic() < end:
-            d = DEVICES[i % len(DEVICES)]
-            i += 1
-            c.request("GET", f"/v1/devices/{d}/prediction")
-            r = c.getresponse()
-            body = r.read()
-            if r.status != 200:
-                raise RuntimeError(f"GET {d}: {r.status} {body[:200]!r}")
-            want = writer.settled(d, time.monotonic())
-            if want:
-                checked += 1
-                stale += orjson.loads(body)["computed_at_ms"] < want
-            time.sleep(pause_s)
-    finally:
-        c.close()
-    return checked, stale
 
 
 def _fixed_reads(
@@ -187,7 +167,7 @@ def _fixed_reads(
 
     out: list[tuple[int, int]] = []
     checker = threading.Thread(
-        target=lambda: out.append(_checked(port, seconds, writer, 0.01)), daemon=True
+        target=lambda: out.append(_reads(port, seconds, writer, 0.01)[1:]), daemon=True
     )
     checker.start()
     rows = fixed_rate_log(
