@@ -39,13 +39,17 @@ def test_python_blocks_follow_live_objects():
 
 @pytest.mark.skipif(malloc_bytes() is None, reason="needs glibc >= 2.33")
 def test_malloc_bytes_follow_a_large_allocation_and_its_release():
+    # The count is the whole process's: threads that earlier tests left running allocate and
+    # free meanwhile (a CI run saw 1,616 bytes less than the 32 MiB), so 1 MiB of slack; an
+    # allocation the count missed would leave it near 0.
+    slack = 1 << 20
     in_use, _ = malloc_bytes()  # type: ignore[misc]
     big = bytearray(32 << 20)  # past pymalloc: malloc (mmapped)
     grown, _ = malloc_bytes()  # type: ignore[misc]
-    assert grown - in_use >= 32 << 20
+    assert grown - in_use >= (32 << 20) - slack
     del big
     released, _ = malloc_bytes()  # type: ignore[misc]
-    assert grown - released >= 32 << 20
+    assert grown - released >= (32 << 20) - slack
 
 
 def test_the_exposition_names_the_gauges():
