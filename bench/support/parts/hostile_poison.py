@@ -166,9 +166,15 @@ def _fixed_reads(
     from bench.support.loads.api_load import fixed_rate_log
 
     out: list[tuple[int, int]] = []
-    checker = threading.Thread(
-        target=lambda: out.append(_reads(port, seconds, writer, 0.01)[1:]), daemon=True
-    )
+    failure: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            out.append(_reads(port, seconds, writer, 0.01)[1:])
+        except BaseException as exc:  # noqa: BLE001 - raised below, on the bench's thread
+            failure.append(exc)
+
+    checker = threading.Thread(target=check, daemon=True)
     checker.start()
     rows = fixed_rate_log(
         f"http://127.0.0.1:{port}",
@@ -178,9 +184,13 @@ def _fixed_reads(
         cpus=cpus,
     )
     checker.join(seconds + 30)
+    if failure:
+        raise RuntimeError(f"the reader checking answers failed: {failure[0]}") from failure[0]
+    if not out:
+        raise RuntimeError("the reader checking answers did not finish")
     failed = int((rows[:, 1] >= 400).sum())
-    if failed or not out:
-        raise RuntimeError(f"fixed rate {rate}/s: {failed} of {len(rows)} GETs failed {out}")
+    if failed:
+        raise RuntimeError(f"fixed rate {rate}/s: {failed} of {len(rows)} GETs failed")
     return rows[:, 2] / 1000.0, *out[0]
 
 
@@ -240,9 +250,9 @@ def apart(ctx: Context, api: ApiProcess) -> Iterator[tuple[str, str]]:
     """The broker on the first core this bench may use, the replica and this process (the
     probe, the live writer) on the others, as in production where brokers run on machines of
     their own: the ratio then shows what the replica's own work on the poison costs its reads,
-    not the broker's share of 2 cores. Yields the broker's core (the burst writer goes beside
-    it); on one core (`taskset -c 0 python -m bench ...`) nothing is moved. Restored on the
-    way out."""
+    not the broker's share of 2 cores. Yields (the broker's core, where the burst writer goes
+    beside it; the replica's cores, where the fixed-rate load runs); on one core (`taskset -c 0
+    python -m bench ...`) nothing is moved and both are that core. Restored on the way out."""
     cpus = sorted(os.sched_getaffinity(0))  # what the bench was given, not the machine
     everything = ",".join(map(str, cpus))
     if len(cpus) < 2:
