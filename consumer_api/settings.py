@@ -103,6 +103,15 @@ class ApiOptions(HttpLimits):
     consume_batch: int = Field(
         default=5_000, ge=1, le=100_000, description="records per materializer poll"
     )
+    background_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description=(
+            "CPU priority (nice) of the materializer and its Kafka clients, below the reads' "
+            "(0: the same); docs/api.md, Reads first"
+        ),
+    )
     consume_wait_ms: int = Field(
         default=20,
         ge=1,
@@ -219,6 +228,7 @@ class ApiOptions(HttpLimits):
             batch=self.consume_batch,
             wait_s=self.consume_wait_ms / 1000,
             ready_max_lag=self.ready_max_lag,
+            nice=self.background_nice,
         )
 
     def board_options(self) -> BoardOptions:
@@ -296,6 +306,7 @@ class MaterializeOptions:
     batch: int  # records per poll
     wait_s: float  # longest wait of a poll
     ready_max_lag: int
+    nice: int = 0  # CPU priority of its thread and its Kafka clients' (precast.priority)
 
 
 @dataclass(frozen=True)

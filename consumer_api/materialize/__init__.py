@@ -10,6 +10,7 @@ from consumer_api.materialize.letters import letters_producer
 from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
 from consumer_api.settings import MaterializeOptions
 from precast.edge_cache.purge import EdgePurge, NewestPurger
+from precast.priority import built_below
 from precast.serving import MemoryStore, RedisStore
 from precast.settings import EdgeSettings, KafkaSettings, RedisSettings
 from precast.telemetry.tracing import Tracing
@@ -50,7 +51,7 @@ def build_materializer(
         view=stores.view,
         shared=stores.shared,
         group_prefix=opts.group_id,
-        producer=letters_producer(kafka),
+        producer=built_below(opts.nice, lambda: letters_producer(kafka), "letters-build"),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         on_leased=on_leased,
@@ -58,6 +59,7 @@ def build_materializer(
         wait_s=opts.wait_s,
         ready_max_lag=opts.ready_max_lag,
         tracing=tracing,
+        nice=opts.nice,
     )
 
 

@@ -16,6 +16,9 @@ Whatever a record holds ends as a counted rejection (`precast.guard`: metric, bo
 dead letter), never a stopped thread; the loop runs under `precast.supervise` (a failure that
 is not a record's restarts it from the last batch it finished, counted; one that keeps failing
 turns readiness false and ends the process).
+
+The loop and its Kafka clients run below the reads' CPU priority (`nice`, `precast.priority`):
+on a busy core, a read that wakes gets the core before them (docs/api.md, "Reads first").
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from precast.kafka import (
     TopicPartitionOffset,
     retry_settling,
 )
+from precast.priority import built_below, lower_this_thread
 from precast.serving import (
     FUTURE,
     STORED,
@@ -101,17 +105,24 @@ class Materializer:
         wait_s: float = 0.2,
         supervised: Supervised | None = None,  # its restart policy (tests pass their own)
         tracing: Tracing | None = None,
+        nice: int = 0,  # below the reads on a shared core (precast.priority)
     ) -> None:
         # Every replica must read every partition: a group of its own, partitions assigned here.
         committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
         # Bounded prefetch: a replica that falls behind (a busy machine, a slow Redis) must not
         # hold what librdkafka fetched ahead (100-300 MiB with the defaults; docs/workers.md).
-        self._consumer = Consumer(
-            kafka,
-            f"{group_prefix}-{uuid.uuid4().hex[:8]}",
-            bounded_prefetch=True,
-            **committed_only,
+        # Built on a lowered thread, so librdkafka's threads of this consumer run lowered too.
+        self._consumer = built_below(
+            nice,
+            lambda: Consumer(
+                kafka,
+                f"{group_prefix}-{uuid.uuid4().hex[:8]}",
+                bounded_prefetch=True,
+                **committed_only,
+            ),
+            "materializer-build",
         )
+        self.nice = nice
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
         # Bounded letters (schemas.deadletters): the record stays at its offset, so a letter of
@@ -200,6 +211,7 @@ class Materializer:
         """The supervised loop; a restart resumes after the last batch it finished (what the
         failed batch had applied is applied again: newest-wins makes that harmless)."""
         self._runs += 1
+        lower_this_thread(self.nice)
         if self._runs > 1:
             self._consumer.assign(
                 [
