@@ -25,7 +25,12 @@ LETTER_LOG_EVERY_S = 60.0
 
 
 def letters_producer(kafka: KafkaSettings) -> Producer:
-    conf: dict[str, Any] = {"linger.ms": LETTERS_LINGER_MS}  # never waited for: batch them
+    conf: dict[str, Any] = {
+        "linger.ms": LETTERS_LINGER_MS,  # never waited for: batch them
+        # Only failures are of use here (UndeliveredLetters): a report per delivered letter was
+        # a Python callback per poison record on the materializer's thread, for nothing.
+        "delivery.report.only.error": True,
+    }
     return Producer(kafka, on_delivery_error=UndeliveredLetters(), **conf)
 
 
