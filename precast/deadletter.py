@@ -8,6 +8,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -31,13 +32,17 @@ class DeadLetters:
     ) -> None:
         self._producer, self.topic, self.component = producer, topic, component
         self._preview = preview_bytes
+        self._counted: dict[dl.Reason, Any] = {}  # labels() costs more than the count itself
 
     def send(self, msg: KafkaMessage, reason: dl.Reason, detail: str = "") -> None:
         key, value, headers = dead_letter_record(
             msg, reason, detail, self.component, preview_bytes=self._preview
         )
         self._producer.produce(self.topic, key, value, headers)
-        DEAD_LETTERS.labels(self.component, reason.value).inc()
+        counter = self._counted.get(reason)
+        if counter is None:
+            counter = self._counted[reason] = DEAD_LETTERS.labels(self.component, reason.value)
+        counter.inc()
 
     def send_rejected(self, msg: KafkaMessage, rejected: Rejected) -> None:
         """Dead-letter a record `schemas.validation.validate_event` rejected."""
