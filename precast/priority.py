@@ -47,9 +47,8 @@ def lower_this_thread(nice: int) -> bool:
     if nice == 0:
         return True
     try:
-        tid = threading.get_native_id()
-        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        if this_thread_nice() < nice:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
         return True
     except (AttributeError, OSError) as exc:  # not Linux, or a sandbox that refuses it
         if not _warned.is_set():
