@@ -27,23 +27,15 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from typing import Any
 
 import redis
 from prometheus_client import Counter, Gauge
 
+from consumer_api.materialize.source import DirectSource, Source, replica_group, topic_consumer
 from precast.deadletter import DeadLetters
 from precast.guard import Guard
-from precast.kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaMessage,
-    Producer,
-    TopicPartitionOffset,
-    retry_settling,
-)
+from precast.kafka import OFFSET_BEGINNING, KafkaMessage, Producer
 from precast.priority import built_below, lower_this_thread
 from precast.serving import (
     FUTURE,
@@ -106,21 +98,18 @@ class Materializer:
         supervised: Supervised | None = None,  # its restart policy (tests pass their own)
         tracing: Tracing | None = None,
         nice: int = 0,  # below the reads on a shared core (precast.priority)
+        source: Source | None = None,  # a gate process (consumer_api.materialize.gated)
     ) -> None:
-        # Every replica must read every partition: a group of its own, partitions assigned here.
-        committed_only: dict[str, Any] = {"isolation.level": "read_committed"}
-        # Bounded prefetch: a replica that falls behind (a busy machine, a slow Redis) must not
-        # hold what librdkafka fetched ahead (100-300 MiB with the defaults; docs/workers.md).
-        # Built on a lowered thread, so librdkafka's threads of this consumer run lowered too.
-        self._consumer = built_below(
-            nice,
-            lambda: Consumer(
-                kafka,
-                f"{group_prefix}-{uuid.uuid4().hex[:8]}",
-                bounded_prefetch=True,
-                **committed_only,
+        # Without a gate: a consumer of its own, built on a lowered thread, so librdkafka's
+        # threads of this consumer run lowered too.
+        self._source = source or DirectSource(
+            built_below(
+                nice,
+                lambda: topic_consumer(kafka, replica_group(group_prefix)),
+                "materializer-build",
             ),
-            "materializer-build",
+            topic,
+            partitions,
         )
         self.nice = nice
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
@@ -163,7 +152,7 @@ class Materializer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self._consumer.close()
+        self._source.close()
         if self._producer is not None and self._producer.pending():
             try:
                 self._producer.flush(STOP_FLUSH_S)
@@ -190,21 +179,11 @@ class Materializer:
     def _assign_from_beginning(self) -> None:
         for p, pos in self._positions.items():
             self._live_from[p] = max(self._live_from.get(p, 0), pos)
-        self._targets = {p: self._watermark(p) for p in range(self.partitions)}
+        self._targets = self._source.high_watermarks()
         self._positions = {}
-        self._consumer.assign(
-            [TopicPartitionOffset(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
+        self._source.assign(
+            dict.fromkeys(range(self.partitions), OFFSET_BEGINNING), self._live_from
         )
-
-    def _watermark(self, partition: int) -> int:
-        # A just-created topic or a leader election answers NOT_LEADER for a moment.
-        _, high = retry_settling(
-            lambda: self._consumer.watermarks(self.topic, partition),
-            patience_s=10.0,
-            interval_s=0.25,
-            what=f"watermarks of {self.topic}[{partition}]",
-        )
-        return high
 
     # -- loop -------------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -213,11 +192,9 @@ class Materializer:
         self._runs += 1
         lower_this_thread(self.nice)
         if self._runs > 1:
-            self._consumer.assign(
-                [
-                    TopicPartitionOffset(self.topic, p, self._positions.get(p, OFFSET_BEGINNING))
-                    for p in range(self.partitions)
-                ]
+            self._source.assign(
+                {p: self._positions.get(p, OFFSET_BEGINNING) for p in range(self.partitions)},
+                self._live_from,
             )
         while not self._stop.is_set():
             self.run_once(self._wait_s)
@@ -225,7 +202,7 @@ class Materializer:
     def run_once(self, timeout: float = 0.2) -> int:
         # Returns as soon as a prediction is there (a full-batch wait would add up to `timeout`
         # to every answer's freshness at low rates).
-        msgs = self._consumer.consume_available(self._batch, timeout)
+        msgs, ends = self._source.take(self._batch, timeout)
         self._held_since = time.perf_counter()  # consume let go of the GIL
         now = int(time.time() * 1000)
         items: list[tuple[str, Entry]] = []
@@ -244,7 +221,9 @@ class Materializer:
                 append(prediction_item(value, now, m.key(), trace))
             except Exception as not_prediction:  # noqa: BLE001 - whatever a record causes
                 rejected += self._not_prediction(m, value, now, not_prediction, leases)
-        if msgs:
+        if ends:  # a gate's: it passed on only what the view can use
+            self._positions.update(ends)
+        elif msgs:
             self._advance(msgs)
         if tombstones:
             APPLIED.labels("tombstone").inc(tombstones)
@@ -265,7 +244,7 @@ class Materializer:
         worker's batch), over the time the batch took to store."""
         ended_ns = time.time_ns()
         for m in msgs:
-            parent = checked(_traceparent(m), "api-materializer")
+            parent = checked(record_traceparent(m), "api-materializer")
             if parent is not None:
                 self.tracing.record(
                     "store",
@@ -409,7 +388,7 @@ class Materializer:
             self._lose_redis(f"unreachable: {type(exc).__name__}")
 
 
-def _traceparent(m: KafkaMessage) -> bytes | None:
+def record_traceparent(m: KafkaMessage) -> bytes | None:
     """The record's first `traceparent` header (the worker's batch span), as written."""
     return next((v for k, v in m.headers() or () if k == TRACEPARENT), None)
 
@@ -418,7 +397,7 @@ def _sampled_trace(m: KafkaMessage, seen: dict[bytes, bytes]) -> bytes | None:
     """The record's `traceparent` when its trace was sampled (flags' low bit, from the last hex
     digit): an unsampled answer's reads make no span, so keeping it would buy nothing. The
     answers of one worker batch share one value, and so one object (`seen`), in the view."""
-    v = _traceparent(m)
+    v = record_traceparent(m)
     if v is None or len(v) != 55 or v[54] not in b"13579bdf":
         return None
     return seen.setdefault(v, v)

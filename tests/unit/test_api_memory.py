@@ -13,6 +13,7 @@ import pytest
 import consumer_api.board.feed
 import consumer_api.board.lineage
 import consumer_api.materialize.materializer
+import consumer_api.materialize.source
 import workers.precompute.assembly
 from consumer_api.board.fleet_index import FleetIndex
 from consumer_api.read.hub import Hub
@@ -36,7 +37,7 @@ class _Built(Exception):
     ("module", "build"),
     [
         (
-            consumer_api.materialize.materializer,
+            consumer_api.materialize.source,  # its own consumer and its gate's: topic_consumer
             lambda: consumer_api.materialize.materializer.Materializer(NOWHERE, "p", 3, view=None),
         ),
         (

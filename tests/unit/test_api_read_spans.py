@@ -155,9 +155,9 @@ def test_the_materializer_stores_the_records_traceparent_only_with_tracing_on(on
     mat = Materializer(
         KafkaSettings(bootstrap_servers="127.0.0.1:1"), "p", 1, view=view, tracing=tracing
     )
-    mat._consumer.close()
+    mat._source._c.close()
     now = now_ms()
-    mat._consumer = _Consumer(  # type: ignore[assignment]
+    mat._source._c = _Consumer(  # type: ignore[assignment]
         [
             _Msg(_record("d1", now - 50), [("traceparent", SAMPLED)], 0),
             _Msg(_record("d2", now - 50), [("traceparent", b"garbage")], 1),

@@ -188,7 +188,7 @@ def test_the_materializer_letters_are_bounded():
     producer = _Producer()
     mat = _materializer(producer)
     big, small = b'{"x":' * 6000 + b"1" + b"}" * 6000, b"not json"
-    mat._consumer = _Consumer(  # type: ignore[assignment]
+    mat._source._c = _Consumer(  # type: ignore[assignment]
         [Record(PREDICTIONS, 0, 0, b"dev-1", big), Record(PREDICTIONS, 0, 1, b"dev-1", small)]
     )
     mat.run_once(0)
@@ -207,7 +207,7 @@ def test_the_materializer_never_waits_for_its_letters_until_it_stops():
     producer = _Producer()
     mat = _materializer(producer)
     consumer = _Consumer([])
-    mat._consumer = consumer  # type: ignore[assignment]
+    mat._source._c = consumer  # type: ignore[assignment]
     mat.run_once(0)
     assert (producer.flushes, producer.polls) == (0, 0)  # nothing rejected, nothing queued
     for i in range(5):
@@ -248,7 +248,7 @@ def test_a_burst_of_small_batches_sweeps_the_view_at_most_every_quarter_second(m
     swept: list[int] = []
     mat.view.sweep = lambda now=None, budget=0: swept.append(now) or 0  # type: ignore[union-attr, method-assign]
     consumer = _Consumer([])
-    mat._consumer = consumer  # type: ignore[assignment]
+    mat._source._c = consumer  # type: ignore[assignment]
     for i in range(100):  # 100 batches over 500 ms
         consumer.queue = [Record(PREDICTIONS, 0, i, b"dev-1", b"not json")]
         mat.run_once(0)

@@ -121,7 +121,7 @@ class FakeConsumer:
 def materializer(supervised: Supervised | None = None) -> tuple[Materializer, MemoryStore]:
     view = MemoryStore()
     mat = Materializer(NOWHERE, TOPIC, 6, view=view, supervised=supervised)
-    mat._consumer = FakeConsumer()  # type: ignore[assignment]
+    mat._source._c = FakeConsumer()  # type: ignore[assignment]
     return mat, view
 
 
@@ -142,7 +142,7 @@ def test_the_materializer_stores_or_counts_every_record(record):
         apply_leases(leases, now)
 
     mat._apply, mat._apply_leases = spy, spy_leases  # type: ignore[method-assign]
-    mat._consumer.queue = [record]  # type: ignore[attr-defined]
+    mat._source._c.queue = [record]  # type: ignore[attr-defined]
     before, counted = mat.guard.rejected, rejected("api-materializer")
     mat.run_once(0)  # raises nothing, whatever the record holds
     if not record.value():
@@ -163,7 +163,7 @@ def test_a_deep_record_is_rejected_and_the_next_valid_one_is_served():
     mat, view = materializer()
     poison = orjson.dumps(_valid_prediction())[:-1] + b',"zz":' + nested() + b"}"
     good = orjson.dumps(_valid_prediction("dev-2"))
-    mat._consumer.queue = [  # type: ignore[attr-defined]
+    mat._source._c.queue = [  # type: ignore[attr-defined]
         Record(TOPIC, 0, 0, b"dev-1", poison),
         Record(TOPIC, 0, 1, b"dev-1", b'{"x":' * 5000 + b"1" + b"}" * 5000),
         Record(TOPIC, 0, 2, b"dev-2", good),
@@ -386,7 +386,7 @@ def _policy(gave_up: list[str]) -> Supervised:
 def test_a_materializer_that_raises_is_restarted_and_counted():
     gave_up: list[str] = []
     mat, view = materializer(_policy(gave_up))
-    consumer = mat._consumer
+    consumer = mat._source._c
     consumer.fail = _Once(1)  # type: ignore[attr-defined]
     consumer.queue = [Record(TOPIC, 0, 0, b"dev-2", orjson.dumps(_valid_prediction("dev-2")))]  # type: ignore[attr-defined]
     mat._caught_up.set()
@@ -403,7 +403,7 @@ def test_a_materializer_that_raises_is_restarted_and_counted():
 def test_a_materializer_that_keeps_raising_turns_readiness_false():
     gave_up: list[str] = []
     mat, _ = materializer(_policy(gave_up))
-    mat._consumer.fail = _Once(10**9)  # type: ignore[attr-defined]
+    mat._source._c.fail = _Once(10**9)  # type: ignore[attr-defined]
     mat._caught_up.set()
     assert mat.ready
     mat._thread.start()
