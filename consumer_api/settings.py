@@ -112,6 +112,14 @@ class ApiOptions(HttpLimits):
             "(0: the same); docs/api.md, Reads first"
         ),
     )
+    gate: bool = Field(
+        default=True,
+        description=(
+            "read the predictions topic through a gate process of its own at nice 19, which "
+            "rejects and dead-letters what is not a prediction, so that a burst of poison "
+            "takes from the reads only what they leave of a core (docs/api.md, The gate)"
+        ),
+    )
     consume_wait_ms: int = Field(
         default=20,
         ge=1,
@@ -229,6 +237,7 @@ class ApiOptions(HttpLimits):
             wait_s=self.consume_wait_ms / 1000,
             ready_max_lag=self.ready_max_lag,
             nice=self.background_nice,
+            gate=self.gate,
         )
 
     def board_options(self) -> BoardOptions:
@@ -307,6 +316,7 @@ class MaterializeOptions:
     wait_s: float  # longest wait of a poll
     ready_max_lag: int
     nice: int = 0  # CPU priority of its thread and its Kafka clients' (precast.priority)
+    gate: bool = False  # read through a gate process (consumer_api.materialize.gate)
 
 
 @dataclass(frozen=True)

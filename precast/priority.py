@@ -12,6 +12,12 @@ Lowering is always allowed; raising a priority back needs CAP_SYS_NICE, which is
 is built on a short-lived thread of its own (`built_below`) instead of lowering the caller's.
 Where nice does not exist or is refused, the work runs at the usual priority, with one log
 line: a priority is a preference, never a reason to fail.
+
+Where the kernel groups processes by session for scheduling (autogroup, on by default on
+desktops and plain servers), a thread's nice only ranks it among its own session's threads: a
+process that must yield to another one (the read API's gate process) starts a session of its own
+and lowers that session's group too (`lower_session`). Inside a container's cgroup there is no
+autogroup, and the nice of its threads does the same work.
 """
 
 from __future__ import annotations
@@ -79,3 +85,17 @@ def built_below(nice: int, build: Callable[[], T], name: str = "build-below") ->
     if failed:
         raise failed[0]
     return out[0]
+
+
+def lower_session(nice: int) -> bool:
+    """Lower this process's scheduling group (Linux autogroup: its session's) to `nice`, for a
+    process that started a session of its own; True when set. Only lowering is asked for, which
+    needs no privilege; where autogroup is off or absent the file is missing or ignored."""
+    if not 0 <= nice <= MAX_NICE:
+        raise ValueError(f"nice must be 0-{MAX_NICE}, not {nice}")
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+        return True
+    except OSError:
+        return False

@@ -3,11 +3,15 @@ the shared Redis store), handing what it stored to the read path and the board."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from consumer_api.materialize.gate import GateConfig
+from consumer_api.materialize.gated import GateSource
 from consumer_api.materialize.letters import letters_producer
 from consumer_api.materialize.materializer import Materializer, OnLeased, OnStored
+from consumer_api.materialize.source import replica_group
 from consumer_api.settings import MaterializeOptions
 from precast.edge_cache.purge import EdgePurge, NewestPurger
 from precast.priority import built_below
@@ -17,6 +21,8 @@ from precast.telemetry.tracing import Tracing
 from schemas.topics import Topics
 
 Probe = Callable[[], tuple[bool, dict]]
+
+GATE_NICE = 19  # the lowest: the gate takes only what the reads leave of a core
 
 
 @dataclass
@@ -44,6 +50,25 @@ def build_materializer(
     on_leased: OnLeased,
     tracing: Tracing | None = None,
 ) -> Materializer:
+    """The replica's materializer; with `opts.gate`, reading through a gate process that
+    rejects and dead-letters in its place (its letters producer is the gate's)."""
+    gate = (
+        GateSource(
+            GateConfig(
+                kafka,
+                topics.predictions.name,
+                replica_group(opts.group_id),
+                topics.dead_letters.name,
+                opts.batch,
+                opts.wait_s,
+                GATE_NICE,
+                logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+            ),
+            topics.predictions.partitions,
+        )
+        if opts.gate
+        else None
+    )
     return Materializer(
         kafka,
         topics.predictions.name,
@@ -51,7 +76,9 @@ def build_materializer(
         view=stores.view,
         shared=stores.shared,
         group_prefix=opts.group_id,
-        producer=built_below(opts.nice, lambda: letters_producer(kafka), "letters-build"),
+        producer=None
+        if gate is not None
+        else built_below(opts.nice, lambda: letters_producer(kafka), "letters-build"),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         on_leased=on_leased,
@@ -60,6 +87,7 @@ def build_materializer(
         ready_max_lag=opts.ready_max_lag,
         tracing=tracing,
         nice=opts.nice,
+        source=gate,
     )
 
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from consumer_api.materialize import build_materializer, build_stores
+from consumer_api.materialize.source import Taken
 from consumer_api.settings import ApiSettings
 from precast import priority
-from precast.kafka import Record
 from precast.settings import KafkaSettings, TopicSettings
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no per-thread nice")
@@ -117,14 +117,17 @@ def test_a_refused_priority_is_one_log_line_and_the_work_goes_on(monkeypatch, ca
 
 
 class _Quiet:
-    """Stands in for the materializer's consumer once built: nothing to read."""
+    """Stands in for the materializer's source once built: nothing to read."""
 
-    def consume_available(self, *_: object) -> list[Record]:
+    def take(self, *_: object) -> Taken:
         time.sleep(0.01)
-        return []
+        return Taken([])
 
     def assign(self, *_: object) -> None:
         return
+
+    def high_watermarks(self) -> dict[int, int]:
+        return {}
 
     def close(self) -> None:
         return
@@ -134,7 +137,7 @@ def test_the_materializer_and_its_kafka_clients_threads_run_below_the_reads():
     settings = ApiSettings(
         kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"),  # nothing is ever read
         topics=TopicSettings(prefix="nice."),
-        api={"background_nice": 8, "local_view": True},
+        api={"background_nice": 8, "local_view": True, "gate": False},
     )
     opts = settings.api.materialize_options()
     gc.collect()  # clients earlier tests dropped close now, not while threads are counted
@@ -150,8 +153,8 @@ def test_the_materializer_and_its_kafka_clients_threads_run_below_the_reads():
     # librdkafka starts its main thread and one per bootstrap broker as a client is built
     started = {tid: name for tid, name in _threads().items() if tid not in before}
     clients = {tid: name for tid, name in started.items() if name.startswith("rdk:")}
-    real = mat._consumer
-    mat._consumer = _Quiet()  # type: ignore[assignment]
+    real = mat._source
+    mat._source = _Quiet()
     mat._thread.start()
     try:
         deadline = time.monotonic() + 5
