@@ -6,6 +6,7 @@ bounds: silent connections are closed, and connections past its bound get no thr
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -192,3 +193,22 @@ def test_the_presence_publisher_restarts_counted_when_it_raises():
     finally:
         p._stop.set()
         p._thread.join(5)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc")
+def test_a_supervised_thread_carries_its_part_as_its_os_name():
+    """`top -H` and the benchmarks find a background thread by its name (15 bytes at most)."""
+    stop = threading.Event()
+    t = Supervised("api-materializer").thread(stop.wait, stop)
+    t.start()
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            with open(f"/proc/self/task/{t.native_id}/comm") as f:
+                if f.read().strip() == "api-materialize":
+                    break
+            assert time.monotonic() < deadline, "the thread kept the process's name"
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        t.join(5)
