@@ -115,9 +115,10 @@ class ApiOptions(HttpLimits):
     gate: bool = Field(
         default=True,
         description=(
-            "read the predictions topic through a gate process of its own at nice 19, which "
-            "rejects and dead-letters what is not a prediction, so that a burst of poison "
-            "takes from the reads only what they leave of a core (docs/api.md, The gate)"
+            "once caught up, read the predictions topic through a gate process of its own (at "
+            "BACKGROUND_NICE), which rejects and dead-letters what is not a prediction: a burst "
+            "of poison never holds the reads' GIL, and runs on a core they leave free "
+            "(docs/api.md, The gate)"
         ),
     )
     consume_wait_ms: int = Field(

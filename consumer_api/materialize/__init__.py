@@ -22,8 +22,6 @@ from schemas.topics import Topics
 
 Probe = Callable[[], tuple[bool, dict]]
 
-GATE_NICE = 19  # the lowest: the gate takes only what the reads leave of a core
-
 
 @dataclass
 class Stores:
@@ -50,8 +48,8 @@ def build_materializer(
     on_leased: OnLeased,
     tracing: Tracing | None = None,
 ) -> Materializer:
-    """The replica's materializer; with `opts.gate`, reading through a gate process that
-    rejects and dead-letters in its place (its letters producer is the gate's)."""
+    """The replica's materializer; with `opts.gate`, reading on through a gate process that
+    rejects and dead-letters in its place once it has caught up."""
     gate = (
         GateSource(
             GateConfig(
@@ -61,7 +59,7 @@ def build_materializer(
                 topics.dead_letters.name,
                 opts.batch,
                 opts.wait_s,
-                GATE_NICE,
+                opts.nice,
                 logging.getLevelName(logging.getLogger().getEffectiveLevel()),
             ),
             topics.predictions.partitions,
@@ -76,9 +74,8 @@ def build_materializer(
         view=stores.view,
         shared=stores.shared,
         group_prefix=opts.group_id,
-        producer=None
-        if gate is not None
-        else built_below(opts.nice, lambda: letters_producer(kafka), "letters-build"),
+        # its own letters while it catches up; the gate's from then on
+        producer=built_below(opts.nice, lambda: letters_producer(kafka), "letters-build"),
         dead_letter_topic=topics.dead_letters.name,
         on_stored=on_stored,
         on_leased=on_leased,
@@ -87,7 +84,7 @@ def build_materializer(
         ready_max_lag=opts.ready_max_lag,
         tracing=tracing,
         nice=opts.nice,
-        source=gate,
+        live_source=gate,
     )
 
 

@@ -1,5 +1,5 @@
 """The gate: a process of its own between the predictions topic and a replica's materializer,
-at the lowest CPU priority, that takes the poison off the read path.
+below the reads' CPU priority, that takes the poison off the read path.
 
 A read API replica serves reads and materializes in one Python process, so every microsecond
 the materializer spends on a record is one a read may wait for the GIL. Valid answers are what
@@ -11,13 +11,16 @@ partition's position, through a pipe (consumer_api.materialize.wire). Its reject
 here and added to the parent's counters (precast.telemetry.relay), so `/metrics` of the replica
 shows them as before.
 
-The gate starts a session of its own and runs at nice 19 with its session's scheduling group at
-19 (precast.priority): on a core the reads keep busy it gets what they leave. It ends when its
-parent closes the pipe or dies (the pipe's end is seen within one poll, `wait_s`), after up to
-STOP_FLUSH_S for its queued dead letters. The parent starts it again when it stops
+The gate starts a session of its own and runs, with its session's scheduling group, at the
+replica's background priority (PRECAST_API__BACKGROUND_NICE, precast.priority). Being a process
+of its own, it never holds the reads' GIL, and runs on whichever of the replica's cores is free;
+on a core the reads keep busy it still takes its share of it (docs/api.md, The gate). It
+ends when its parent closes the pipe or dies (the pipe's end is seen within one poll,
+`wait_s`), after up to STOP_FLUSH_S for its queued dead letters. The parent starts it again when it stops
 (consumer_api.materialize.gated).
 
-Started by its parent only (`GATE_COMMAND`): its settings come as the first frame on stdin, not
+Started by its parent only (`gate_command`, lowered before any thread starts, so librdkafka's
+threads inherit its priority): its settings come as the first frame on stdin, not
 from the environment.
 """
 
@@ -39,7 +42,6 @@ from precast.guard import REJECTED, Guard
 from precast.hygiene import printable
 from precast.kafka import Consumer, KafkaMessage, Producer, TopicPartitionOffset
 from precast.kafka.producer import DELIVERY_FAILURES
-from precast.priority import lower_session, lower_this_thread
 from precast.runtime import setup_logging
 from precast.serving import lease_from_record, prediction_item
 from precast.settings import KafkaSettings
@@ -52,9 +54,19 @@ log = logging.getLogger("precast.api.gate")
 # Positions of records it rejected go to the parent at most this often (its lag and readiness
 # move with them): a burst of poison costs the parent a few wake-ups a second, not one a poll.
 POSITIONS_EVERY_S = 0.1
-# Not `-m` on this module: its package imports it first, and a second copy as __main__ would
-# hold another GateConfig class than the one the parent pickled.
-GATE_COMMAND = "import sys; from consumer_api.materialize.gate import main; sys.exit(main())"
+
+
+def gate_command(nice: int) -> str:
+    """The `python -c` program of a gate: lowered before anything else (its imports take half a
+    second of CPU), then `main`. Not `-m` on this module: its package imports it first, and a
+    second copy as __main__ would hold another GateConfig class than the one the parent sent."""
+    return (
+        "import sys; from precast.priority import lower_session, lower_this_thread; "
+        f"lower_session({int(nice)}); lower_this_thread({int(nice)}); "
+        "from consumer_api.materialize.gate import main; sys.exit(main())"
+    )
+
+
 IDLE_WAIT_S = 0.5  # before the first assignment: how often it looks for its parent's end
 RELAYED = (APPLIED, REJECTED, DEAD_LETTERS, DELIVERY_FAILURES)
 _INVALID = APPLIED.labels("invalid")
@@ -69,7 +81,7 @@ class GateConfig:
     dead_letter_topic: str | None
     batch: int
     wait_s: float
-    nice: int = 19
+    nice: int = 10
     log_level: str = "INFO"
 
 
@@ -155,12 +167,15 @@ class Gate:
                 self.guard.reject(bad, m, dead_letter=offset >= live_from.get(p, 0))
                 continue
             out.append((p, offset, key, value, record_traceparent(m)))
+        # Positions and counts of rejected records go at most every POSITIONS_EVERY_S (a count
+        # costs ~35 us to collect); answers go at once.
         mono = time.monotonic()
-        if out or mono - self._sent_at >= POSITIONS_EVERY_S:
-            deltas = self.relay.deltas()
-            if out or ends or deltas:
-                self._pipe.send(("batch", self._epoch, out, ends, deltas))
-                self._ends = {}
+        due = mono - self._sent_at >= POSITIONS_EVERY_S
+        deltas = self.relay.deltas() if due else {}
+        if out or (due and (ends or deltas)):
+            self._pipe.send(("batch", self._epoch, out, ends, deltas))
+            self._ends = {}
+        if due:
             self._sent_at = mono
 
 
@@ -174,8 +189,6 @@ def main() -> int:
         return 0
     assert kind == "config" and isinstance(conf, GateConfig)
     setup_logging(conf.log_level)
-    lower_session(conf.nice)
-    lower_this_thread(conf.nice)  # before any thread starts: librdkafka's inherit it
     consumer = topic_consumer(conf.kafka, conf.group_id)
     producer = letters_producer(conf.kafka) if conf.dead_letter_topic else None
     try:

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
-from consumer_api.materialize.gate import GATE_COMMAND, RELAYED, GateConfig
+from consumer_api.materialize.gate import RELAYED, GateConfig, gate_command
 from consumer_api.materialize.source import Taken
 from consumer_api.materialize.wire import GateClosed, Pipe
 from precast.telemetry.relay import CounterRelay
@@ -82,6 +82,10 @@ class GateSource:
         return self._proc.pid if self._proc is not None else None
 
     # -- Source ------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._proc is None:
+            self._spawn()  # ~0.5 s of imports: done while the replica catches up
+
     def assign(self, positions: dict[int, int], live_from: dict[int, int]) -> None:
         self._epoch += 1
         self._queued.clear()
@@ -169,7 +173,7 @@ class GateSource:
         # A session of its own: its scheduling group can then be lowered without the reads'
         # (precast.priority). Its pipe's end, not the session, tells it that this process died.
         proc = subprocess.Popen(
-            [sys.executable, "-c", GATE_COMMAND],
+            [sys.executable, "-c", gate_command(self.conf.nice)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,

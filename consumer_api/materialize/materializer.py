@@ -98,10 +98,11 @@ class Materializer:
         supervised: Supervised | None = None,  # its restart policy (tests pass their own)
         tracing: Tracing | None = None,
         nice: int = 0,  # below the reads on a shared core (precast.priority)
-        source: Source | None = None,  # a gate process (consumer_api.materialize.gated)
+        source: Source | None = None,  # where it reads from the start
+        live_source: Source | None = None,  # and once caught up (a gate process)
     ) -> None:
-        # Without a gate: a consumer of its own, built on a lowered thread, so librdkafka's
-        # threads of this consumer run lowered too.
+        # By default a consumer of its own, built on a lowered thread, so librdkafka's threads
+        # of this consumer run lowered too.
         self._source = source or DirectSource(
             built_below(
                 nice,
@@ -111,6 +112,7 @@ class Materializer:
             topic,
             partitions,
         )
+        self._live_source = live_source
         self.nice = nice
         self.topic, self.partitions, self.view, self.shared = topic, partitions, view, shared
         self._producer = producer
@@ -146,6 +148,8 @@ class Materializer:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
+        if self._live_source is not None:
+            self._live_source.start()  # warm when the hand-over comes
         self._assign_from_beginning()
         self._thread.start()
 
@@ -153,6 +157,8 @@ class Materializer:
         self._stop.set()
         self._thread.join(timeout=10)
         self._source.close()
+        if self._live_source is not None:
+            self._live_source.close()
         if self._producer is not None and self._producer.pending():
             try:
                 self._producer.flush(STOP_FLUSH_S)
@@ -357,6 +363,8 @@ class Materializer:
                 len(self.view) if self.view is not None else -1,
             )
             self._caught_up.set()
+            if self._live_source is not None:
+                self._hand_over(self._live_source)
         if self.shared is None:
             return
         if self._redis_loading and self.lag == 0 and not self._redis_dirty:
@@ -377,6 +385,18 @@ class Materializer:
             self._redis_dirty, self._redis_loading = False, True
             REDIS_OK.set(1)
             self._assign_from_beginning()
+
+    def _hand_over(self, live: Source) -> None:
+        """Caught up: read on through the live source (the gate) from where the view stands.
+        Catching up runs in this process, at full speed and before any read is served; from
+        here on, reads are, and a burst of poison would cost them (docs/api.md, The gate)."""
+        live.assign(
+            {p: self._positions.get(p, OFFSET_BEGINNING) for p in range(self.partitions)},
+            self._live_from,
+        )
+        caught_up, self._source, self._live_source = self._source, live, None
+        caught_up.close()
+        log.info("reading on through the gate process")
 
     def _mark_loaded(self) -> None:
         assert self.shared is not None  # only called while loading into the shared store

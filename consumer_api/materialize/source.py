@@ -20,6 +20,10 @@ class Taken(NamedTuple):
 
 
 class Source(Protocol):
+    def start(self) -> None:
+        """Get ready to be assigned (a gate process starts here); nothing to do for most."""
+        ...
+
     def assign(self, positions: dict[int, int], live_from: dict[int, int]) -> None:
         """Read each partition from its position (OFFSET_BEGINNING: from the start); offsets
         below `live_from` were read before (a replay: count what is rejected, no letter)."""
@@ -40,6 +44,9 @@ class DirectSource:
 
     def __init__(self, consumer: Consumer, topic: str, partitions: int) -> None:
         self._c, self.topic, self.partitions = consumer, topic, partitions
+
+    def start(self) -> None:
+        return
 
     def assign(self, positions: dict[int, int], live_from: dict[int, int]) -> None:
         self._c.assign([TopicPartitionOffset(self.topic, p, o) for p, o in positions.items()])

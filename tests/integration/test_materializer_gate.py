@@ -25,6 +25,7 @@ from tests.integration.ops_support import read_all
 from tests.integration.test_readers_poison_burst import _prediction, poison
 
 PARTITIONS = 3
+GATE_NICE = 15  # any but the test process's own
 
 
 def _count(name: str, **labels: str) -> float:
@@ -51,8 +52,26 @@ def _nice(pid: int) -> int:
 
 
 def _gate(kafka_settings, predictions: str, dead: str | None) -> GateSource:
-    conf = GateConfig(kafka_settings, predictions, replica_group("gate-test"), dead, 500, 0.05)
+    conf = GateConfig(
+        kafka_settings, predictions, replica_group("gate-test"), dead, 500, 0.05, nice=GATE_NICE
+    )
     return GateSource(conf, PARTITIONS)
+
+
+def _write_poison(producer: Producer, predictions: str, now: int) -> int:
+    bad = poison(now)
+    for i, (key, value, headers, _) in enumerate(bad):
+        producer.produce(
+            predictions, key, value, headers, partition=i % PARTITIONS, allow_empty_key=True
+        )
+    for i in range(3):  # tombstones: counted, never letters
+        producer.produce(predictions, b"dev-t%d" % i, None, partition=i % PARTITIONS)
+    producer.flush()
+    return len(bad)
+
+
+def _letters(kafka_settings, dead: str) -> int:
+    return sum(len(v) for v in read_all(kafka_settings, dead).values())
 
 
 def test_the_gate_passes_answers_on_and_takes_the_poison(
@@ -61,48 +80,53 @@ def test_the_gate_passes_answers_on_and_takes_the_poison(
     predictions = topic_factory("predictions", PARTITIONS)
     dead = topic_factory("dead", 1)
     now = int(time.time() * 1000)
-    bad = poison(now)
     producer = Producer(kafka_settings)
-    for i, (key, value, headers, _) in enumerate(bad):
-        producer.produce(
-            predictions, key, value, headers, partition=i % PARTITIONS, allow_empty_key=True
-        )
-    for i in range(3):  # tombstones: counted, never letters
-        producer.produce(predictions, b"dev-t%d" % i, None, partition=i % PARTITIONS)
-    producer.flush()
+    # A backlog with poison: the replica catches up in its own process (nothing is served yet)
+    n_bad = _write_poison(producer, predictions, now)
 
     rejected_before = _rejected()
-    tombstones_before = _count("precast_api_materialized_total", result="tombstone")
     view, shared = MemoryStore(), RedisStore.from_settings(redis_settings)
     gate = _gate(kafka_settings, predictions, dead)
     mat = Materializer(
-        kafka_settings, predictions, PARTITIONS, view=view, shared=shared, wait_s=0.05, source=gate
+        kafka_settings,
+        predictions,
+        PARTITIONS,
+        view=view,
+        shared=shared,
+        producer=Producer(kafka_settings),
+        dead_letter_topic=dead,
+        wait_s=0.05,
+        live_source=gate,
     )
     mat.start()
     try:
-        # Ready means read past the poison at every partition's end: the gate's positions.
-        wait_for(lambda: mat.ready, 60, 0.1, "the materializer ready after the burst")
-        wait_for(lambda: _rejected() - rejected_before == len(bad), 30, 0.1, "rejections relayed")
+        wait_for(lambda: mat.ready and mat._source is gate, 60, 0.1, "caught up, handed over")
+        assert mat.guard.rejected == n_bad  # the backlog's poison, in the replica's process
+        pid = gate.pid
+        assert pid is not None
+        wait_for(lambda: _nice(pid) == GATE_NICE, 10, 0.05, "the gate below the reads")
+        assert os.getsid(pid) != os.getsid(0)  # a scheduling group of its own
+
+        # Live poison, then valid answers: the gate takes the one, passes on the others.
+        tombstones_before = _count("precast_api_materialized_total", result="tombstone")
+        _write_poison(producer, predictions, now)
         valid = [f"dev-{i:02d}" for i in range(20)]
         for d in valid:
             producer.produce(predictions, d.encode(), orjson.dumps(_prediction(d, now)))
         producer.flush()
         wait_for(lambda: all(view.get(d) is not None for d in valid), 60, 0.1, "valid answers")
         wait_for(lambda: all(shared.get(d) is not None for d in valid), 60, 0.1, "in Redis too")
+        wait_for(lambda: _rejected() - rejected_before == 2 * n_bad, 30, 0.1, "relayed counts")
+        wait_for(lambda: mat.lag == 0, 30, 0.1, "past the poison at every partition's end")
+        assert mat.guard.rejected == n_bad  # the replica saw none of the live burst
         assert view.get("dev-p") is None and shared.get("dev-p") is None
-        assert mat.guard.rejected == 0  # the replica never saw one of them
         assert _count("precast_api_materialized_total", result="tombstone") - tombstones_before == 3
-        assert sum(len(v) for v in read_all(kafka_settings, dead).values()) == len(bad)
-
-        pid = gate.pid
-        assert pid is not None
-        assert _nice(pid) == 19  # below the reads
-        assert os.getsid(pid) != os.getsid(0)  # a scheduling group of its own
+        wait_for(lambda: _letters(kafka_settings, dead) == 2 * n_bad, 30, 0.2, "every letter")
 
         # Redis loses its data: the replica replays the topic through the gate; the poison is
         # counted again (the metric counts reads), never dead-lettered again.
         shared.clear()
-        wait_for(lambda: _rejected() - rejected_before == 2 * len(bad), 60, 0.1, "the replay")
+        wait_for(lambda: _rejected() - rejected_before == 4 * n_bad, 60, 0.1, "the replay")
         wait_for(lambda: all(shared.get(d) is not None for d in valid), 60, 0.1, "Redis replayed")
 
         # A killed gate comes back, counted, from where the view stands: no letter twice.
@@ -115,8 +139,8 @@ def test_the_gate_passes_answers_on_and_takes_the_poison(
         assert mat.supervised.restarts == 1 and mat.error is None
         assert gate.pid not in (None, pid)
         wait_for(lambda: mat.ready, 30, 0.1, "ready again")
-        assert _rejected() - rejected_before == 2 * len(bad)
-        assert sum(len(v) for v in read_all(kafka_settings, dead).values()) == len(bad)
+        assert _rejected() - rejected_before == 4 * n_bad
+        assert _letters(kafka_settings, dead) == 2 * n_bad
     finally:
         mat.stop()
         shared.clear()

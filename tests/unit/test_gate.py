@@ -191,3 +191,35 @@ def test_a_process_of_its_own_session_lowers_its_group_and_not_its_parents():
     ).stdout
     assert out.startswith("True") and out.rstrip().endswith("nice 19"), out
     assert Path("/proc/self/autogroup").read_text() == before
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_a_replica_hands_over_to_a_gate_at_its_background_priority(gate: bool):
+    from consumer_api.materialize import build_materializer, build_stores
+    from consumer_api.settings import ApiSettings
+    from precast.settings import TopicSettings
+
+    settings = ApiSettings(
+        kafka=NOWHERE,
+        topics=TopicSettings(prefix="gate."),
+        api={"background_nice": 7, "gate": gate},
+    )
+    opts = settings.api.materialize_options()
+    mat = build_materializer(
+        opts,
+        settings.kafka,
+        settings.topics.catalog(),
+        build_stores(opts, settings.redis.model_copy(update={"url": ""})),
+        lambda stored: None,
+        lambda leased: None,
+    )
+    try:
+        live = mat._live_source
+        if not gate:
+            assert live is None
+            return
+        assert isinstance(live, GateSource) and live.pid is None  # started with the replica
+        assert live.conf.nice == 7 and live.conf.topic == "gate.predictions"
+        assert live.conf.dead_letter_topic == "gate.dead-letters"
+    finally:
+        mat._source.close()
