@@ -265,6 +265,14 @@ def run(ctx: Context) -> Report:
             f"{n_rebuild} predictions, 6 partitions, in-process view",
         ),
         Figure(
+            "rebuild_1m_devices_gate_vs_direct",
+            round(figs["gate"] / figs["view"], 2),
+            "x",
+            "the same predictions read by the replica's own consumer, same run",
+            f"{n_rebuild} predictions, 6 partitions, in-process view with the gate process on "
+            "(PRECAST_API__GATE: caught up in-process, then handed over)",
+        ),
+        Figure(
             "rebuild_1m_devices_redis_s",
             round(figs["redis"], 2),
             "s",

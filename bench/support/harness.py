@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.support.procstat import descendants
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results.json"
 MARKDOWN = ROOT / "BENCHMARKS.md"
@@ -178,10 +180,25 @@ def listener_pid(port: int) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def pin(pid: int | None, cpus: str) -> None:
-    """Every thread of a process onto `cpus` (threads started later inherit the mask)."""
-    if pid:
-        subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], capture_output=True)
+def pin(
+    pid: int | None,
+    cpus: str,
+    *,
+    with_children: bool = False,
+    only_children: bool = False,
+    one_thread: bool = False,
+) -> None:
+    """Every thread of a process onto `cpus` (threads started later inherit the mask); with
+    `with_children`, of the processes it started too (a read API replica and its gate); with
+    `only_children`, of those alone; with `one_thread`, `pid` is one thread's ID, moved alone."""
+    if not pid:
+        return
+    if one_thread:
+        subprocess.run(["taskset", "-cp", cpus, str(pid)], capture_output=True)
+        return
+    mine = [] if only_children else [pid]
+    for p in [*mine, *(descendants(pid) if with_children or only_children else ())]:
+        subprocess.run(["taskset", "-a", "-cp", cpus, str(p)], capture_output=True)
 
 
 PIN_BROKER_ENV = "PRECAST_BENCH_PIN_BROKER"  # 0: leave a shared broker on every core

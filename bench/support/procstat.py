@@ -17,6 +17,28 @@ def cpu_s(pid: int | None) -> float:
         return 0.0
 
 
+def descendants(pid: int | None) -> list[int]:
+    """The live processes `pid` started, and theirs (a read API replica's gate process)."""
+    found: list[int] = []
+    todo = [pid] if pid else []
+    while todo:
+        parent = todo.pop()
+        try:
+            for t in os.listdir(f"/proc/{parent}/task"):
+                with open(f"/proc/{parent}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+                found += kids
+                todo += kids
+        except OSError:
+            continue
+    return found
+
+
+def tree_cpu_s(pid: int | None) -> float:
+    """`cpu_s` of a process and every live process it started: a replica with its gate."""
+    return cpu_s(pid) + sum(cpu_s(k) for k in descendants(pid))
+
+
 def thread_cpu_s(pid: int | None) -> dict[str, float]:
     """CPU seconds per thread name of a process (librdkafka names its threads rdk:*)."""
     out: dict[str, float] = {}

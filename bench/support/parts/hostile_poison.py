@@ -26,7 +26,7 @@ import orjson
 
 from bench.support.harness import Context, listener_pid, pin, progress
 from bench.support.loads.hostile_load import ApiProcess, get
-from bench.support.procstat import cores_jiffies, cpu_s
+from bench.support.procstat import cores_jiffies, tree_cpu_s
 
 DEVICES = [f"live-{i:03d}" for i in range(20)]
 spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Kafka client forked
@@ -245,14 +245,35 @@ class PoisonResult:
     fixed: Probe  # FIXED_RATE GETs/s, as `python -m bench api` times reads
 
 
+def background_threads(pid: int) -> list[int]:
+    """The replica's own background threads: its Kafka clients' (librdkafka names them rdk:*)
+    and its materializer's (precast.supervise names it after its part)."""
+    found = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue  # ended meanwhile
+        if name.startswith("rdk:") or name == "api-materialize":
+            found.append(int(t))
+    return found
+
+
 @contextlib.contextmanager
-def apart(ctx: Context, api: ApiProcess) -> Iterator[tuple[str, str]]:
+def apart(
+    ctx: Context, api: ApiProcess, background_apart: bool = False
+) -> Iterator[tuple[str, str]]:
     """The broker on the first core this bench may use, the replica and this process (the
     probe, the live writer) on the others, as in production where brokers run on machines of
     their own: the ratio then shows what the replica's own work on the poison costs its reads,
     not the broker's share of 2 cores. Yields (the broker's core, where the burst writer goes
     beside it; the replica's cores, where the fixed-rate load runs); on one core (`taskset -c 0
-    python -m bench ...`) nothing is moved and both are that core. Restored on the way out."""
+    python -m bench ...`) nothing is moved and both are that core. Restored on the way out.
+
+    `background_apart`: a replica of two cores, its reads on one and its background work on the
+    other: its gate process, and its own Kafka clients' and materializer's threads, go to the
+    first core (on this 2-core machine, the broker's; the broker's load there is light)."""
     cpus = sorted(os.sched_getaffinity(0))  # what the bench was given, not the machine
     everything = ",".join(map(str, cpus))
     if len(cpus) < 2:
@@ -261,17 +282,23 @@ def apart(ctx: Context, api: ApiProcess) -> Iterator[tuple[str, str]]:
     first, rest = str(cpus[0]), ",".join(map(str, cpus[1:]))
     broker = listener_pid(int(ctx.bootstrap_servers.rsplit(":", 1)[1]))
     pin(broker, first)
-    pin(api.proc.pid, rest)
+    pin(api.proc.pid, rest, with_children=True)  # its gate process too
+    if background_apart:
+        pin(api.proc.pid, first, only_children=True)
+        for tid in background_threads(api.proc.pid):
+            pin(tid, first, one_thread=True)
     pin(os.getpid(), rest)
     try:
         yield first, rest
     finally:
         for pid in (broker, api.proc.pid, os.getpid()):
-            pin(pid, everything)
+            pin(pid, everything, with_children=pid == api.proc.pid)
 
 
-def run_poison(ctx: Context, api: ApiProcess, topic: str, partitions: int) -> PoisonResult:
-    with apart(ctx, api) as (broker_cpu, replica_cpus):
+def run_poison(
+    ctx: Context, api: ApiProcess, topic: str, partitions: int, background_apart: bool = False
+) -> PoisonResult:
+    with apart(ctx, api, background_apart) as (broker_cpu, replica_cpus):
         return _run_poison(ctx, api, topic, partitions, broker_cpu, replica_cpus)
 
 
@@ -291,14 +318,14 @@ def _run_poison(
     def measure(probe: Probe, writer: LiveWriter) -> tuple[float, int, int, float, float]:
         """(p99 ms, answers checked, stale, share of the replica's cores busy, replica CPU s)"""
         b0, t0 = cores_jiffies(replica_cpus)
-        cpu0 = cpu_s(api.proc.pid)
+        cpu0 = tree_cpu_s(api.proc.pid)  # with its gate process
         if probe is fixed:
             lat, c, s = _fixed_reads(api.port, seconds, writer, FIXED_RATE, replica_cpus)
         else:
             lat, c, s = _reads(api.port, seconds, writer)
         b1, t1 = cores_jiffies(replica_cpus)
         busy = (b1 - b0) / max(1, t1 - t0)
-        return float(np.percentile(lat, 99)), c, s, busy, cpu_s(api.proc.pid) - cpu0
+        return float(np.percentile(lat, 99)), c, s, busy, tree_cpu_s(api.proc.pid) - cpu0
 
     writer = LiveWriter(ctx.kafka_settings(), topic)
     writer.start()
