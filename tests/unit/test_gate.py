@@ -23,6 +23,7 @@ from consumer_api.materialize.wire import GateClosed, Pipe
 from precast.kafka import Record
 from precast.serving import MemoryStore
 from precast.telemetry.relay import CounterRelay
+from tests.sources import StillSource, built_materializer
 from tests.unit.test_readers_survive_records import (
     NOWHERE,
     TOPIC,
@@ -49,10 +50,11 @@ def _gate() -> tuple[Gate, _Frames]:
     return gate, frames
 
 
-class _Replayed:
-    """A source that hands out the frames a gate sent, as GateSource would."""
+class _Replayed(StillSource):
+    """Hands out the frames a gate sent, as GateSource would."""
 
     def __init__(self, frames: list[tuple[Any, ...]]) -> None:
+        super().__init__()
         self.frames = frames
 
     def take(self, *_: object) -> Taken:
@@ -62,15 +64,6 @@ class _Replayed:
         src._queued.extend((*f[:4], {}) for f in self.frames)
         self.frames = []
         return src.take(0, 0)
-
-    def assign(self, *_: object) -> None:
-        return
-
-    def high_watermarks(self) -> dict[int, int]:
-        return {}
-
-    def close(self) -> None:
-        return
 
 
 def _tombstones() -> float:
@@ -195,7 +188,6 @@ def test_a_process_of_its_own_session_lowers_its_group_and_not_its_parents():
 
 @pytest.mark.parametrize("gate", [True, False])
 def test_a_replica_hands_over_to_a_gate_at_its_background_priority(gate: bool):
-    from consumer_api.materialize import build_materializer, build_stores
     from consumer_api.settings import ApiSettings
     from precast.settings import TopicSettings
 
@@ -204,15 +196,7 @@ def test_a_replica_hands_over_to_a_gate_at_its_background_priority(gate: bool):
         topics=TopicSettings(prefix="gate."),
         api={"background_nice": 7, "gate": gate},
     )
-    opts = settings.api.materialize_options()
-    mat = build_materializer(
-        opts,
-        settings.kafka,
-        settings.topics.catalog(),
-        build_stores(opts, settings.redis.model_copy(update={"url": ""})),
-        lambda stored: None,
-        lambda leased: None,
-    )
+    mat = built_materializer(settings)
     try:
         live = mat._live_source
         if not gate:

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from consumer_api.materialize import build_materializer, build_stores
-from consumer_api.materialize.source import Taken
 from consumer_api.settings import ApiSettings
 from precast import priority
 from precast.settings import KafkaSettings, TopicSettings
+from tests.sources import StillSource, built_materializer
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no per-thread nice")
 
@@ -116,45 +115,20 @@ def test_a_refused_priority_is_one_log_line_and_the_work_goes_on(monkeypatch, ca
     assert len(lines) == 1 and "operation not permitted" in lines[0].getMessage()
 
 
-class _Quiet:
-    """Stands in for the materializer's source once built: nothing to read."""
-
-    def take(self, *_: object) -> Taken:
-        time.sleep(0.01)
-        return Taken([])
-
-    def assign(self, *_: object) -> None:
-        return
-
-    def high_watermarks(self) -> dict[int, int]:
-        return {}
-
-    def close(self) -> None:
-        return
-
-
 def test_the_materializer_and_its_kafka_clients_threads_run_below_the_reads():
     settings = ApiSettings(
         kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"),  # nothing is ever read
         topics=TopicSettings(prefix="nice."),
         api={"background_nice": 8, "local_view": True, "gate": False},
     )
-    opts = settings.api.materialize_options()
     gc.collect()  # clients earlier tests dropped close now, not while threads are counted
     before = _threads()
-    mat = build_materializer(
-        opts,
-        settings.kafka,
-        settings.topics.catalog(),
-        build_stores(opts, settings.redis.model_copy(update={"url": ""})),
-        lambda stored: None,
-        lambda leased: None,
-    )
+    mat = built_materializer(settings)
     # librdkafka starts its main thread and one per bootstrap broker as a client is built
     started = {tid: name for tid, name in _threads().items() if tid not in before}
     clients = {tid: name for tid, name in started.items() if name.startswith("rdk:")}
     real = mat._source
-    mat._source = _Quiet()
+    mat._source = StillSource(0.01)
     mat._thread.start()
     try:
         deadline = time.monotonic() + 5

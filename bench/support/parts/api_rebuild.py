@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import resource
 import time
+from typing import Any
 
 import orjson
 
@@ -48,6 +49,17 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
+def _time_to_ready(mat: Any) -> float:
+    """Seconds from a materializer's start to ready (it is stopped after)."""
+    t0 = time.perf_counter()
+    mat.start()
+    while not mat.ready:
+        time.sleep(0.01)
+    took = time.perf_counter() - t0
+    mat.stop()
+    return took
+
+
 def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]:
     """Time from start to ready: the in-process view, and Redis (view off, Lua CAS batches)."""
     import redis as redis_lib
@@ -72,12 +84,7 @@ def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]
         group_prefix=ctx.unique("rebuild"),
         batch=10_000,
     )
-    t0 = time.perf_counter()
-    mat.start()
-    while not mat.ready:
-        time.sleep(0.01)
-    s = time.perf_counter() - t0
-    mat.stop()
+    s = _time_to_ready(mat)
     mb = _rss_mb() - rss0
     progress(f"rebuild: view {len(view):,} devices in {s:.2f}s, +{mb:,.0f} MB RSS")
     rows.append(
@@ -114,12 +121,7 @@ def rebuild(ctx: Context, topics, n: int) -> tuple[list[list], dict[str, float]]
             topics.predictions.partitions,
         ),
     )
-    t0 = time.perf_counter()
-    mat.start()
-    while not mat.ready:
-        time.sleep(0.01)
-    gs = time.perf_counter() - t0
-    mat.stop()
+    gs = _time_to_ready(mat)
     progress(f"rebuild: view with the gate on {len(gated_view):,} devices in {gs:.2f}s")
     rows.append(
         [
