@@ -73,6 +73,7 @@ class GateSource:
         self._proc: subprocess.Popen[bytes] | None = None
         self._pipe: Pipe | None = None
         self._broken = False
+        self._closed = False  # stopped for good: a late request must not start another gate
         self._epoch = 0
         self._request = 0
         self._queued: deque[tuple[Any, ...]] = deque()  # readings met while waiting for marks
@@ -83,7 +84,7 @@ class GateSource:
 
     # -- Source ------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._proc is None:
+        if self._proc is None and not self._closed:
             self._spawn()  # ~0.5 s of imports: done while the replica catches up
 
     def assign(self, positions: dict[int, int], live_from: dict[int, int]) -> None:
@@ -116,6 +117,7 @@ class GateSource:
         return Taken([Forwarded(topic, *r) for r in records], ends)
 
     def close(self) -> None:
+        self._closed = True
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -131,6 +133,8 @@ class GateSource:
 
     # -- the process ------------------------------------------------------------------------
     def _send(self, frame: tuple[Any, ...]) -> None:
+        if self._closed:
+            raise GateClosed("the gate was stopped with its replica")
         if self._proc is None or self._broken or self._proc.poll() is not None:
             self._spawn()
         assert self._pipe is not None
@@ -141,7 +145,7 @@ class GateSource:
             raise
 
     def _recv(self, timeout: float) -> tuple[Any, ...] | None:
-        if self._pipe is None or self._broken:
+        if self._pipe is None or self._broken or self._closed:
             raise GateClosed("no gate process")
         try:
             if not self._pipe.ready(timeout):

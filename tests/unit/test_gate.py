@@ -207,3 +207,18 @@ def test_a_replica_hands_over_to_a_gate_at_its_background_priority(gate: bool):
         assert live.conf.dead_letter_topic == "gate.dead-letters"
     finally:
         mat._source.close()
+
+
+def test_a_stopped_gate_is_never_started_again():
+    """A materializer thread still finishing its batch after `stop` (a Redis replay, the
+    hand-over) must not leave a new gate process behind."""
+    src = GateSource(GateConfig(NOWHERE, TOPIC, "g", None, 1, 0), 6)
+    src.close()
+    src.start()
+    with pytest.raises(GateClosed):
+        src.assign({0: 0}, {})
+    with pytest.raises(GateClosed):
+        src.high_watermarks()
+    with pytest.raises(GateClosed):
+        src.take(1, 0)
+    assert src.pid is None
