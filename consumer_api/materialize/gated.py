@@ -20,7 +20,9 @@ from typing import Any
 from consumer_api.materialize.gate import RELAYED, GateConfig, gate_command
 from consumer_api.materialize.source import Taken
 from consumer_api.materialize.wire import GateClosed, Pipe
+from precast.kafka import Record
 from precast.telemetry.relay import CounterRelay
+from precast.telemetry.tracing import TRACEPARENT
 
 log = logging.getLogger("precast.api.materializer")
 
@@ -31,39 +33,6 @@ EMPTY = Taken([])
 
 class GateFailed(RuntimeError):
     """The gate said why it stopped (a fatal Kafka error, ...)."""
-
-
-class Forwarded:
-    """A record the gate passed on, with what the materializer reads of a Kafka message."""
-
-    __slots__ = ("_topic", "_p", "_o", "_k", "_v", "_h")
-
-    def __init__(
-        self, topic: str, p: int, o: int, k: bytes | None, v: bytes, trace: bytes | None
-    ) -> None:
-        self._topic, self._p, self._o, self._k, self._v = topic, p, o, k, v
-        self._h = None if trace is None else [("traceparent", trace)]
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def value(self) -> bytes:
-        return self._v
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._h
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, -1)  # not passed on: the gate wrote whatever letter needed it
 
 
 class GateSource:
@@ -114,7 +83,13 @@ class GateSource:
         if epoch != self._epoch:
             return EMPTY  # read for an assignment since replaced
         topic = self.conf.topic
-        return Taken([Forwarded(topic, *r) for r in records], ends)
+        return Taken(
+            [
+                Record(topic, p, o, k, v, [] if trace is None else [(TRACEPARENT, trace)])
+                for p, o, k, v, trace in records
+            ],
+            ends,
+        )
 
     def close(self) -> None:
         self._closed = True

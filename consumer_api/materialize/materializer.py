@@ -191,6 +191,10 @@ class Materializer:
             dict.fromkeys(range(self.partitions), OFFSET_BEGINNING), self._live_from
         )
 
+    def _resume_at(self) -> dict[int, int]:
+        """Where reading goes on: after what the view has, each partition's start if nothing."""
+        return {p: self._positions.get(p, OFFSET_BEGINNING) for p in range(self.partitions)}
+
     # -- loop -------------------------------------------------------------------------------------------
     def _run(self) -> None:
         """The supervised loop; a restart resumes after the last batch it finished (what the
@@ -198,10 +202,7 @@ class Materializer:
         self._runs += 1
         lower_this_thread(self.nice)
         if self._runs > 1:
-            self._source.assign(
-                {p: self._positions.get(p, OFFSET_BEGINNING) for p in range(self.partitions)},
-                self._live_from,
-            )
+            self._source.assign(self._resume_at(), self._live_from)
         while not self._stop.is_set():
             self.run_once(self._wait_s)
 
@@ -390,10 +391,7 @@ class Materializer:
         """Caught up: read on through the live source (the gate) from where the view stands.
         Catching up runs in this process, at full speed and before any read is served; from
         here on, reads are, and a burst of poison would cost them (docs/api.md, The gate)."""
-        live.assign(
-            {p: self._positions.get(p, OFFSET_BEGINNING) for p in range(self.partitions)},
-            self._live_from,
-        )
+        live.assign(self._resume_at(), self._live_from)
         caught_up, self._source, self._live_source = self._source, live, None
         caught_up.close()
         log.info("reading on through the gate process")
